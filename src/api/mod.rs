@@ -1,0 +1,69 @@
+//! The HTTP API of DESIGN.md, one file per resource, plus the extractor
+//! settings that turn malformed input into hmdp-shaped 400/413 answers.
+
+pub mod health;
+pub mod response;
+pub mod user;
+pub mod voucher;
+pub mod voucher_order;
+
+use actix_web::error::{JsonPayloadError, PayloadError};
+use actix_web::web;
+
+use crate::error::Error;
+
+/// Largest JSON body accepted; hmdp's bodies are a few hundred bytes.
+pub const MAX_JSON_BYTES: usize = 16 * 1024;
+
+/// Registers every route and the extractor error handlers.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.app_data(
+        web::JsonConfig::default()
+            .limit(MAX_JSON_BYTES)
+            .error_handler(|err, _| json_error(err).into()),
+    )
+    .app_data(
+        web::PathConfig::default()
+            .error_handler(|err, _| Error::BadRequest(format!("路径参数错误: {err}")).into()),
+    )
+    .app_data(
+        web::QueryConfig::default()
+            .error_handler(|err, _| Error::BadRequest(format!("查询参数错误: {err}")).into()),
+    )
+    .configure(health::routes)
+    .configure(user::routes)
+    .configure(voucher::routes)
+    .configure(voucher_order::routes)
+    .default_service(web::to(|| async { Err::<actix_web::HttpResponse, _>(Error::NotFound) }));
+}
+
+fn json_error(err: JsonPayloadError) -> Error {
+    match err {
+        JsonPayloadError::Overflow { .. }
+        | JsonPayloadError::OverflowKnownLength { .. }
+        | JsonPayloadError::Payload(PayloadError::Overflow) => Error::PayloadTooLarge,
+        other => Error::BadRequest(format!("请求体格式错误: {other}")),
+    }
+}
+
+/// Parses a path id: decimal digits only, positive, within `i64`.
+pub fn parse_id(raw: &str) -> Result<i64, Error> {
+    match raw.parse::<i64>() {
+        Ok(id) if id > 0 && raw.bytes().all(|b| b.is_ascii_digit()) => Ok(id),
+        _ => Err(Error::BadRequest(format!("无效的id: {raw}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_id;
+
+    #[test]
+    fn ids_must_be_positive_decimal_i64() {
+        assert_eq!(parse_id("42").unwrap(), 42);
+        assert_eq!(parse_id("9223372036854775807").unwrap(), i64::MAX);
+        for bad in ["", "0", "-1", "+1", "abc", "1e3", "9223372036854775808", " 1"] {
+            assert!(parse_id(bad).is_err(), "{bad}");
+        }
+    }
+}

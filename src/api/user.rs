@@ -1,0 +1,65 @@
+//! `/user/*`: login by phone code, the current user, logout.
+
+use actix_web::{web, HttpResponse};
+use rand::distr::{Alphanumeric, SampleString};
+use serde::Deserialize;
+
+use super::response::{ok, ok_data};
+use crate::auth::{CurrentUser, Phone};
+use crate::error::Error;
+use crate::startup::AppState;
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/user/code", web::post().to(send_code))
+        .route("/user/login", web::post().to(login))
+        .route("/user/me", web::get().to(me))
+        .route("/user/logout", web::post().to(logout));
+}
+
+#[derive(Deserialize)]
+struct CodeQuery {
+    phone: String,
+}
+
+async fn send_code(
+    state: web::Data<AppState>,
+    query: web::Query<CodeQuery>,
+) -> Result<HttpResponse, Error> {
+    let phone = Phone::parse(&query.phone)?;
+    state.sessions.issue_code(&phone).await?;
+    tracing::debug!("login code issued");
+    Ok(ok())
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    phone: String,
+    code: String,
+}
+
+async fn login(
+    state: web::Data<AppState>,
+    form: web::Json<LoginForm>,
+) -> Result<HttpResponse, Error> {
+    let phone = Phone::parse(&form.phone)?;
+    state.sessions.check_code(&phone, &form.code).await?;
+    let nick_name = format!("user_{}", Alphanumeric.sample_string(&mut rand::rng(), 10));
+    let user = state
+        .store
+        .find_or_create_user(phone.as_str(), &nick_name)
+        .await?;
+    let token = state.sessions.open(&user).await?;
+    Ok(ok_data(token))
+}
+
+async fn me(current: CurrentUser) -> HttpResponse {
+    ok_data(current.user)
+}
+
+async fn logout(
+    state: web::Data<AppState>,
+    current: CurrentUser,
+) -> Result<HttpResponse, Error> {
+    state.sessions.close(&current.token).await?;
+    Ok(ok())
+}

@@ -1,0 +1,41 @@
+//! `/voucher-order/*`: the purchase and the caller's own orders.
+
+use actix_web::{web, HttpResponse};
+
+use super::parse_id;
+use super::response::ok_data;
+use crate::auth::CurrentUser;
+use crate::error::{Error, Rejection};
+use crate::startup::AppState;
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route(
+        "/voucher-order/seckill/{voucherId}",
+        web::post().to(seckill_voucher),
+    )
+    .route("/voucher-order/{orderId}", web::get().to(order));
+}
+
+async fn seckill_voucher(
+    state: web::Data<AppState>,
+    current: CurrentUser,
+    voucher_id: web::Path<String>,
+) -> Result<HttpResponse, Error> {
+    let voucher_id = parse_id(&voucher_id)?;
+    let order_id = state.seckill.purchase(current.user.id, voucher_id).await?;
+    Ok(ok_data(order_id.to_string()))
+}
+
+async fn order(
+    state: web::Data<AppState>,
+    current: CurrentUser,
+    order_id: web::Path<String>,
+) -> Result<HttpResponse, Error> {
+    let order_id = parse_id(&order_id)?;
+    let order = state
+        .store
+        .order_of_user(order_id, current.user.id)
+        .await?
+        .ok_or(Rejection::OrderNotFound)?;
+    Ok(ok_data(order))
+}

@@ -1,0 +1,218 @@
+//! Login by phone code, Redis sessions, and the two request guards:
+//! [`CurrentUser`] (header `authorization: <token>`) and [`Admin`]
+//! (header `x-admin-token`).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use actix_web::{web, FromRequest, HttpRequest};
+use rand::RngExt;
+use redis::aio::ConnectionManager;
+use redis::AsyncCommands;
+use subtle::ConstantTimeEq;
+
+use crate::error::{Error, Rejection};
+use crate::keys::Keys;
+use crate::startup::AppState;
+use crate::store::User;
+
+/// How long a login code stays valid (hmdp: `LOGIN_CODE_TTL`).
+pub const LOGIN_CODE_TTL: Duration = Duration::from_secs(2 * 60);
+/// Idle lifetime of a session, refreshed on each authenticated request.
+pub const SESSION_TTL: Duration = Duration::from_secs(30 * 60);
+
+/// A mainland-China mobile number as hmdp's `RegexUtils.isPhoneInvalid`
+/// accepts it: `^1([38][0-9]|4[579]|5[0-3,5-9]|6[6]|7[0135678]|9[89])\d{8}$`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Phone(String);
+
+impl Phone {
+    pub fn parse(raw: &str) -> Result<Phone, Rejection> {
+        let bytes = raw.as_bytes();
+        let valid = bytes.len() == 11
+            && bytes.iter().all(u8::is_ascii_digit)
+            && bytes[0] == b'1'
+            && match bytes[1] {
+                b'3' | b'8' => true,
+                b'4' => matches!(bytes[2], b'5' | b'7' | b'9'),
+                b'5' => bytes[2] != b'4',
+                b'6' => bytes[2] == b'6',
+                b'7' => matches!(bytes[2], b'0' | b'1' | b'3' | b'5' | b'6' | b'7' | b'8'),
+                b'9' => matches!(bytes[2], b'8' | b'9'),
+                _ => false,
+            };
+        if valid {
+            Ok(Phone(raw.to_owned()))
+        } else {
+            Err(Rejection::PhoneInvalid)
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Login codes and sessions in Redis.
+#[derive(Clone)]
+pub struct Sessions {
+    redis: ConnectionManager,
+    keys: Keys,
+}
+
+impl Sessions {
+    pub fn new(redis: ConnectionManager, keys: Keys) -> Self {
+        Sessions { redis, keys }
+    }
+
+    /// Stores a fresh 6-digit code for the phone and returns it (hmdp logs it
+    /// instead of sending an SMS; so do we, at debug level).
+    pub async fn issue_code(&self, phone: &Phone) -> Result<String, Error> {
+        let code = format!("{:06}", rand::rng().random_range(0..1_000_000));
+        let _: () = self
+            .redis
+            .clone()
+            .set_ex(
+                self.keys.login_code(phone.as_str()),
+                &code,
+                LOGIN_CODE_TTL.as_secs(),
+            )
+            .await?;
+        Ok(code)
+    }
+
+    /// Consumes the phone's code if `code` matches it.
+    pub async fn check_code(&self, phone: &Phone, code: &str) -> Result<(), Error> {
+        let key = self.keys.login_code(phone.as_str());
+        let stored: Option<String> = self.redis.clone().get(&key).await?;
+        match stored {
+            Some(stored) if bool::from(stored.as_bytes().ct_eq(code.as_bytes())) => {
+                let _: () = self.redis.clone().del(&key).await?;
+                Ok(())
+            }
+            _ => Err(Rejection::CodeInvalid.into()),
+        }
+    }
+
+    /// Opens a session for the user; returns its token (128 random bits, hex).
+    pub async fn open(&self, user: &User) -> Result<String, Error> {
+        let token = format!("{:032x}", rand::rng().random::<u128>());
+        let key = self.keys.login_token(&token);
+        let _: () = redis::pipe()
+            .atomic()
+            .hset_multiple(
+                &key,
+                &[
+                    ("id", user.id.to_string()),
+                    ("nickName", user.nick_name.clone()),
+                    ("icon", user.icon.clone()),
+                ],
+            )
+            .ignore()
+            .expire(&key, SESSION_TTL.as_secs() as i64)
+            .ignore()
+            .query_async(&mut self.redis.clone())
+            .await?;
+        Ok(token)
+    }
+
+    /// The session's user, refreshing its TTL in the same round trip.
+    pub async fn touch(&self, token: &str) -> Result<Option<User>, Error> {
+        let key = self.keys.login_token(token);
+        let (fields,): (std::collections::HashMap<String, String>,) = redis::pipe()
+            .hgetall(&key)
+            .expire(&key, SESSION_TTL.as_secs() as i64)
+            .ignore()
+            .query_async(&mut self.redis.clone())
+            .await?;
+        let user = (|| {
+            Some(User {
+                id: fields.get("id")?.parse().ok()?,
+                nick_name: fields.get("nickName").cloned().unwrap_or_default(),
+                icon: fields.get("icon").cloned().unwrap_or_default(),
+            })
+        })();
+        Ok(user)
+    }
+
+    pub async fn close(&self, token: &str) -> Result<(), Error> {
+        let _: () = self.redis.clone().del(self.keys.login_token(token)).await?;
+        Ok(())
+    }
+}
+
+/// The logged-in user of a request, with the token that proved it.
+#[derive(Debug, Clone)]
+pub struct CurrentUser {
+    pub user: User,
+    pub token: String,
+}
+
+impl FromRequest for CurrentUser {
+    type Error = Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, Error>>>>;
+
+    fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        let state = req.app_data::<web::Data<AppState>>().cloned();
+        let token = req
+            .headers()
+            .get("authorization")
+            .and_then(|value| value.to_str().ok())
+            .map(str::trim)
+            .filter(|token| !token.is_empty() && token.len() <= 64)
+            .map(str::to_owned);
+        Box::pin(async move {
+            let state = state.ok_or_else(|| Error::Internal(anyhow::anyhow!("no app state")))?;
+            let token = token.ok_or(Error::Unauthorized)?;
+            let user = state
+                .sessions
+                .touch(&token)
+                .await?
+                .ok_or(Error::Unauthorized)?;
+            Ok(CurrentUser { user, token })
+        })
+    }
+}
+
+/// Proof that the request carried the admin token.
+pub struct Admin;
+
+impl FromRequest for Admin {
+    type Error = Error;
+    type Future = std::future::Ready<Result<Self, Error>>;
+
+    fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        let expected = req
+            .app_data::<web::Data<AppState>>()
+            .map(|state| state.admin_token.as_bytes());
+        let given = req
+            .headers()
+            .get("x-admin-token")
+            .map(|value| value.as_bytes());
+        let allowed = match (expected, given) {
+            (Some(expected), Some(given)) => bool::from(expected.ct_eq(given)),
+            _ => false,
+        };
+        std::future::ready(if allowed { Ok(Admin) } else { Err(Error::Forbidden) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phone_accepts_hmdp_patterns() {
+        for ok in ["13812345678", "14512345678", "15012345678", "16612345678", "17012345678", "19812345678", "18800001111"] {
+            assert!(Phone::parse(ok).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn phone_refuses_bad_input() {
+        for bad in ["", "1381234567", "138123456789", "23812345678", "15412345678", "16012345678", "1381234567a", "12012345678", "１３８１２３４５６７８"] {
+            assert_eq!(Phone::parse(bad), Err(Rejection::PhoneInvalid), "{bad}");
+        }
+    }
+}

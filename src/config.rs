@@ -1,0 +1,149 @@
+//! Settings shared by the commands: flags, then environment, then defaults (DESIGN.md).
+
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+/// Where the data lives: MySQL for orders, Redis for sessions, ids and locks.
+#[derive(Debug, Clone, Args)]
+pub struct StoreSettings {
+    /// MySQL/MariaDB connection URL; the database is created if it is missing.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "mysql://root@127.0.0.1:3306/hmdp"
+    )]
+    pub database_url: String,
+
+    /// Redis URL for sessions, the id worker and the single-node locks.
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379/0")]
+    pub redis_url: String,
+
+    /// Prefix put before every Redis key this process writes, so several
+    /// deployments (or test runs) can share one Redis without seeing each other.
+    #[arg(long, env = "HMDP_REDIS_PREFIX", default_value = "")]
+    pub redis_prefix: String,
+
+    /// Maximum MySQL connections of this process.
+    #[arg(long, env = "HMDP_DB_POOL", default_value_t = 32)]
+    pub db_pool: u32,
+
+    /// How long a Redis or MySQL call may take before the request fails with
+    /// 503 UNAVAILABLE instead of hanging.
+    #[arg(long, env = "HMDP_BACKEND_TIMEOUT_MS", default_value_t = 2000)]
+    pub backend_timeout_ms: u64,
+}
+
+impl StoreSettings {
+    pub fn backend_timeout(&self) -> Duration {
+        Duration::from_millis(self.backend_timeout_ms)
+    }
+}
+
+/// The lock modes of DESIGN.md, one per stage of the course.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
+pub enum LockMode {
+    /// No lock at all: duplicates appear even on one node.
+    None,
+    /// A per-user mutex inside this process (`synchronized(userId.intern())`).
+    Local,
+    /// Lock v1: `SET NX PX`, release = `DEL` (deletes whoever holds it).
+    RedisNaive,
+    /// Lock v2: release = `GET`, compare, then `DEL` (two commands).
+    RedisOwner,
+    /// Lock v3: release = one Lua compare-and-delete.
+    RedisLua,
+    /// Redisson-style reentrant hash lock with pub/sub waiting and a watchdog.
+    Reentrant,
+    /// All-or-nothing over independent Redis nodes (MultiLock).
+    Multi,
+    /// Majority quorum over independent Redis nodes (RedLock).
+    Redlock,
+}
+
+impl std::fmt::Display for LockMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let value = self.to_possible_value().expect("no skipped variants");
+        f.write_str(value.get_name())
+    }
+}
+
+/// How purchases are locked.
+#[derive(Debug, Clone, Args)]
+pub struct LockSettings {
+    /// Lock mode guarding each user's purchase.
+    #[arg(long = "lock", env = "HMDP_LOCK", value_enum, default_value_t = LockMode::Local)]
+    pub mode: LockMode,
+
+    /// Comma-separated Redis URLs of independent nodes for `multi` / `redlock`.
+    #[arg(long, env = "HMDP_LOCK_NODES", value_delimiter = ',')]
+    pub lock_nodes: Vec<String>,
+
+    /// Lease of a lock in milliseconds (simple Redis locks: 10000).
+    #[arg(long, env = "HMDP_LOCK_LEASE_MS")]
+    pub lock_lease_ms: Option<u64>,
+
+    /// How long a purchase waits for a busy per-user lock; 0 fails at once
+    /// with "不允许重复下单！" (hmdp's `tryLock()`).
+    #[arg(long, env = "HMDP_LOCK_WAIT_MS", default_value_t = 0)]
+    pub lock_wait_ms: u64,
+
+    /// Check a fencing token inside the purchase transaction.
+    #[arg(long, env = "HMDP_FENCING", default_value_t = false)]
+    pub fencing: bool,
+}
+
+impl LockSettings {
+    /// Lease used by the simple Redis locks when none is given.
+    pub const DEFAULT_LEASE: Duration = Duration::from_millis(10_000);
+
+    pub fn lease(&self) -> Duration {
+        self.lock_lease_ms
+            .map(Duration::from_millis)
+            .unwrap_or(Self::DEFAULT_LEASE)
+    }
+
+    pub fn wait(&self) -> Duration {
+        Duration::from_millis(self.lock_wait_ms)
+    }
+}
+
+/// Settings of one HTTP node (`hmdp serve`).
+#[derive(Debug, Clone, Args)]
+pub struct ServeSettings {
+    #[command(flatten)]
+    pub store: StoreSettings,
+
+    #[command(flatten)]
+    pub lock: LockSettings,
+
+    /// TCP port to listen on; 0 picks a free one.
+    #[arg(long, env = "HMDP_PORT", default_value_t = 8081)]
+    pub port: u16,
+
+    /// Address to listen on.
+    #[arg(long, env = "HMDP_HOST", default_value = "0.0.0.0")]
+    pub host: String,
+
+    /// Name of this node in logs and responses (default: hostname:port).
+    #[arg(long, env = "HMDP_NODE_ID")]
+    pub node_id: Option<String>,
+
+    /// Token required in `x-admin-token` to create vouchers (default: random,
+    /// logged once at start).
+    #[arg(long, env = "HMDP_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// Fault injection: sleep this long inside the critical section (lock
+    /// held, transaction open), standing in for a GC pause or slow SQL.
+    #[arg(long, env = "HMDP_CHAOS_HOLD_MS", default_value_t = 0)]
+    pub chaos_hold_ms: u64,
+
+    /// Do not apply pending migrations at start.
+    #[arg(long, default_value_t = false)]
+    pub no_migrate: bool,
+
+    /// HTTP worker threads (default: one per core).
+    #[arg(long, env = "HMDP_WORKERS")]
+    pub workers: Option<usize>,
+}

@@ -1,0 +1,173 @@
+//! The crate-wide error: every way a request can end other than success, with
+//! its HTTP status, stable `errorCode` and hmdp's Chinese message.
+//!
+//! Infrastructure errors are logged with their whole cause chain and shown to
+//! the client only as 503 `UNAVAILABLE` or 500 `INTERNAL`, never in detail.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+
+use crate::api::response::ApiResult;
+use crate::lock::LockError;
+
+/// A business "no": HTTP 200 with `success:false` (hmdp's front end relies on it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    PhoneInvalid,
+    CodeInvalid,
+    VoucherNotFound,
+    NotStarted,
+    Ended,
+    SoldOut,
+    DuplicateRequest,
+    AlreadyOrdered,
+    OrderNotFound,
+}
+
+impl Rejection {
+    pub fn code(self) -> &'static str {
+        match self {
+            Rejection::PhoneInvalid => "PHONE_INVALID",
+            Rejection::CodeInvalid => "CODE_INVALID",
+            Rejection::VoucherNotFound => "VOUCHER_NOT_FOUND",
+            Rejection::NotStarted => "NOT_STARTED",
+            Rejection::Ended => "ENDED",
+            Rejection::SoldOut => "SOLD_OUT",
+            Rejection::DuplicateRequest => "DUPLICATE_REQUEST",
+            Rejection::AlreadyOrdered => "ALREADY_ORDERED",
+            Rejection::OrderNotFound => "ORDER_NOT_FOUND",
+        }
+    }
+
+    pub fn message(self) -> &'static str {
+        match self {
+            Rejection::PhoneInvalid => "手机号格式错误！",
+            Rejection::CodeInvalid => "验证码错误！",
+            Rejection::VoucherNotFound => "秒杀券不存在！",
+            Rejection::NotStarted => "秒杀尚未开始！",
+            Rejection::Ended => "秒杀已经结束！",
+            Rejection::SoldOut => "库存不足！",
+            Rejection::DuplicateRequest => "不允许重复下单！",
+            Rejection::AlreadyOrdered => "用户已经购买过一次！",
+            Rejection::OrderNotFound => "订单不存在！",
+        }
+    }
+}
+
+/// Why a request did not succeed.
+#[derive(thiserror::Error)]
+pub enum Error {
+    #[error("{}", .0.message())]
+    Rejected(Rejection),
+    /// Malformed request: bad id, bad JSON, missing or invalid field.
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("未登录")]
+    Unauthorized,
+    #[error("无权限")]
+    Forbidden,
+    #[error("资源不存在")]
+    NotFound,
+    #[error("请求体过大")]
+    PayloadTooLarge,
+    /// Redis or MySQL unreachable or too slow.
+    #[error("服务繁忙，请稍后再试")]
+    Unavailable(#[source] anyhow::Error),
+    #[error("服务器异常")]
+    Internal(#[source] anyhow::Error),
+}
+
+impl Error {
+    pub fn error_code(&self) -> &'static str {
+        match self {
+            Error::Rejected(rejection) => rejection.code(),
+            Error::BadRequest(_) => "BAD_REQUEST",
+            Error::Unauthorized => "UNAUTHORIZED",
+            Error::Forbidden => "FORBIDDEN",
+            Error::NotFound => "NOT_FOUND",
+            Error::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            Error::Unavailable(_) => "UNAVAILABLE",
+            Error::Internal(_) => "INTERNAL",
+        }
+    }
+}
+
+impl From<Rejection> for Error {
+    fn from(rejection: Rejection) -> Self {
+        Error::Rejected(rejection)
+    }
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(error: sqlx::Error) -> Self {
+        match error {
+            sqlx::Error::Io(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::WorkerCrashed => Error::Unavailable(error.into()),
+            other => Error::Internal(other.into()),
+        }
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(error: redis::RedisError) -> Self {
+        if error.is_io_error()
+            || error.is_timeout()
+            || error.is_connection_dropped()
+            || error.is_connection_refusal()
+            || error.is_unrecoverable_error()
+        {
+            Error::Unavailable(error.into())
+        } else {
+            Error::Internal(error.into())
+        }
+    }
+}
+
+impl From<LockError> for Error {
+    fn from(error: LockError) -> Self {
+        match error {
+            LockError::Redis(redis) => redis.into(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Error {
+    /// Walks the whole `source()` chain so a log line shows every cause.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "{self}")?;
+        let mut current = std::error::Error::source(self);
+        while let Some(cause) = current {
+            writeln!(f, "Caused by:\n\t{cause}")?;
+            current = cause.source();
+        }
+        Ok(())
+    }
+}
+
+impl ResponseError for Error {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Error::Rejected(_) => StatusCode::OK,
+            Error::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Error::Unauthorized => StatusCode::UNAUTHORIZED,
+            Error::Forbidden => StatusCode::FORBIDDEN,
+            Error::NotFound => StatusCode::NOT_FOUND,
+            Error::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        match self {
+            Error::Unavailable(_) => tracing::warn!(error = ?self, "backend unavailable"),
+            Error::Internal(_) => tracing::error!(error = ?self, "request failed"),
+            _ => {}
+        }
+        HttpResponse::build(self.status_code())
+            .json(ApiResult::<()>::fail(self.to_string(), self.error_code()))
+    }
+}

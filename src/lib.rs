@@ -1,0 +1,25 @@
+//! hmdp-rs: the Heima Dianping flash-sale backend, with a gallery of
+//! distributed locks that each fail (or hold) the way the course shows.
+
+/// hmdp's HTTP API: routes, handlers, the `Result` body.
+pub mod api;
+/// Login codes, Redis sessions, the user and admin guards.
+pub mod auth;
+/// Flags, environment and defaults of every command.
+pub mod config;
+/// The crate-wide error and its HTTP mapping.
+pub mod error;
+/// hmdp's Redis id worker.
+pub mod id_worker;
+/// Every Redis key, in one place.
+pub mod keys;
+/// The per-user order lock: trait and modes.
+pub mod lock;
+/// The purchase use case.
+pub mod seckill;
+/// Wiring a node together.
+pub mod startup;
+/// All SQL.
+pub mod store;
+/// Log set-up.
+pub mod telemetry;

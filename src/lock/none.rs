@@ -1,0 +1,31 @@
+//! `--lock none`: no mutual exclusion at all (course stage V0/V1). Every
+//! concurrent request of one user runs the check-then-insert at once, so
+//! duplicates appear even on a single node.
+
+use async_trait::async_trait;
+
+use super::{HeldLock, LockError, OrderLock, Release};
+use crate::config::LockMode;
+
+/// The absent lock.
+pub struct NoLock;
+
+struct NoHold;
+
+#[async_trait]
+impl OrderLock for NoLock {
+    fn mode(&self) -> LockMode {
+        LockMode::None
+    }
+
+    async fn acquire(&self, _key: &str) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+        Ok(Some(Box::new(NoHold)))
+    }
+}
+
+#[async_trait]
+impl HeldLock for NoHold {
+    async fn release(self: Box<Self>) -> Result<Release, LockError> {
+        Ok(Release::Released)
+    }
+}

@@ -1,0 +1,135 @@
+//! Wiring: builds the shared state once, binds the listener, runs the server
+//! until it is told to stop (SIGTERM/SIGINT, or a handle in tests).
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use actix_web::dev::{Server, ServerHandle};
+use actix_web::middleware::DefaultHeaders;
+use actix_web::{web, App, HttpServer};
+use anyhow::Context;
+use rand::RngExt;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tracing_actix_web::TracingLogger;
+
+use crate::auth::Sessions;
+use crate::config::ServeSettings;
+use crate::id_worker::IdWorker;
+use crate::keys::Keys;
+use crate::seckill::Seckill;
+use crate::store::{self, Store};
+use crate::{api, lock};
+
+/// Everything a request handler may need, shared by all workers.
+pub struct AppState {
+    pub node_id: String,
+    pub store: Store,
+    pub redis: ConnectionManager,
+    pub sessions: Sessions,
+    pub seckill: Seckill,
+    pub admin_token: String,
+    /// Upper bound on one backend call before answering 503.
+    pub backend_timeout: Duration,
+}
+
+/// A Redis connection that reconnects by itself and never waits longer than
+/// `timeout` for a reply, so a dead Redis turns into fast 503s, not hangs.
+pub fn connect_redis(url: &str, timeout: Duration) -> anyhow::Result<ConnectionManager> {
+    let client =
+        redis::Client::open(url).with_context(|| format!("invalid REDIS_URL `{url}`"))?;
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(200));
+    ConnectionManager::new_lazy_with_config(client, config).context("cannot set up Redis")
+}
+
+/// A built, bound, not yet running node.
+pub struct Application {
+    port: u16,
+    server: Server,
+}
+
+impl Application {
+    pub async fn build(settings: ServeSettings) -> anyhow::Result<Application> {
+        let timeout = settings.store.backend_timeout();
+        if !settings.no_migrate {
+            store::create_database_if_missing(&settings.store.database_url).await?;
+        }
+        let store = Store::connect_lazy(
+            &settings.store.database_url,
+            settings.store.db_pool,
+            timeout,
+        )?;
+        if !settings.no_migrate {
+            store.migrate().await?;
+        }
+        let redis = connect_redis(&settings.store.redis_url, timeout)?;
+        let keys = Keys::new(settings.store.redis_prefix.clone());
+        let lock = lock::build(&settings.lock)?;
+
+        let listener = TcpListener::bind((settings.host.as_str(), settings.port))
+            .with_context(|| format!("cannot listen on {}:{}", settings.host, settings.port))?;
+        let port = listener.local_addr()?.port();
+        let node_id = settings.node_id.clone().unwrap_or_else(|| {
+            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
+            format!("{host}:{port}")
+        });
+        let admin_token = settings.admin_token.clone().unwrap_or_else(|| {
+            let token = format!("{:032x}", rand::rng().random::<u128>());
+            tracing::info!(admin_token = %token, "generated admin token (set HMDP_ADMIN_TOKEN to fix it)");
+            token
+        });
+
+        let seckill = Seckill::new(
+            store.clone(),
+            lock,
+            IdWorker::new(redis.clone(), keys.clone()),
+            keys.clone(),
+            Duration::from_millis(settings.chaos_hold_ms),
+        );
+        let state = web::Data::new(AppState {
+            node_id: node_id.clone(),
+            store,
+            sessions: Sessions::new(redis.clone(), keys),
+            redis,
+            seckill,
+            admin_token,
+            backend_timeout: timeout,
+        });
+        tracing::info!(%node_id, port, lock = %settings.lock.mode, "node starting");
+
+        let mut server = HttpServer::new(move || {
+            App::new()
+                .wrap(DefaultHeaders::new().add(("x-served-by", node_id.clone())))
+                .wrap(TracingLogger::default())
+                .app_data(state.clone())
+                .configure(api::configure)
+        })
+        .shutdown_timeout(30)
+        .listen(listener)?;
+        if let Some(workers) = settings.workers {
+            server = server.workers(workers);
+        }
+        Ok(Application {
+            port,
+            server: server.run(),
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Lets the caller stop the server gracefully.
+    pub fn handle(&self) -> ServerHandle {
+        self.server.handle()
+    }
+
+    /// Serves until stopped; SIGTERM and SIGINT stop accepting and let
+    /// in-flight requests finish (actix's graceful shutdown).
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        self.server.await
+    }
+}

@@ -1,0 +1,77 @@
+//! All SQL lives here: the pool, migrations, and one file per table group.
+
+mod invariants;
+mod order;
+mod user;
+mod voucher;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::migrate::MigrateDatabase;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use sqlx::{MySql, MySqlPool};
+
+pub use invariants::VoucherAudit;
+pub use order::{count_user_orders, insert_order, take_stock, NewOrder, VoucherOrder};
+pub use user::User;
+pub use voucher::{NewSeckillVoucher, NewVoucher, SeckillVoucher, Voucher};
+
+/// hmdp's schema, embedded at compile time.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// Access to hmdp's tables.
+#[derive(Clone)]
+pub struct Store {
+    pool: MySqlPool,
+}
+
+impl Store {
+    /// A pool that connects on first use, so a node starts (and answers
+    /// `/health`) before its database is reachable.
+    pub fn connect_lazy(
+        database_url: &str,
+        max_connections: u32,
+        acquire_timeout: Duration,
+    ) -> anyhow::Result<Self> {
+        let options = MySqlConnectOptions::from_str(database_url)
+            .with_context(|| format!("invalid DATABASE_URL `{database_url}`"))?;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(acquire_timeout)
+            .connect_lazy_with(options);
+        Ok(Store { pool })
+    }
+
+    pub fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+
+    /// Applies pending migrations.
+    pub async fn migrate(&self) -> anyhow::Result<()> {
+        MIGRATOR
+            .run(&self.pool)
+            .await
+            .context("failed to apply migrations")
+    }
+
+    /// `SELECT 1`: the readiness probe.
+    pub async fn ping(&self) -> Result<(), sqlx::Error> {
+        sqlx::query("SELECT 1").execute(&self.pool).await.map(drop)
+    }
+}
+
+/// Creates the database named in `database_url` when it does not exist.
+pub async fn create_database_if_missing(database_url: &str) -> anyhow::Result<()> {
+    let exists = MySql::database_exists(database_url)
+        .await
+        .context("cannot reach MySQL to check the database")?;
+    if !exists {
+        MySql::create_database(database_url)
+            .await
+            .context("failed to create the database")?;
+        tracing::info!("created database");
+    }
+    Ok(())
+}

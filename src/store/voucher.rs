@@ -1,0 +1,144 @@
+//! `tb_voucher` and `tb_seckill_voucher`: what is on sale, how many, and when.
+
+use chrono::NaiveDateTime;
+use serde::Serialize;
+use sqlx::FromRow;
+
+use super::Store;
+use crate::api::response::id_string;
+
+/// A voucher to create (`POST /voucher`).
+#[derive(Debug, Clone)]
+pub struct NewVoucher {
+    pub shop_id: u64,
+    pub title: String,
+    pub sub_title: Option<String>,
+    pub rules: Option<String>,
+    pub pay_value: u64,
+    pub actual_value: i64,
+    pub voucher_type: u8,
+    pub status: u8,
+}
+
+/// The flash-sale part of a seckill voucher (`POST /voucher/seckill`).
+#[derive(Debug, Clone)]
+pub struct NewSeckillVoucher {
+    pub stock: i32,
+    pub begin_time: NaiveDateTime,
+    pub end_time: NaiveDateTime,
+}
+
+/// A voucher as listed for a shop, seckill fields merged (hmdp's `Voucher`).
+#[derive(Debug, Clone, Serialize, FromRow)]
+#[serde(rename_all = "camelCase")]
+pub struct Voucher {
+    #[serde(with = "id_string")]
+    pub id: i64,
+    pub shop_id: Option<u64>,
+    pub title: String,
+    pub sub_title: Option<String>,
+    pub rules: Option<String>,
+    pub pay_value: u64,
+    pub actual_value: i64,
+    #[serde(rename = "type")]
+    pub voucher_type: u8,
+    pub status: u8,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stock: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub begin_time: Option<NaiveDateTime>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<NaiveDateTime>,
+}
+
+/// What the purchase needs to know before taking the lock.
+///
+/// `TIMESTAMP` columns are read through `CAST(... AS DATETIME)`: the values are
+/// wall-clock times in the session time zone, exactly as they were written.
+#[derive(Debug, Clone, FromRow)]
+pub struct SeckillVoucher {
+    pub stock: i32,
+    pub begin_time: NaiveDateTime,
+    pub end_time: NaiveDateTime,
+}
+
+impl Store {
+    /// Inserts an ordinary voucher and returns its id.
+    pub async fn insert_voucher(&self, voucher: &NewVoucher) -> Result<i64, sqlx::Error> {
+        let mut conn = self.pool.acquire().await?;
+        insert_voucher_row(&mut conn, voucher).await
+    }
+
+    /// Inserts a voucher and its seckill row in one transaction.
+    pub async fn insert_seckill_voucher(
+        &self,
+        voucher: &NewVoucher,
+        seckill: &NewSeckillVoucher,
+    ) -> Result<i64, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let id = insert_voucher_row(&mut tx, voucher).await?;
+        sqlx::query(
+            "INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time) \
+             VALUES (?, ?, ?, ?)",
+        )
+        .bind(id)
+        .bind(seckill.stock)
+        .bind(seckill.begin_time)
+        .bind(seckill.end_time)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// Listed (`status = 1`) vouchers of a shop, hmdp's `queryVoucherOfShop`.
+    pub async fn vouchers_of_shop(&self, shop_id: u64) -> Result<Vec<Voucher>, sqlx::Error> {
+        sqlx::query_as(
+            "SELECT CAST(v.id AS SIGNED) AS id, v.shop_id, v.title, v.sub_title, v.rules, \
+                    v.pay_value, v.actual_value, v.type AS voucher_type, v.status, \
+                    sv.stock, CAST(sv.begin_time AS DATETIME) AS begin_time, \
+                    CAST(sv.end_time AS DATETIME) AS end_time \
+             FROM tb_voucher v LEFT JOIN tb_seckill_voucher sv ON v.id = sv.voucher_id \
+             WHERE v.shop_id = ? AND v.status = 1 ORDER BY v.id",
+        )
+        .bind(shop_id)
+        .fetch_all(&self.pool)
+        .await
+    }
+
+    /// The seckill row of a voucher, if it is a seckill voucher.
+    pub async fn seckill_voucher(
+        &self,
+        voucher_id: i64,
+    ) -> Result<Option<SeckillVoucher>, sqlx::Error> {
+        sqlx::query_as(
+            "SELECT stock, CAST(begin_time AS DATETIME) AS begin_time, \
+             CAST(end_time AS DATETIME) AS end_time FROM tb_seckill_voucher WHERE voucher_id = ?",
+        )
+        .bind(voucher_id)
+        .fetch_optional(&self.pool)
+        .await
+    }
+}
+
+async fn insert_voucher_row(
+    conn: &mut sqlx::MySqlConnection,
+    voucher: &NewVoucher,
+) -> Result<i64, sqlx::Error> {
+    let result = sqlx::query(
+        "INSERT INTO tb_voucher \
+         (shop_id, title, sub_title, rules, pay_value, actual_value, type, status) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(voucher.shop_id)
+    .bind(&voucher.title)
+    .bind(&voucher.sub_title)
+    .bind(&voucher.rules)
+    .bind(voucher.pay_value)
+    .bind(voucher.actual_value)
+    .bind(voucher.voucher_type)
+    .bind(voucher.status)
+    .execute(conn)
+    .await?;
+    Ok(result.last_insert_id() as i64)
+}
