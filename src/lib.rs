@@ -13,6 +13,8 @@ pub mod error;
 pub mod id_worker;
 /// Every Redis key, in one place.
 pub mod keys;
+/// Deterministic reproductions of the course's lock failures.
+pub mod lab;
 /// The per-user order lock: trait and modes.
 pub mod lock;
 /// The purchase use case.
