@@ -194,7 +194,11 @@ impl FromRequest for Admin {
             (Some(expected), Some(given)) => bool::from(expected.ct_eq(given)),
             _ => false,
         };
-        std::future::ready(if allowed { Ok(Admin) } else { Err(Error::Forbidden) })
+        std::future::ready(if allowed {
+            Ok(Admin)
+        } else {
+            Err(Error::Forbidden)
+        })
     }
 }
 
@@ -204,14 +208,32 @@ mod tests {
 
     #[test]
     fn phone_accepts_hmdp_patterns() {
-        for ok in ["13812345678", "14512345678", "15012345678", "16612345678", "17012345678", "19812345678", "18800001111"] {
+        for ok in [
+            "13812345678",
+            "14512345678",
+            "15012345678",
+            "16612345678",
+            "17012345678",
+            "19812345678",
+            "18800001111",
+        ] {
             assert!(Phone::parse(ok).is_ok(), "{ok}");
         }
     }
 
     #[test]
     fn phone_refuses_bad_input() {
-        for bad in ["", "1381234567", "138123456789", "23812345678", "15412345678", "16012345678", "1381234567a", "12012345678", "１３８１２３４５６７８"] {
+        for bad in [
+            "",
+            "1381234567",
+            "138123456789",
+            "23812345678",
+            "15412345678",
+            "16012345678",
+            "1381234567a",
+            "12012345678",
+            "１３８１２３４５６７８",
+        ] {
             assert_eq!(Phone::parse(bad), Err(Rejection::PhoneInvalid), "{bad}");
         }
     }

@@ -35,8 +35,7 @@ pub struct AppState {
 /// A Redis connection that reconnects by itself and never waits longer than
 /// `timeout` for a reply, so a dead Redis turns into fast 503s, not hangs.
 pub fn connect_redis(url: &str, timeout: Duration) -> anyhow::Result<ConnectionManager> {
-    let client =
-        redis::Client::open(url).with_context(|| format!("invalid REDIS_URL `{url}`"))?;
+    let client = redis::Client::open(url).with_context(|| format!("invalid REDIS_URL `{url}`"))?;
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout))

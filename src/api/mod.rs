@@ -34,7 +34,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .configure(user::routes)
     .configure(voucher::routes)
     .configure(voucher_order::routes)
-    .default_service(web::to(|| async { Err::<actix_web::HttpResponse, _>(Error::NotFound) }));
+    .default_service(web::to(|| async {
+        Err::<actix_web::HttpResponse, _>(Error::NotFound)
+    }));
 }
 
 fn json_error(err: JsonPayloadError) -> Error {
@@ -62,7 +64,16 @@ mod tests {
     fn ids_must_be_positive_decimal_i64() {
         assert_eq!(parse_id("42").unwrap(), 42);
         assert_eq!(parse_id("9223372036854775807").unwrap(), i64::MAX);
-        for bad in ["", "0", "-1", "+1", "abc", "1e3", "9223372036854775808", " 1"] {
+        for bad in [
+            "",
+            "0",
+            "-1",
+            "+1",
+            "abc",
+            "1e3",
+            "9223372036854775808",
+            " 1",
+        ] {
             assert!(parse_id(bad).is_err(), "{bad}");
         }
     }
