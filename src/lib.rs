@@ -15,6 +15,8 @@ pub mod id_worker;
 pub mod keys;
 /// The per-user order lock: trait and modes.
 pub mod lock;
+/// Prometheus metrics.
+pub mod metrics;
 /// The purchase use case.
 pub mod seckill;
 /// Wiring a node together.

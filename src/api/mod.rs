@@ -2,6 +2,7 @@
 //! settings that turn malformed input into hmdp-shaped 400/413 answers.
 
 pub mod health;
+pub mod metrics;
 pub mod response;
 pub mod user;
 pub mod voucher;
@@ -31,6 +32,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .error_handler(|err, _| Error::BadRequest(format!("查询参数错误: {err}")).into()),
     )
     .configure(health::routes)
+    .configure(metrics::routes)
     .configure(user::routes)
     .configure(voucher::routes)
     .configure(voucher_order::routes)

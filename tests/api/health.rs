@@ -24,3 +24,25 @@ async fn unknown_route_is_404_with_result_body() {
     assert_eq!(body["success"], false);
     assert_eq!(body["errorCode"], "NOT_FOUND");
 }
+
+#[tokio::test]
+async fn metrics_count_requests_and_purchases() {
+    let app = spawn_app(&[]).await;
+    let voucher = app.create_open_seckill(5).await;
+    let token = app.login(&crate::helpers::phone(1)).await;
+    app.purchase(voucher, &token).await;
+    app.purchase(voucher, &token).await;
+    let response = app.get("/metrics", None).await;
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    for expected in [
+        "http_requests_total{method=\"POST\",route=\"/voucher-order/seckill/{voucherId}\",status=\"200\"}",
+        "purchases_total{outcome=\"ok\"}",
+        "purchases_total{outcome=\"ALREADY_ORDERED\"}",
+        "lock_acquire_duration_seconds_bucket{mode=\"local\"",
+        "db_pool_connections{state=\"idle\"}",
+        "http_request_duration_seconds_bucket",
+    ] {
+        assert!(text.contains(expected), "missing {expected} in:\n{text}");
+    }
+}

@@ -28,7 +28,7 @@ async fn code_then_login_returns_a_random_hex_token() {
 
 #[tokio::test]
 async fn same_phone_logs_in_as_the_same_user() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(&["--code-interval-secs=0"]).await;
     let first = app.login(&phone(7)).await;
     let second = app.login(&phone(7)).await;
     assert_ne!(first, second);
@@ -183,4 +183,53 @@ async fn logout_ends_the_session() {
     assert_eq!(body["success"], true);
     assert_eq!(app.get("/user/me", Some(&token)).await.status(), 401);
     assert_eq!(app.post("/user/logout", Some(&token)).await.status(), 401);
+}
+
+#[tokio::test]
+async fn five_wrong_guesses_invalidate_the_code() {
+    let app = spawn_app(&[]).await;
+    let phone = phone(8);
+    app.request_code(&phone).await;
+    let code = app.stored_code(&phone).await.unwrap();
+    let wrong = if code == "000000" { "111111" } else { "000000" };
+    for _ in 0..5 {
+        let body: Value = app
+            .post_login(&json!({"phone": phone, "code": wrong}))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(body["errorCode"], "CODE_INVALID");
+    }
+    assert_eq!(app.stored_code(&phone).await, None, "code invalidated");
+    let body: Value = app
+        .post_login(&json!({"phone": phone, "code": code}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        body["errorCode"], "CODE_INVALID",
+        "the right code no longer works"
+    );
+}
+
+#[tokio::test]
+async fn a_phone_gets_one_code_per_interval() {
+    let app = spawn_app(&["--code-interval-secs=1"]).await;
+    let phone = phone(9);
+    let first: Value = app.request_code(&phone).await.json().await.unwrap();
+    assert_eq!(first["success"], true);
+    let second: Value = app.request_code(&phone).await.json().await.unwrap();
+    assert_eq!(second["errorCode"], "CODE_TOO_FREQUENT");
+    let other: Value = app
+        .request_code(&super::helpers::phone(10))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(other["success"], true, "the limit is per phone");
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let third: Value = app.request_code(&phone).await.json().await.unwrap();
+    assert_eq!(third["success"], true, "allowed again after the interval");
 }
