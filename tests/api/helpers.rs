@@ -42,7 +42,10 @@ pub struct TestApp {
 /// Starts a node whose extra flags (`--lock local`, `--chaos-hold-ms 50`, ...)
 /// come after the test's own database, Redis prefix and admin token.
 pub async fn spawn_app(extra_flags: &[&str]) -> TestApp {
-    hmdp::telemetry::init();
+    // Node logs only when asked for: `TEST_LOG=1 cargo test`.
+    if std::env::var_os("TEST_LOG").is_some() {
+        hmdp::telemetry::init();
+    }
     let id = uuid::Uuid::new_v4().simple().to_string();
     let database = format!("hmdp_test_{id}");
     let database_url = format!("{}/{database}", mysql_server_url());
