@@ -17,6 +17,8 @@ pub mod keys;
 pub mod lab;
 /// The per-user order lock: trait and modes.
 pub mod lock;
+/// Prometheus metrics.
+pub mod metrics;
 /// The purchase use case.
 pub mod seckill;
 /// Wiring a node together.

@@ -5,7 +5,7 @@
 //! after it ends, never inside it; which lock runs is not this module's concern.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::Local;
 
@@ -13,6 +13,7 @@ use crate::error::{Error, Rejection};
 use crate::id_worker::IdWorker;
 use crate::keys::Keys;
 use crate::lock::{HeldLock, OrderLock};
+use crate::metrics;
 use crate::store::{self, NewOrder, Store};
 
 /// Places one-order-per-user flash-sale orders.
@@ -46,6 +47,22 @@ impl Seckill {
     /// Buys one unit of `voucher_id` for `user_id`; returns the new order id.
     #[tracing::instrument(name = "purchase", skip(self), fields(lock = %self.lock.mode()))]
     pub async fn purchase(&self, user_id: u64, voucher_id: i64) -> Result<i64, Error> {
+        let outcome = self.try_purchase(user_id, voucher_id).await;
+        let label = match &outcome {
+            Ok(order_id) => {
+                tracing::debug!(order_id, "order placed");
+                "ok"
+            }
+            Err(error) => {
+                tracing::debug!(outcome = error.error_code(), "purchase refused");
+                error.error_code()
+            }
+        };
+        metrics::PURCHASES.with_label_values(&[label]).inc();
+        outcome
+    }
+
+    async fn try_purchase(&self, user_id: u64, voucher_id: i64) -> Result<i64, Error> {
         let voucher = self
             .store
             .seckill_voucher(voucher_id)
@@ -62,16 +79,45 @@ impl Seckill {
             return Err(Rejection::SoldOut.into());
         }
 
-        let held = self
-            .lock
-            .acquire(&self.keys.order_lock(user_id))
-            .await?
-            .ok_or(Rejection::DuplicateRequest)?;
+        let held = self.acquire(user_id).await?;
         let outcome = self.create_order(user_id, voucher_id).await;
-        release_logged(held).await;
-        let order_id = outcome?;
-        tracing::debug!(order_id, "order placed");
-        Ok(order_id)
+        self.release_logged(held).await;
+        outcome
+    }
+
+    /// Takes the user's lock, timing it; a busy lock is hmdp's failed `tryLock()`.
+    async fn acquire(&self, user_id: u64) -> Result<Box<dyn HeldLock>, Error> {
+        let mode = self.lock.mode().to_string();
+        let started = Instant::now();
+        let held = self.lock.acquire(&self.keys.order_lock(user_id)).await;
+        metrics::LOCK_ACQUIRE
+            .with_label_values(&[mode.as_str()])
+            .observe(started.elapsed().as_secs_f64());
+        match held? {
+            Some(held) => Ok(held),
+            None => {
+                metrics::LOCK_BUSY.with_label_values(&[mode.as_str()]).inc();
+                Err(Rejection::DuplicateRequest.into())
+            }
+        }
+    }
+
+    /// Releases the lock; a release that was not clean means mutual exclusion
+    /// may have been lost while we held it, which is worth a warning, not a
+    /// failure of an order that already committed.
+    async fn release_logged(&self, held: Box<dyn HeldLock>) {
+        match held.release().await {
+            Ok(release) if release.is_clean() => {}
+            Ok(release) => {
+                tracing::warn!(?release, "lock release was not clean");
+                let mode = self.lock.mode().to_string();
+                let release = format!("{release:?}");
+                metrics::LOCK_UNCLEAN_RELEASES
+                    .with_label_values(&[mode.as_str(), release.as_str()])
+                    .inc();
+            }
+            Err(error) => tracing::warn!(error = %error, "lock release failed"),
+        }
     }
 
     /// The transaction run under the per-user lock. Any early return drops the
@@ -99,16 +145,5 @@ impl Seckill {
         .await?;
         tx.commit().await?;
         Ok(id)
-    }
-}
-
-/// Releases the lock; a release that was not clean means mutual exclusion may
-/// have been lost while we held it, which is worth a warning, not a failure of
-/// an order that already committed.
-async fn release_logged(held: Box<dyn HeldLock>) {
-    match held.release().await {
-        Ok(release) if release.is_clean() => {}
-        Ok(release) => tracing::warn!(?release, "lock release was not clean"),
-        Err(error) => tracing::warn!(error = %error, "lock release failed"),
     }
 }
