@@ -74,6 +74,7 @@ pub struct Lab {
     /// Every key of this run starts with it, so a run sees nothing but its
     /// own keys and can delete them all afterwards.
     namespace: String,
+    /// The lock key the actors contend for (user 1's `lock:order:1`).
     key: String,
     lease: Mutex<Option<Duration>>,
     timeline: Arc<Timeline>,
@@ -105,15 +106,6 @@ impl Lab {
             releases: Mutex::default(),
             stall: ArmedStall::default(),
         }
-    }
-
-    pub fn mode(&self) -> LockMode {
-        self.mode
-    }
-
-    /// The lock key the actors contend for (user 1's `lock:order:1`).
-    pub fn key(&self) -> &str {
-        &self.key
     }
 
     /// A lock of the mode under test, built exactly as the purchase builds

@@ -21,7 +21,8 @@ use uuid::Uuid;
 use crate::config::LockMode;
 use crate::startup;
 
-pub use harness::{Actor, Event, Lab, Report};
+use harness::Lab;
+pub use harness::{Actor, Event, Report};
 
 /// Where and with what lock a scenario runs.
 #[derive(Debug, Clone, Args)]
