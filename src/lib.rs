@@ -17,6 +17,8 @@ pub mod keys;
 pub mod lock;
 /// Prometheus metrics.
 pub mod metrics;
+/// Private redis-server processes for the lab and fault tests.
+pub mod redis_server;
 /// The purchase use case.
 pub mod seckill;
 /// Wiring a node together.
