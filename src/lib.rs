@@ -19,6 +19,8 @@ pub mod lab;
 pub mod lock;
 /// Prometheus metrics.
 pub mod metrics;
+/// Private redis-server processes for the lab and fault tests.
+pub mod redis_server;
 /// The purchase use case.
 pub mod seckill;
 /// Wiring a node together.

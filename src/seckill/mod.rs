@@ -85,6 +85,40 @@ impl Seckill {
         outcome
     }
 
+    /// Inserts the order under a fresh id. The id worker's counter lives in
+    /// Redis: if Redis restarted empty within the same second as earlier
+    /// orders, the counter starts over and an id can repeat. The duplicate
+    /// key fails only that statement, so we draw the next id and try again.
+    async fn insert_order(
+        &self,
+        tx: &mut sqlx::MySqlConnection,
+        user_id: u64,
+        voucher_id: i64,
+    ) -> Result<i64, Error> {
+        const ATTEMPTS: usize = 8;
+        let mut attempt = 1;
+        loop {
+            let id = self.ids.next_id("order").await?;
+            let order = NewOrder {
+                id,
+                user_id,
+                voucher_id,
+            };
+            match store::insert_order(tx, order).await {
+                Err(sqlx::Error::Database(error))
+                    if error.is_unique_violation() && attempt < ATTEMPTS =>
+                {
+                    tracing::warn!(
+                        id,
+                        "order id reused after an id counter reset; drawing another"
+                    );
+                    attempt += 1;
+                }
+                other => return other.map(|()| id).map_err(Error::from),
+            }
+        }
+    }
+
     /// Takes the user's lock, timing it; a busy lock is hmdp's failed `tryLock()`.
     async fn acquire(&self, user_id: u64) -> Result<Box<dyn HeldLock>, Error> {
         let mode = self.lock.mode().to_string();
@@ -133,16 +167,7 @@ impl Seckill {
         if !store::take_stock(&mut tx, voucher_id).await? {
             return Err(Rejection::SoldOut.into());
         }
-        let id = self.ids.next_id("order").await?;
-        store::insert_order(
-            &mut tx,
-            NewOrder {
-                id,
-                user_id,
-                voucher_id,
-            },
-        )
-        .await?;
+        let id = self.insert_order(&mut tx, user_id, voucher_id).await?;
         tx.commit().await?;
         Ok(id)
     }
