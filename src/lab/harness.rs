@@ -79,6 +79,9 @@ pub struct Lab {
     lease: Mutex<Option<Duration>>,
     timeline: Arc<Timeline>,
     section: Mutex<Section>,
+    /// Who took the lock last: the owner of the key's token for the modes
+    /// that keep the lock in one Redis key.
+    last_acquirer: Mutex<Option<Actor>>,
     releases: Mutex<Vec<(Actor, Release)>>,
     stall: ArmedStall,
 }
@@ -103,6 +106,7 @@ impl Lab {
                 events: Mutex::new(Vec::new()),
             }),
             section: Mutex::default(),
+            last_acquirer: Mutex::default(),
             releases: Mutex::default(),
             stall: ArmedStall::default(),
         }
@@ -144,7 +148,10 @@ impl Lab {
             .await
             .with_context(|| format!("{who} could not reach the lock"))?;
         match &held {
-            Some(_) => self.say(who, "acquires the lock"),
+            Some(_) => {
+                *self.last_acquirer.lock().expect("acquirer poisoned") = Some(who);
+                self.say(who, "acquires the lock")
+            }
             None => self.say(who, "is refused: the lock is busy"),
         }
         Ok(held)
@@ -189,10 +196,21 @@ impl Lab {
             .with_context(|| format!("{who} could not reach the lock to release it"))?;
         let what = match release {
             Release::Released => "releases: the lock is freed (Released)",
-            Release::Expired => "releases: the lock had already expired (Expired)",
+            Release::Expired => "releases: the key was already gone (Expired)",
             Release::NotOwner => "releases: another owner holds the lock, left alone (NotOwner)",
         };
-        self.say(who, what);
+        let owner = *self.last_acquirer.lock().expect("acquirer poisoned");
+        match owner {
+            Some(owner) if release == Release::Released && owner != who && self.one_redis_key() => {
+                self.say(
+                    who,
+                    format!(
+                        "releases: reports Released, but the key it deleted was {owner}'s lock"
+                    ),
+                )
+            }
+            _ => self.say(who, what),
+        }
         self.releases
             .lock()
             .expect("releases poisoned")
@@ -209,10 +227,7 @@ impl Lab {
     /// Puts the state of the lock key in Redis on the timeline, for the
     /// modes that keep the lock in that one key.
     pub async fn observe_key(&self) -> anyhow::Result<()> {
-        if !matches!(
-            self.mode,
-            LockMode::RedisNaive | LockMode::RedisOwner | LockMode::RedisLua
-        ) {
+        if !self.one_redis_key() {
             return Ok(());
         }
         let mut redis = self.redis.clone();
@@ -227,6 +242,15 @@ impl Lab {
         };
         self.timeline.record("redis", what);
         Ok(())
+    }
+
+    /// Whether the mode keeps the lock in the one key `key` names in
+    /// the lab's Redis, so that the key's state is the lock's state.
+    fn one_redis_key(&self) -> bool {
+        matches!(
+            self.mode,
+            LockMode::RedisNaive | LockMode::RedisOwner | LockMode::RedisLua
+        )
     }
 
     /// Whether two actors were ever inside the critical section at once.
