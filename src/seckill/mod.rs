@@ -4,6 +4,8 @@
 //! release. The lock is taken before the transaction begins and released
 //! after it ends, never inside it; which lock runs is not this module's concern.
 
+mod catalog;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,10 +17,12 @@ use crate::keys::Keys;
 use crate::lock::{HeldLock, OrderLock};
 use crate::metrics;
 use crate::store::{self, NewOrder, Store};
+use catalog::Catalog;
 
 /// Places one-order-per-user flash-sale orders.
 pub struct Seckill {
     store: Store,
+    catalog: Catalog,
     lock: Arc<dyn OrderLock>,
     ids: IdWorker,
     keys: Keys,
@@ -36,6 +40,7 @@ impl Seckill {
         chaos_hold: Duration,
     ) -> Self {
         Seckill {
+            catalog: Catalog::new(store.clone()),
             store,
             lock,
             ids,
@@ -64,8 +69,8 @@ impl Seckill {
 
     async fn try_purchase(&self, user_id: u64, voucher_id: i64) -> Result<i64, Error> {
         let voucher = self
-            .store
-            .seckill_voucher(voucher_id)
+            .catalog
+            .sale(voucher_id)
             .await?
             .ok_or(Rejection::VoucherNotFound)?;
         let now = Local::now().naive_local();
@@ -75,13 +80,16 @@ impl Seckill {
         if now > voucher.end_time {
             return Err(Rejection::Ended.into());
         }
-        if voucher.stock < 1 {
+        if voucher.is_sold_out() {
             return Err(Rejection::SoldOut.into());
         }
 
         let held = self.acquire(user_id).await?;
         let outcome = self.create_order(user_id, voucher_id).await;
         self.release_logged(held).await;
+        if matches!(outcome, Err(Error::Rejected(Rejection::SoldOut))) {
+            voucher.mark_sold_out();
+        }
         outcome
     }
 
