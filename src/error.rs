@@ -130,6 +130,8 @@ impl From<LockError> for Error {
     fn from(error: LockError) -> Self {
         match error {
             LockError::Redis(redis) => redis.into(),
+            // The purchase rolled back; the client may retry.
+            lost @ LockError::Lost(_) => Error::Unavailable(lost.into()),
         }
     }
 }

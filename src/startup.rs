@@ -35,8 +35,7 @@ pub struct AppState {
 /// A Redis connection that reconnects by itself and never waits longer than
 /// `timeout` for a reply, so a dead Redis turns into fast 503s, not hangs.
 pub fn connect_redis(url: &str, timeout: Duration) -> anyhow::Result<ConnectionManager> {
-    let client =
-        redis::Client::open(url).with_context(|| format!("invalid REDIS_URL `{url}`"))?;
+    let client = redis::Client::open(url).with_context(|| format!("invalid REDIS_URL `{url}`"))?;
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout))
@@ -67,7 +66,7 @@ impl Application {
         }
         let redis = connect_redis(&settings.store.redis_url, timeout)?;
         let keys = Keys::new(settings.store.redis_prefix.clone());
-        let lock = lock::build(&settings.lock)?;
+        let lock = lock::build(&settings.lock, redis.clone(), &settings.store.redis_url)?;
 
         let listener = TcpListener::bind((settings.host.as_str(), settings.port))
             .with_context(|| format!("cannot listen on {}:{}", settings.host, settings.port))?;

@@ -12,7 +12,7 @@ use chrono::Local;
 use crate::error::{Error, Rejection};
 use crate::id_worker::IdWorker;
 use crate::keys::Keys;
-use crate::lock::{HeldLock, OrderLock};
+use crate::lock::{HeldLock, LockError, OrderLock};
 use crate::store::{self, NewOrder, Store};
 
 /// Places one-order-per-user flash-sale orders.
@@ -67,7 +67,7 @@ impl Seckill {
             .acquire(&self.keys.order_lock(user_id))
             .await?
             .ok_or(Rejection::DuplicateRequest)?;
-        let outcome = self.create_order(user_id, voucher_id).await;
+        let outcome = self.create_order(user_id, voucher_id, held.as_ref()).await;
         release_logged(held).await;
         let order_id = outcome?;
         tracing::debug!(order_id, "order placed");
@@ -76,8 +76,18 @@ impl Seckill {
 
     /// The transaction run under the per-user lock. Any early return drops the
     /// transaction, which rolls it back.
-    async fn create_order(&self, user_id: u64, voucher_id: i64) -> Result<i64, Error> {
+    async fn create_order(
+        &self,
+        user_id: u64,
+        voucher_id: i64,
+        held: &dyn HeldLock,
+    ) -> Result<i64, Error> {
         let mut tx = self.store.pool().begin().await?;
+        if let Some(token) = held.fencing_token() {
+            if !store::record_fence(&mut tx, user_id, token).await? {
+                return Err(LockError::Lost("a newer holder's fencing token already wrote").into());
+            }
+        }
         if store::count_user_orders(&mut tx, user_id, voucher_id).await? > 0 {
             return Err(Rejection::AlreadyOrdered.into());
         }
@@ -97,6 +107,8 @@ impl Seckill {
             },
         )
         .await?;
+        // A holder that learnt it lost the lock rolls back instead.
+        held.ensure_held().await?;
         tx.commit().await?;
         Ok(id)
     }
