@@ -4,12 +4,13 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use actix_web::{web, FromRequest, HttpRequest};
 use rand::RngExt;
 use redis::aio::ConnectionManager;
-use redis::AsyncCommands;
+use redis::{AsyncCommands, Script};
 use subtle::ConstantTimeEq;
 
 use crate::error::{Error, Rejection};
@@ -21,6 +22,12 @@ use crate::store::User;
 pub const LOGIN_CODE_TTL: Duration = Duration::from_secs(2 * 60);
 /// Idle lifetime of a session, refreshed on each authenticated request.
 pub const SESSION_TTL: Duration = Duration::from_secs(30 * 60);
+/// Wrong guesses after which a login code is invalidated: six random digits
+/// cannot be brute-forced five guesses at a time, one code per interval.
+pub const MAX_CODE_FAILURES: u32 = 5;
+
+static CHECK_CODE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/check_code.lua")));
 
 /// A mainland-China mobile number as hmdp's `RegexUtils.isPhoneInvalid`
 /// accepts it: `^1([38][0-9]|4[579]|5[0-3,5-9]|6[6]|7[0135678]|9[89])\d{8}$`.
@@ -59,39 +66,66 @@ impl Phone {
 pub struct Sessions {
     redis: ConnectionManager,
     keys: Keys,
+    /// Minimum time between two codes for one phone (an SMS costs money).
+    code_interval: Duration,
 }
 
 impl Sessions {
-    pub fn new(redis: ConnectionManager, keys: Keys) -> Self {
-        Sessions { redis, keys }
+    pub fn new(redis: ConnectionManager, keys: Keys, code_interval: Duration) -> Self {
+        Sessions {
+            redis,
+            keys,
+            code_interval,
+        }
     }
 
-    /// Stores a fresh 6-digit code for the phone and returns it (hmdp logs it
-    /// instead of sending an SMS; so do we, at debug level).
+    /// Stores a fresh 6-digit code for the phone, at most one per interval,
+    /// and returns it (hmdp logs it instead of sending an SMS).
     pub async fn issue_code(&self, phone: &Phone) -> Result<String, Error> {
+        let mut redis = self.redis.clone();
+        if !self.code_interval.is_zero() {
+            let allowed: bool = redis::cmd("SET")
+                .arg(self.keys.login_code_limit(phone.as_str()))
+                .arg(1)
+                .arg("NX")
+                .arg("PX")
+                .arg(self.code_interval.as_millis() as u64)
+                .query_async::<Option<String>>(&mut redis)
+                .await?
+                .is_some();
+            if !allowed {
+                return Err(Rejection::CodeTooFrequent.into());
+            }
+        }
         let code = format!("{:06}", rand::rng().random_range(0..1_000_000));
-        let _: () = self
-            .redis
-            .clone()
+        let _: () = redis::pipe()
             .set_ex(
                 self.keys.login_code(phone.as_str()),
                 &code,
                 LOGIN_CODE_TTL.as_secs(),
             )
+            .ignore()
+            .del(self.keys.login_code_failures(phone.as_str()))
+            .ignore()
+            .query_async(&mut redis)
             .await?;
         Ok(code)
     }
 
-    /// Consumes the phone's code if `code` matches it.
+    /// Consumes the phone's code if `code` matches it; counts a wrong guess
+    /// otherwise, invalidating the code at [`MAX_CODE_FAILURES`].
     pub async fn check_code(&self, phone: &Phone, code: &str) -> Result<(), Error> {
-        let key = self.keys.login_code(phone.as_str());
-        let stored: Option<String> = self.redis.clone().get(&key).await?;
-        match stored {
-            Some(stored) if bool::from(stored.as_bytes().ct_eq(code.as_bytes())) => {
-                let _: () = self.redis.clone().del(&key).await?;
-                Ok(())
-            }
-            _ => Err(Rejection::CodeInvalid.into()),
+        let matched: i32 = CHECK_CODE
+            .key(self.keys.login_code(phone.as_str()))
+            .key(self.keys.login_code_failures(phone.as_str()))
+            .arg(code)
+            .arg(MAX_CODE_FAILURES)
+            .invoke_async(&mut self.redis.clone())
+            .await?;
+        if matched == 1 {
+            Ok(())
+        } else {
+            Err(Rejection::CodeInvalid.into())
         }
     }
 
@@ -194,7 +228,11 @@ impl FromRequest for Admin {
             (Some(expected), Some(given)) => bool::from(expected.ct_eq(given)),
             _ => false,
         };
-        std::future::ready(if allowed { Ok(Admin) } else { Err(Error::Forbidden) })
+        std::future::ready(if allowed {
+            Ok(Admin)
+        } else {
+            Err(Error::Forbidden)
+        })
     }
 }
 
@@ -204,14 +242,32 @@ mod tests {
 
     #[test]
     fn phone_accepts_hmdp_patterns() {
-        for ok in ["13812345678", "14512345678", "15012345678", "16612345678", "17012345678", "19812345678", "18800001111"] {
+        for ok in [
+            "13812345678",
+            "14512345678",
+            "15012345678",
+            "16612345678",
+            "17012345678",
+            "19812345678",
+            "18800001111",
+        ] {
             assert!(Phone::parse(ok).is_ok(), "{ok}");
         }
     }
 
     #[test]
     fn phone_refuses_bad_input() {
-        for bad in ["", "1381234567", "138123456789", "23812345678", "15412345678", "16012345678", "1381234567a", "12012345678", "１３８１２３４５６７８"] {
+        for bad in [
+            "",
+            "1381234567",
+            "138123456789",
+            "23812345678",
+            "15412345678",
+            "16012345678",
+            "1381234567a",
+            "12012345678",
+            "１３８１２３４５６７８",
+        ] {
             assert_eq!(Phone::parse(bad), Err(Rejection::PhoneInvalid), "{bad}");
         }
     }

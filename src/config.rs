@@ -151,6 +151,10 @@ pub struct ServeSettings {
     #[arg(long, env = "HMDP_CHAOS_HOLD_MS", default_value_t = 0)]
     pub chaos_hold_ms: u64,
 
+    /// Minimum seconds between two login codes for one phone (0: no limit).
+    #[arg(long, env = "HMDP_CODE_INTERVAL_SECS", default_value_t = 60)]
+    pub code_interval_secs: u64,
+
     /// Do not apply pending migrations at start.
     #[arg(long, default_value_t = false)]
     pub no_migrate: bool,

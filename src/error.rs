@@ -15,6 +15,7 @@ use crate::lock::LockError;
 pub enum Rejection {
     PhoneInvalid,
     CodeInvalid,
+    CodeTooFrequent,
     VoucherNotFound,
     NotStarted,
     Ended,
@@ -29,6 +30,7 @@ impl Rejection {
         match self {
             Rejection::PhoneInvalid => "PHONE_INVALID",
             Rejection::CodeInvalid => "CODE_INVALID",
+            Rejection::CodeTooFrequent => "CODE_TOO_FREQUENT",
             Rejection::VoucherNotFound => "VOUCHER_NOT_FOUND",
             Rejection::NotStarted => "NOT_STARTED",
             Rejection::Ended => "ENDED",
@@ -43,6 +45,7 @@ impl Rejection {
         match self {
             Rejection::PhoneInvalid => "手机号格式错误！",
             Rejection::CodeInvalid => "验证码错误！",
+            Rejection::CodeTooFrequent => "验证码发送过于频繁，请稍后再试！",
             Rejection::VoucherNotFound => "秒杀券不存在！",
             Rejection::NotStarted => "秒杀尚未开始！",
             Rejection::Ended => "秒杀已经结束！",
@@ -113,6 +116,7 @@ impl From<sqlx::Error> for Error {
 
 impl From<redis::RedisError> for Error {
     fn from(error: redis::RedisError) -> Self {
+        crate::metrics::REDIS_ERRORS.inc();
         if error.is_io_error()
             || error.is_timeout()
             || error.is_connection_dropped()
@@ -130,6 +134,7 @@ impl From<LockError> for Error {
     fn from(error: LockError) -> Self {
         match error {
             LockError::Redis(redis) => redis.into(),
+            unexpected @ LockError::UnexpectedReply(_) => Error::Internal(unexpected.into()),
             // The purchase rolled back; the client may retry.
             lost @ LockError::Lost(_) => Error::Unavailable(lost.into()),
         }

@@ -23,6 +23,17 @@ impl Keys {
         format!("{}login:code:{phone}", self.prefix)
     }
 
+    /// `login:code:limit:{phone}`: present while the phone may not ask for
+    /// another code.
+    pub fn login_code_limit(&self, phone: &str) -> String {
+        format!("{}login:code:limit:{phone}", self.prefix)
+    }
+
+    /// `login:code:fail:{phone}`: wrong guesses of the current code.
+    pub fn login_code_failures(&self, phone: &str) -> String {
+        format!("{}login:code:fail:{phone}", self.prefix)
+    }
+
     /// `login:token:{token}`: the session hash (TTL 30 min, refreshed).
     pub fn login_token(&self, token: &str) -> String {
         format!("{}login:token:{token}", self.prefix)

@@ -5,6 +5,8 @@
 pub mod api;
 /// Login codes, Redis sessions, the user and admin guards.
 pub mod auth;
+/// `bench-lock` and `bench-db`: the lock and the transaction measured alone.
+pub mod bench;
 /// Flags, environment and defaults of every command.
 pub mod config;
 /// The crate-wide error and its HTTP mapping.
@@ -13,8 +15,14 @@ pub mod error;
 pub mod id_worker;
 /// Every Redis key, in one place.
 pub mod keys;
+/// Deterministic reproductions of the course's lock failures.
+pub mod lab;
 /// The per-user order lock: trait and modes.
 pub mod lock;
+/// Prometheus metrics.
+pub mod metrics;
+/// Private redis-server processes for the lab and fault tests.
+pub mod redis_server;
 /// The purchase use case.
 pub mod seckill;
 /// Wiring a node together.

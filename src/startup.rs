@@ -5,7 +5,7 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use actix_web::dev::{Server, ServerHandle};
-use actix_web::middleware::DefaultHeaders;
+use actix_web::middleware::{from_fn, DefaultHeaders};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 use rand::RngExt;
@@ -18,7 +18,8 @@ use crate::id_worker::IdWorker;
 use crate::keys::Keys;
 use crate::seckill::Seckill;
 use crate::store::{self, Store};
-use crate::{api, lock};
+use crate::telemetry::RequestIdSpan;
+use crate::{api, lock, metrics};
 
 /// Everything a request handler may need, shared by all workers.
 pub struct AppState {
@@ -66,7 +67,12 @@ impl Application {
         }
         let redis = connect_redis(&settings.store.redis_url, timeout)?;
         let keys = Keys::new(settings.store.redis_prefix.clone());
-        let lock = lock::build(&settings.lock, redis.clone(), &settings.store.redis_url)?;
+        let lock = lock::build(
+            &settings.lock,
+            &redis,
+            &settings.store.redis_url,
+            lock::Faults::none(),
+        )?;
 
         let listener = TcpListener::bind((settings.host.as_str(), settings.port))
             .with_context(|| format!("cannot listen on {}:{}", settings.host, settings.port))?;
@@ -91,7 +97,11 @@ impl Application {
         let state = web::Data::new(AppState {
             node_id: node_id.clone(),
             store,
-            sessions: Sessions::new(redis.clone(), keys),
+            sessions: Sessions::new(
+                redis.clone(),
+                keys,
+                Duration::from_secs(settings.code_interval_secs),
+            ),
             redis,
             seckill,
             admin_token,
@@ -102,7 +112,8 @@ impl Application {
         let mut server = HttpServer::new(move || {
             App::new()
                 .wrap(DefaultHeaders::new().add(("x-served-by", node_id.clone())))
-                .wrap(TracingLogger::default())
+                .wrap(from_fn(metrics::record_http))
+                .wrap(TracingLogger::<RequestIdSpan>::new())
                 .app_data(state.clone())
                 .configure(api::configure)
         })

@@ -1,5 +1,10 @@
-//! Log set-up: `tracing` to stderr, filtered by `RUST_LOG` (default `info`).
+//! Log set-up: `tracing` to stderr, filtered by `RUST_LOG` (default `info`),
+//! and the request span that carries nginx's `X-Request-Id`.
 
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use tracing::Span;
+use tracing_actix_web::{DefaultRootSpanBuilder, RootSpanBuilder};
 use tracing_subscriber::EnvFilter;
 
 pub fn init() {
@@ -9,4 +14,29 @@ pub fn init() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+/// The request's root span, with `x_request_id` taken from the `X-Request-Id`
+/// header nginx sets (so one id follows a request across proxy and node), or
+/// tracing-actix-web's generated `request_id` when the header is absent.
+pub struct RequestIdSpan;
+
+impl RootSpanBuilder for RequestIdSpan {
+    fn on_request_start(request: &ServiceRequest) -> Span {
+        let forwarded = request
+            .headers()
+            .get("x-request-id")
+            .and_then(|value| value.to_str().ok())
+            .filter(|id| id.len() <= 128)
+            .unwrap_or("")
+            .to_owned();
+        tracing_actix_web::root_span!(request, x_request_id = %forwarded)
+    }
+
+    fn on_request_end<B: MessageBody>(
+        span: Span,
+        outcome: &Result<ServiceResponse<B>, actix_web::Error>,
+    ) {
+        DefaultRootSpanBuilder::on_request_end(span, outcome);
+    }
 }

@@ -27,5 +27,7 @@ async fn ready(state: web::Data<AppState>) -> Result<HttpResponse, Error> {
         .await
         .map_err(|_| unavailable("Redis"))?
         .map_err(|e| Error::Unavailable(e.into()))?;
-    Ok(ok_data(serde_json::json!({ "status": "READY", "node": state.node_id })))
+    Ok(ok_data(
+        serde_json::json!({ "status": "READY", "node": state.node_id }),
+    ))
 }

@@ -2,6 +2,7 @@
 //! settings that turn malformed input into hmdp-shaped 400/413 answers.
 
 pub mod health;
+pub mod metrics;
 pub mod response;
 pub mod user;
 pub mod voucher;
@@ -31,10 +32,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .error_handler(|err, _| Error::BadRequest(format!("查询参数错误: {err}")).into()),
     )
     .configure(health::routes)
+    .configure(metrics::routes)
     .configure(user::routes)
     .configure(voucher::routes)
     .configure(voucher_order::routes)
-    .default_service(web::to(|| async { Err::<actix_web::HttpResponse, _>(Error::NotFound) }));
+    .default_service(web::to(|| async {
+        Err::<actix_web::HttpResponse, _>(Error::NotFound)
+    }));
 }
 
 fn json_error(err: JsonPayloadError) -> Error {
@@ -62,7 +66,16 @@ mod tests {
     fn ids_must_be_positive_decimal_i64() {
         assert_eq!(parse_id("42").unwrap(), 42);
         assert_eq!(parse_id("9223372036854775807").unwrap(), i64::MAX);
-        for bad in ["", "0", "-1", "+1", "abc", "1e3", "9223372036854775808", " 1"] {
+        for bad in [
+            "",
+            "0",
+            "-1",
+            "+1",
+            "abc",
+            "1e3",
+            "9223372036854775808",
+            " 1",
+        ] {
             assert!(parse_id(bad).is_err(), "{bad}");
         }
     }

@@ -56,10 +56,7 @@ async fn me(current: CurrentUser) -> HttpResponse {
     ok_data(current.user)
 }
 
-async fn logout(
-    state: web::Data<AppState>,
-    current: CurrentUser,
-) -> Result<HttpResponse, Error> {
+async fn logout(state: web::Data<AppState>, current: CurrentUser) -> Result<HttpResponse, Error> {
     state.sessions.close(&current.token).await?;
     Ok(ok())
 }

@@ -40,9 +40,9 @@ fn bad(message: &str) -> Error {
 
 fn check_len(value: Option<&str>, max_chars: usize, field: &str) -> Result<(), Error> {
     match value {
-        Some(text) if text.chars().count() > max_chars => {
-            Err(Error::BadRequest(format!("{field} 超过 {max_chars} 个字符")))
-        }
+        Some(text) if text.chars().count() > max_chars => Err(Error::BadRequest(format!(
+            "{field} 超过 {max_chars} 个字符"
+        ))),
         _ => Ok(()),
     }
 }
@@ -124,8 +124,15 @@ async fn add_seckill_voucher(
 ) -> Result<HttpResponse, Error> {
     let voucher = body.voucher(1)?;
     let seckill = body.seckill()?;
-    let id = state.store.insert_seckill_voucher(&voucher, &seckill).await?;
-    tracing::info!(voucher_id = id, stock = seckill.stock, "seckill voucher created");
+    let id = state
+        .store
+        .insert_seckill_voucher(&voucher, &seckill)
+        .await?;
+    tracing::info!(
+        voucher_id = id,
+        stock = seckill.stock,
+        "seckill voucher created"
+    );
     Ok(ok_data(id.to_string()))
 }
 

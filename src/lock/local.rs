@@ -81,7 +81,9 @@ impl OrderLock for LocalLock {
         let guard = if self.wait.is_zero() {
             mutex.try_lock_owned().ok()
         } else {
-            tokio::time::timeout(self.wait, mutex.lock_owned()).await.ok()
+            tokio::time::timeout(self.wait, mutex.lock_owned())
+                .await
+                .ok()
         };
         Ok(guard.map(|guard| Box::new(LocalHold { _guard: guard }) as Box<dyn HeldLock>))
     }

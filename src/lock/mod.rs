@@ -8,14 +8,20 @@
 mod fencing;
 mod local;
 mod none;
+mod owner;
 mod quorum;
+mod redis_lua;
+mod redis_naive;
+mod redis_owner;
 mod reentrant;
 mod release_events;
+mod set_nx;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use futures::future::BoxFuture;
 use redis::aio::ConnectionManager;
 
 use crate::config::{LockMode, LockSettings};
@@ -24,7 +30,11 @@ pub use fencing::Fenced;
 pub use local::LocalLock;
 pub use none::NoLock;
 pub use quorum::{NodeReport, QuorumLock};
+pub use redis_lua::RedisLuaLock;
+pub use redis_naive::RedisNaiveLock;
+pub use redis_owner::RedisOwnerLock;
 pub use reentrant::{ReentrantLock, ReentrantOptions};
+use set_nx::SetNx;
 
 /// Something that went wrong talking to the lock's backing store, or a hold
 /// that turned out to be gone before the work under it committed.
@@ -32,6 +42,9 @@ pub use reentrant::{ReentrantLock, ReentrantOptions};
 pub enum LockError {
     #[error("lock backend unreachable")]
     Redis(#[from] redis::RedisError),
+    /// A lock script answered with a code it is not documented to return.
+    #[error("lock script returned unexpected code {0}")]
+    UnexpectedReply(i64),
     /// The lease ran out, a renewal found the key gone, or a newer holder
     /// minted a later fencing token: work done under the lock must not commit.
     #[error("the lock was lost while held: {0}")]
@@ -127,17 +140,51 @@ pub trait HeldLock: Send + Sync {
     }
 }
 
-/// Builds the lock of the configured mode; `redis` is the process's shared
-/// connection, `redis_url` lets modes that need a dedicated connection (the
-/// pub/sub subscription of `reentrant`) open one.
+/// A pause a fault injection point runs, e.g. sleeping until a chosen moment.
+pub type Pause = Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// Fault injection points a lock honours, so the lab can stop a holder at
+/// the exact moment the course's failures need. The purchase injects none.
+#[derive(Clone, Default)]
+pub struct Faults {
+    /// Runs inside a release right before the command that deletes the key:
+    /// for `redis-owner` between its `GET` check and its `DEL` (lock v2's
+    /// gap), for `redis-naive` before its unchecked `DEL`, for `redis-lua`
+    /// before its script, whose check and delete are one step. Locks without
+    /// such a command (`none`, `local`) ignore it.
+    pub before_delete: Option<Pause>,
+}
+
+impl Faults {
+    /// No faults: what the purchase runs with.
+    pub fn none() -> Self {
+        Faults::default()
+    }
+}
+
+/// Builds the lock of the configured mode on `redis`, with `faults`
+/// injected; `redis_url` lets modes that need a dedicated connection of their
+/// own (the release subscription of `reentrant`) open one.
 pub fn build(
     settings: &LockSettings,
-    redis: ConnectionManager,
+    redis: &ConnectionManager,
     redis_url: &str,
+    faults: Faults,
 ) -> anyhow::Result<Arc<dyn OrderLock>> {
+    let set_nx = || {
+        SetNx::new(
+            redis.clone(),
+            settings.lease(),
+            settings.wait(),
+            faults.clone(),
+        )
+    };
     let lock: Arc<dyn OrderLock> = match settings.mode {
         LockMode::None => Arc::new(NoLock),
         LockMode::Local => Arc::new(LocalLock::new(settings.wait())),
+        LockMode::RedisNaive => Arc::new(RedisNaiveLock::new(set_nx())),
+        LockMode::RedisOwner => Arc::new(RedisOwnerLock::new(set_nx())),
+        LockMode::RedisLua => Arc::new(RedisLuaLock::new(set_nx())),
         LockMode::Reentrant => Arc::new(ReentrantLock::new(
             redis::Client::open(redis_url)?,
             redis.clone(),
@@ -153,10 +200,9 @@ pub fn build(
             settings.lease(),
             settings.wait(),
         )?),
-        other => anyhow::bail!("lock mode `{other}` is not available in this build"),
     };
     Ok(if settings.fencing {
-        Arc::new(Fenced::new(lock, redis))
+        Arc::new(Fenced::new(lock, redis.clone()))
     } else {
         lock
     })

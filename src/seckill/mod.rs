@@ -5,7 +5,7 @@
 //! after it ends, never inside it; which lock runs is not this module's concern.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::Local;
 
@@ -13,6 +13,7 @@ use crate::error::{Error, Rejection};
 use crate::id_worker::IdWorker;
 use crate::keys::Keys;
 use crate::lock::{HeldLock, LockError, OrderLock};
+use crate::metrics;
 use crate::store::{self, NewOrder, Store};
 
 /// Places one-order-per-user flash-sale orders.
@@ -46,6 +47,22 @@ impl Seckill {
     /// Buys one unit of `voucher_id` for `user_id`; returns the new order id.
     #[tracing::instrument(name = "purchase", skip(self), fields(lock = %self.lock.mode()))]
     pub async fn purchase(&self, user_id: u64, voucher_id: i64) -> Result<i64, Error> {
+        let outcome = self.try_purchase(user_id, voucher_id).await;
+        let label = match &outcome {
+            Ok(order_id) => {
+                tracing::debug!(order_id, "order placed");
+                "ok"
+            }
+            Err(error) => {
+                tracing::debug!(outcome = error.error_code(), "purchase refused");
+                error.error_code()
+            }
+        };
+        metrics::PURCHASES.with_label_values(&[label]).inc();
+        outcome
+    }
+
+    async fn try_purchase(&self, user_id: u64, voucher_id: i64) -> Result<i64, Error> {
         let voucher = self
             .store
             .seckill_voucher(voucher_id)
@@ -62,16 +79,79 @@ impl Seckill {
             return Err(Rejection::SoldOut.into());
         }
 
-        let held = self
-            .lock
-            .acquire(&self.keys.order_lock(user_id))
-            .await?
-            .ok_or(Rejection::DuplicateRequest)?;
+        let held = self.acquire(user_id).await?;
         let outcome = self.create_order(user_id, voucher_id, held.as_ref()).await;
-        release_logged(held).await;
-        let order_id = outcome?;
-        tracing::debug!(order_id, "order placed");
-        Ok(order_id)
+        self.release_logged(held).await;
+        outcome
+    }
+
+    /// Inserts the order under a fresh id. The id worker's counter lives in
+    /// Redis: if Redis restarted empty within the same second as earlier
+    /// orders, the counter starts over and an id can repeat. The duplicate
+    /// key fails only that statement, so we draw the next id and try again.
+    async fn insert_order(
+        &self,
+        tx: &mut sqlx::MySqlConnection,
+        user_id: u64,
+        voucher_id: i64,
+    ) -> Result<i64, Error> {
+        const ATTEMPTS: usize = 8;
+        let mut attempt = 1;
+        loop {
+            let id = self.ids.next_id("order").await?;
+            let order = NewOrder {
+                id,
+                user_id,
+                voucher_id,
+            };
+            match store::insert_order(tx, order).await {
+                Err(sqlx::Error::Database(error))
+                    if error.is_unique_violation() && attempt < ATTEMPTS =>
+                {
+                    tracing::warn!(
+                        id,
+                        "order id reused after an id counter reset; drawing another"
+                    );
+                    attempt += 1;
+                }
+                other => return other.map(|()| id).map_err(Error::from),
+            }
+        }
+    }
+
+    /// Takes the user's lock, timing it; a busy lock is hmdp's failed `tryLock()`.
+    async fn acquire(&self, user_id: u64) -> Result<Box<dyn HeldLock>, Error> {
+        let mode = self.lock.mode().to_string();
+        let started = Instant::now();
+        let held = self.lock.acquire(&self.keys.order_lock(user_id)).await;
+        metrics::LOCK_ACQUIRE
+            .with_label_values(&[mode.as_str()])
+            .observe(started.elapsed().as_secs_f64());
+        match held? {
+            Some(held) => Ok(held),
+            None => {
+                metrics::LOCK_BUSY.with_label_values(&[mode.as_str()]).inc();
+                Err(Rejection::DuplicateRequest.into())
+            }
+        }
+    }
+
+    /// Releases the lock; a release that was not clean means mutual exclusion
+    /// may have been lost while we held it, which is worth a warning, not a
+    /// failure of an order that already committed.
+    async fn release_logged(&self, held: Box<dyn HeldLock>) {
+        match held.release().await {
+            Ok(release) if release.is_clean() => {}
+            Ok(release) => {
+                tracing::warn!(?release, "lock release was not clean");
+                let mode = self.lock.mode().to_string();
+                let release = format!("{release:?}");
+                metrics::LOCK_UNCLEAN_RELEASES
+                    .with_label_values(&[mode.as_str(), release.as_str()])
+                    .inc();
+            }
+            Err(error) => tracing::warn!(error = %error, "lock release failed"),
+        }
     }
 
     /// The transaction run under the per-user lock. Any early return drops the
@@ -84,6 +164,8 @@ impl Seckill {
     ) -> Result<i64, Error> {
         let mut tx = self.store.pool().begin().await?;
         if let Some(token) = held.fencing_token() {
+            // First statement: a newer holder's token means ours is stale,
+            // and the row lock orders this user's purchases by token.
             if !store::record_fence(&mut tx, user_id, token).await? {
                 return Err(LockError::Lost("a newer holder's fencing token already wrote").into());
             }
@@ -97,30 +179,10 @@ impl Seckill {
         if !store::take_stock(&mut tx, voucher_id).await? {
             return Err(Rejection::SoldOut.into());
         }
-        let id = self.ids.next_id("order").await?;
-        store::insert_order(
-            &mut tx,
-            NewOrder {
-                id,
-                user_id,
-                voucher_id,
-            },
-        )
-        .await?;
+        let id = self.insert_order(&mut tx, user_id, voucher_id).await?;
         // A holder that learnt it lost the lock rolls back instead.
         held.ensure_held().await?;
         tx.commit().await?;
         Ok(id)
-    }
-}
-
-/// Releases the lock; a release that was not clean means mutual exclusion may
-/// have been lost while we held it, which is worth a warning, not a failure of
-/// an order that already committed.
-async fn release_logged(held: Box<dyn HeldLock>) {
-    match held.release().await {
-        Ok(release) if release.is_clean() => {}
-        Ok(release) => tracing::warn!(?release, "lock release was not clean"),
-        Err(error) => tracing::warn!(error = %error, "lock release failed"),
     }
 }

@@ -1,0 +1,23 @@
+//! `/metrics`: this node's Prometheus metrics.
+
+use actix_web::{web, HttpResponse};
+
+use crate::metrics::{render, DB_POOL};
+use crate::startup::AppState;
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/metrics", web::get().to(metrics));
+}
+
+async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    // Pool gauges are read at scrape time: they are a state, not events.
+    let pool = state.store.pool();
+    let idle = pool.num_idle() as i64;
+    DB_POOL.with_label_values(&["idle"]).set(idle);
+    DB_POOL
+        .with_label_values(&["in_use"])
+        .set(i64::from(pool.size()) - idle);
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(render())
+}

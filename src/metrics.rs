@@ -1,0 +1,83 @@
+//! Prometheus metrics of this process, served at `/metrics`.
+//!
+//! Metrics are process-wide statics: the lock implementations, the purchase
+//! and the HTTP middleware record into them without threading a handle
+//! through every call, and one process is one node.
+
+use std::sync::LazyLock;
+use std::time::Instant;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::middleware::Next;
+use prometheus::{
+    register_histogram_vec_with_registry, register_int_counter_vec_with_registry,
+    register_int_counter_with_registry, register_int_gauge_vec_with_registry, Encoder,
+    HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Registry, TextEncoder,
+};
+
+static REGISTRY: LazyLock<Registry> = LazyLock::new(Registry::new);
+
+/// Latency buckets from 0.5 ms to 5 s: purchases sit in the low milliseconds,
+/// lock waits and faults reach seconds.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
+];
+
+macro_rules! metric {
+    ($name:ident: $ty:ty = $register:ident($($arg:expr),*)) => {
+        pub static $name: LazyLock<$ty> =
+            LazyLock::new(|| $register!($($arg,)* REGISTRY.clone()).expect("metric registers once"));
+    };
+}
+
+metric!(HTTP_REQUESTS: IntCounterVec = register_int_counter_vec_with_registry(
+    "http_requests_total", "HTTP requests by route, method and status",
+    &["route", "method", "status"]));
+metric!(HTTP_DURATION: HistogramVec = register_histogram_vec_with_registry(
+    "http_request_duration_seconds", "HTTP request latency by route",
+    &["route"], LATENCY_BUCKETS.to_vec()));
+metric!(PURCHASES: IntCounterVec = register_int_counter_vec_with_registry(
+    "purchases_total", "Purchases by outcome (ok or the errorCode)", &["outcome"]));
+metric!(LOCK_ACQUIRE: HistogramVec = register_histogram_vec_with_registry(
+    "lock_acquire_duration_seconds", "Time to acquire (or give up on) the per-user lock",
+    &["mode"], LATENCY_BUCKETS.to_vec()));
+metric!(LOCK_BUSY: IntCounterVec = register_int_counter_vec_with_registry(
+    "lock_busy_total", "Acquisitions refused because another holder had the key", &["mode"]));
+metric!(LOCK_UNCLEAN_RELEASES: IntCounterVec = register_int_counter_vec_with_registry(
+    "lock_unclean_releases_total", "Releases that found the lock expired or held by another",
+    &["mode", "release"]));
+metric!(REDIS_ERRORS: IntCounter = register_int_counter_with_registry(
+    "redis_errors_total", "Redis calls of a request that failed"));
+metric!(DB_POOL: IntGaugeVec = register_int_gauge_vec_with_registry(
+    "db_pool_connections", "MySQL pool connections by state", &["state"]));
+
+/// Renders every metric in Prometheus' text format.
+pub fn render() -> String {
+    let mut buffer = Vec::new();
+    TextEncoder::new()
+        .encode(&REGISTRY.gather(), &mut buffer)
+        .expect("text encoding cannot fail");
+    String::from_utf8(buffer).expect("prometheus text is UTF-8")
+}
+
+/// Middleware recording each request's route, status and latency.
+pub async fn record_http(
+    request: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let started = Instant::now();
+    let route = request
+        .match_pattern()
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let method = request.method().as_str().to_owned();
+    let response = next.call(request).await?;
+    let status = response.status().as_u16().to_string();
+    HTTP_REQUESTS
+        .with_label_values(&[route.as_str(), method.as_str(), status.as_str()])
+        .inc();
+    HTTP_DURATION
+        .with_label_values(&[route.as_str()])
+        .observe(started.elapsed().as_secs_f64());
+    Ok(response)
+}

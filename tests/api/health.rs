@@ -1,0 +1,48 @@
+//! `/health`, `/ready` and unknown routes.
+
+use serde_json::Value;
+
+use crate::helpers::spawn_app;
+
+#[tokio::test]
+async fn health_and_ready_answer_200() {
+    let app = spawn_app(&[]).await;
+    for path in ["/health", "/ready"] {
+        let response = app.get(path, None).await;
+        assert_eq!(response.status(), 200, "{path}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["success"], true);
+    }
+}
+
+#[tokio::test]
+async fn unknown_route_is_404_with_result_body() {
+    let app = spawn_app(&[]).await;
+    let response = app.get("/no/such/route", None).await;
+    assert_eq!(response.status(), 404);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["success"], false);
+    assert_eq!(body["errorCode"], "NOT_FOUND");
+}
+
+#[tokio::test]
+async fn metrics_count_requests_and_purchases() {
+    let app = spawn_app(&[]).await;
+    let voucher = app.create_open_seckill(5).await;
+    let token = app.login(&crate::helpers::phone(1)).await;
+    app.purchase(voucher, &token).await;
+    app.purchase(voucher, &token).await;
+    let response = app.get("/metrics", None).await;
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    for expected in [
+        "http_requests_total{method=\"POST\",route=\"/voucher-order/seckill/{voucherId}\",status=\"200\"}",
+        "purchases_total{outcome=\"ok\"}",
+        "purchases_total{outcome=\"ALREADY_ORDERED\"}",
+        "lock_acquire_duration_seconds_bucket{mode=\"local\"",
+        "db_pool_connections{state=\"idle\"}",
+        "http_request_duration_seconds_bucket",
+    ] {
+        assert!(text.contains(expected), "missing {expected} in:\n{text}");
+    }
+}

@@ -1,0 +1,273 @@
+//! The test harness: every test gets its own node on a free port, its own
+//! database (dropped afterwards) and its own Redis key prefix, against the
+//! machine's real MySQL and Redis.
+
+use std::time::Duration;
+
+use clap::Parser;
+use futures::future::join_all;
+use hmdp::config::ServeSettings;
+use hmdp::startup::Application;
+use hmdp::store::{Store, VoucherAudit};
+use redis::AsyncCommands;
+use serde_json::{json, Value};
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+/// MySQL server the tests create their databases on.
+pub fn mysql_server_url() -> String {
+    std::env::var("TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
+}
+
+pub fn redis_url() -> String {
+    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into())
+}
+
+#[derive(Parser)]
+struct Flags {
+    #[command(flatten)]
+    serve: ServeSettings,
+}
+
+/// A running node with its private database and Redis namespace.
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    pub store: Store,
+    pub redis: redis::aio::ConnectionManager,
+    pub prefix: String,
+    database: String,
+    redis_url: String,
+}
+
+/// Starts a node with the test's own database, Redis prefix and admin token;
+/// `flags` (`--lock=local`, `--chaos-hold-ms=50`, ...) add to or override the
+/// harness defaults, always in `--name=value` form.
+pub async fn spawn_app(flags: &[&str]) -> TestApp {
+    // Node logs only when asked for: `TEST_LOG=1 cargo test`.
+    if std::env::var_os("TEST_LOG").is_some() {
+        hmdp::telemetry::init();
+    }
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let database = format!("hmdp_test_{id}");
+    let prefix = format!("test:{id}:");
+    let defaults = [
+        "--port=0".to_owned(),
+        "--host=127.0.0.1".into(),
+        format!("--database-url={}/{database}", mysql_server_url()),
+        format!("--redis-url={}", redis_url()),
+        format!("--redis-prefix={prefix}"),
+        format!("--admin-token={ADMIN_TOKEN}"),
+        "--db-pool=64".into(),
+        "--backend-timeout-ms=10000".into(),
+        "--workers=2".into(),
+    ];
+    let overridden = |default: &str| {
+        let name = &default[..default.find('=').expect("--name=value")];
+        flags
+            .iter()
+            .any(|flag| flag.split('=').next() == Some(name))
+    };
+    let args: Vec<String> = std::iter::once("hmdp".to_owned())
+        .chain(defaults.into_iter().filter(|default| !overridden(default)))
+        .chain(flags.iter().map(|flag| flag.to_string()))
+        .collect();
+    let settings = Flags::try_parse_from(args).expect("valid test flags").serve;
+    let database_url = settings.store.database_url.clone();
+    let node_redis_url = settings.store.redis_url.clone();
+    let app = Application::build(settings).await.expect("node starts");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    tokio::spawn(app.run_until_stopped());
+    TestApp {
+        address,
+        client: reqwest::Client::new(),
+        store: Store::connect_lazy(&database_url, 4, Duration::from_secs(10)).unwrap(),
+        redis: hmdp::startup::connect_redis(&node_redis_url, Duration::from_secs(10)).unwrap(),
+        prefix,
+        database,
+        redis_url: node_redis_url,
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.address)
+    }
+
+    pub async fn request_code(&self, phone: &str) -> reqwest::Response {
+        self.client
+            .post(self.url("/user/code"))
+            .query(&[("phone", phone)])
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// The code the node stored for `phone` (hmdp "sends" it by logging it).
+    pub async fn stored_code(&self, phone: &str) -> Option<String> {
+        let key = format!("{}login:code:{phone}", self.prefix);
+        self.redis.clone().get(key).await.unwrap()
+    }
+
+    pub async fn post_login(&self, body: &Value) -> reqwest::Response {
+        self.client
+            .post(self.url("/user/login"))
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Logs a phone in and returns its session token.
+    pub async fn login(&self, phone: &str) -> String {
+        let body: Value = self.request_code(phone).await.json().await.unwrap();
+        assert_eq!(body["success"], true, "{body}");
+        let code = self.stored_code(phone).await.expect("code stored");
+        let body: Value = self
+            .post_login(&json!({ "phone": phone, "code": code }))
+            .await
+            .json()
+            .await
+            .unwrap();
+        body["data"].as_str().expect("token").to_owned()
+    }
+
+    /// Logs in `n` distinct users, a few at a time.
+    pub async fn login_many(&self, n: usize) -> Vec<String> {
+        let mut tokens = Vec::with_capacity(n);
+        for chunk in (0..n).collect::<Vec<_>>().chunks(50) {
+            let batch = chunk.iter().map(|i| self.login_phone(*i));
+            tokens.extend(join_all(batch).await);
+        }
+        tokens
+    }
+
+    async fn login_phone(&self, i: usize) -> String {
+        self.login(&phone(i)).await
+    }
+
+    pub async fn get(&self, path: &str, token: Option<&str>) -> reqwest::Response {
+        let mut request = self.client.get(self.url(path));
+        if let Some(token) = token {
+            request = request.header("authorization", token);
+        }
+        request.send().await.unwrap()
+    }
+
+    pub async fn post(&self, path: &str, token: Option<&str>) -> reqwest::Response {
+        let mut request = self.client.post(self.url(path));
+        if let Some(token) = token {
+            request = request.header("authorization", token);
+        }
+        request.send().await.unwrap()
+    }
+
+    pub async fn post_voucher(
+        &self,
+        path: &str,
+        admin_token: &str,
+        body: &Value,
+    ) -> reqwest::Response {
+        self.client
+            .post(self.url(path))
+            .header("x-admin-token", admin_token)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Creates a seckill voucher on sale now (or in the given window) and
+    /// returns its id.
+    pub async fn create_seckill(&self, stock: i64, begin: &str, end: &str) -> i64 {
+        let body: Value = self
+            .post_voucher(
+                "/voucher/seckill",
+                ADMIN_TOKEN,
+                &seckill_body(stock, begin, end),
+            )
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(body["success"], true, "{body}");
+        body["data"].as_str().unwrap().parse().unwrap()
+    }
+
+    pub async fn create_open_seckill(&self, stock: i64) -> i64 {
+        self.create_seckill(stock, "2020-01-01T00:00:00", "2037-12-31T00:00:00")
+            .await
+    }
+
+    pub async fn purchase(&self, voucher_id: i64, token: &str) -> Value {
+        self.post(&format!("/voucher-order/seckill/{voucher_id}"), Some(token))
+            .await
+            .json()
+            .await
+            .unwrap()
+    }
+
+    pub async fn audit(&self, voucher_id: i64) -> VoucherAudit {
+        self.store.audit_voucher(voucher_id).await.unwrap()
+    }
+}
+
+/// The `i`-th test phone number (valid for hmdp's pattern).
+pub fn phone(i: usize) -> String {
+    format!("138{i:08}")
+}
+
+pub fn seckill_body(stock: i64, begin: &str, end: &str) -> Value {
+    json!({
+        "shopId": 1,
+        "title": "100元代金券",
+        "subTitle": "周一至周日均可使用",
+        "rules": "全场通用\\n无需预约",
+        "payValue": 8000,
+        "actualValue": 10000,
+        "type": 1,
+        "stock": stock,
+        "beginTime": begin,
+        "endTime": end,
+    })
+}
+
+impl Drop for TestApp {
+    /// Drops the test database and the test's Redis keys. Runs on its own
+    /// thread and runtime because `Drop` cannot await.
+    fn drop(&mut self) {
+        let database = self.database.clone();
+        let pattern = format!("{}*", self.prefix);
+        let redis_url = self.redis_url.clone();
+        let cleanup = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                if let Ok(store) =
+                    Store::connect_lazy(&mysql_server_url(), 1, Duration::from_secs(5))
+                {
+                    let drop_sql = format!("DROP DATABASE IF EXISTS `{database}`");
+                    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(drop_sql))
+                        .execute(store.pool())
+                        .await;
+                }
+                if let Ok(client) = redis::Client::open(redis_url) {
+                    if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
+                        let mut keys: Vec<String> = Vec::new();
+                        if let Ok(mut iter) = conn.scan_match::<_, String>(&pattern).await {
+                            while let Some(Ok(key)) = iter.next_item().await {
+                                keys.push(key);
+                            }
+                        }
+                        if !keys.is_empty() {
+                            let _: redis::RedisResult<()> = conn.del(keys).await;
+                        }
+                    }
+                }
+            });
+        });
+        let _ = cleanup.join();
+    }
+}

@@ -1,0 +1,10 @@
+//! HTTP API tests: one binary, one file per resource, against real MySQL and Redis.
+
+mod bad_input;
+mod concurrency;
+mod faults;
+mod health;
+mod helpers;
+mod user;
+mod voucher;
+mod voucher_order;

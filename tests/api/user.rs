@@ -1,0 +1,235 @@
+//! `/user/*`: login by code, sessions, logout.
+
+use redis::AsyncCommands;
+use serde_json::{json, Value};
+
+use crate::helpers::{phone, spawn_app};
+
+#[tokio::test]
+async fn code_then_login_returns_a_random_hex_token() {
+    let app = spawn_app(&[]).await;
+    let token = app.login(&phone(1)).await;
+    assert_eq!(token.len(), 32);
+    assert!(token.bytes().all(|b| b.is_ascii_hexdigit()));
+
+    let body: Value = app
+        .get("/user/me", Some(&token))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["success"], true);
+    assert!(body["data"]["id"].as_u64().unwrap() >= 1010);
+    assert!(body["data"]["nickName"]
+        .as_str()
+        .unwrap()
+        .starts_with("user_"));
+}
+
+#[tokio::test]
+async fn same_phone_logs_in_as_the_same_user() {
+    let app = spawn_app(&["--code-interval-secs=0"]).await;
+    let first = app.login(&phone(7)).await;
+    let second = app.login(&phone(7)).await;
+    assert_ne!(first, second);
+    let me = |token: String| {
+        let app = &app;
+        async move {
+            let body: Value = app
+                .get("/user/me", Some(&token))
+                .await
+                .json()
+                .await
+                .unwrap();
+            body["data"]["id"].clone()
+        }
+    };
+    assert_eq!(me(first).await, me(second).await);
+}
+
+#[tokio::test]
+async fn bad_phone_is_refused_with_phone_invalid() {
+    let app = spawn_app(&[]).await;
+    for bad in ["12345", "23812345678", "1381234567x"] {
+        let response = app.request_code(bad).await;
+        assert_eq!(response.status(), 200);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["success"], false);
+        assert_eq!(body["errorCode"], "PHONE_INVALID");
+        assert_eq!(body["errorMsg"], "手机号格式错误！");
+    }
+    let body: Value = app
+        .post_login(&json!({"phone": "123", "code": "123456"}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["errorCode"], "PHONE_INVALID");
+}
+
+#[tokio::test]
+async fn missing_phone_parameter_is_400() {
+    let app = spawn_app(&[]).await;
+    let response = app.post("/user/code", None).await;
+    assert_eq!(response.status(), 400);
+}
+
+#[tokio::test]
+async fn wrong_code_is_refused_and_right_code_is_single_use() {
+    let app = spawn_app(&[]).await;
+    let phone = phone(2);
+    app.request_code(&phone).await;
+    let code = app.stored_code(&phone).await.unwrap();
+    let wrong = if code == "000000" { "111111" } else { "000000" };
+    let body: Value = app
+        .post_login(&json!({"phone": phone, "code": wrong}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["errorCode"], "CODE_INVALID");
+
+    let ok: Value = app
+        .post_login(&json!({"phone": phone, "code": code}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ok["success"], true);
+    let reused: Value = app
+        .post_login(&json!({"phone": phone, "code": code}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(reused["errorCode"], "CODE_INVALID");
+}
+
+#[tokio::test]
+async fn login_without_code_request_is_refused() {
+    let app = spawn_app(&[]).await;
+    let body: Value = app
+        .post_login(&json!({"phone": phone(3), "code": "123456"}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["errorCode"], "CODE_INVALID");
+}
+
+#[tokio::test]
+async fn malformed_and_oversized_login_bodies() {
+    let app = spawn_app(&[]).await;
+    let send = |body: String| {
+        app.client
+            .post(app.url("/user/login"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let response = send("{not json".into()).await.unwrap();
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["errorCode"], "BAD_REQUEST");
+
+    let response = send(r#"{"phone":"13800000001"}"#.into()).await.unwrap();
+    assert_eq!(response.status(), 400, "missing field");
+
+    let huge = format!(r#"{{"phone":"{}","code":"1"}}"#, "1".repeat(100_000));
+    let response = send(huge).await.unwrap();
+    assert_eq!(response.status(), 413);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["errorCode"], "PAYLOAD_TOO_LARGE");
+}
+
+#[tokio::test]
+async fn missing_forged_and_expired_tokens_are_401() {
+    let app = spawn_app(&[]).await;
+    assert_eq!(app.get("/user/me", None).await.status(), 401);
+    assert_eq!(
+        app.get("/user/me", Some("0123456789abcdef0123456789abcdef"))
+            .await
+            .status(),
+        401
+    );
+
+    let token = app.login(&phone(4)).await;
+    let key = format!("{}login:token:{token}", app.prefix);
+    let _: () = app.redis.clone().del(&key).await.unwrap();
+    assert_eq!(app.get("/user/me", Some(&token)).await.status(), 401);
+}
+
+#[tokio::test]
+async fn each_request_refreshes_the_session_ttl() {
+    let app = spawn_app(&[]).await;
+    let token = app.login(&phone(5)).await;
+    let key = format!("{}login:token:{token}", app.prefix);
+    let _: () = app.redis.clone().expire(&key, 5).await.unwrap();
+    assert_eq!(app.get("/user/me", Some(&token)).await.status(), 200);
+    let ttl: i64 = app.redis.clone().ttl(&key).await.unwrap();
+    assert!(ttl > 29 * 60, "ttl after refresh: {ttl}");
+}
+
+#[tokio::test]
+async fn logout_ends_the_session() {
+    let app = spawn_app(&[]).await;
+    let token = app.login(&phone(6)).await;
+    let body: Value = app
+        .post("/user/logout", Some(&token))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["success"], true);
+    assert_eq!(app.get("/user/me", Some(&token)).await.status(), 401);
+    assert_eq!(app.post("/user/logout", Some(&token)).await.status(), 401);
+}
+
+#[tokio::test]
+async fn five_wrong_guesses_invalidate_the_code() {
+    let app = spawn_app(&[]).await;
+    let phone = phone(8);
+    app.request_code(&phone).await;
+    let code = app.stored_code(&phone).await.unwrap();
+    let wrong = if code == "000000" { "111111" } else { "000000" };
+    for _ in 0..5 {
+        let body: Value = app
+            .post_login(&json!({"phone": phone, "code": wrong}))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(body["errorCode"], "CODE_INVALID");
+    }
+    assert_eq!(app.stored_code(&phone).await, None, "code invalidated");
+    let body: Value = app
+        .post_login(&json!({"phone": phone, "code": code}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        body["errorCode"], "CODE_INVALID",
+        "the right code no longer works"
+    );
+}
+
+#[tokio::test]
+async fn a_phone_gets_one_code_per_interval() {
+    let app = spawn_app(&["--code-interval-secs=1"]).await;
+    let phone = phone(9);
+    let first: Value = app.request_code(&phone).await.json().await.unwrap();
+    assert_eq!(first["success"], true);
+    let second: Value = app.request_code(&phone).await.json().await.unwrap();
+    assert_eq!(second["errorCode"], "CODE_TOO_FREQUENT");
+    let other: Value = app
+        .request_code(&super::helpers::phone(10))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(other["success"], true, "the limit is per phone");
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let third: Value = app.request_code(&phone).await.json().await.unwrap();
+    assert_eq!(third["success"], true, "allowed again after the interval");
+}

@@ -1,0 +1,137 @@
+//! `/voucher-order/*`: every purchase outcome and the order query.
+
+use serde_json::Value;
+
+use crate::helpers::{phone, spawn_app};
+
+fn assert_rejected(body: &Value, code: &str, message: &str) {
+    assert_eq!(body["success"], false, "{body}");
+    assert_eq!(body["errorCode"], code, "{body}");
+    assert_eq!(body["errorMsg"], message, "{body}");
+}
+
+#[tokio::test]
+async fn buying_once_succeeds_and_twice_is_already_ordered() {
+    let app = spawn_app(&[]).await;
+    let voucher = app.create_open_seckill(10).await;
+    let token = app.login(&phone(1)).await;
+
+    let first = app.purchase(voucher, &token).await;
+    assert_eq!(first["success"], true, "{first}");
+    let order_id = first["data"].as_str().expect("order id is a string");
+    assert!(order_id.parse::<i64>().unwrap() > 1 << 32);
+
+    let second = app.purchase(voucher, &token).await;
+    assert_rejected(&second, "ALREADY_ORDERED", "用户已经购买过一次！");
+
+    let audit = app.audit(voucher).await;
+    assert_eq!((audit.orders, audit.stock_left), (1, 9));
+}
+
+#[tokio::test]
+async fn purchase_outcomes_in_the_documented_order() {
+    let app = spawn_app(&[]).await;
+    let token = app.login(&phone(2)).await;
+
+    let missing = app.purchase(999_999, &token).await;
+    assert_rejected(&missing, "VOUCHER_NOT_FOUND", "秒杀券不存在！");
+
+    let future = app
+        .create_seckill(10, "2037-01-01T00:00:00", "2037-12-31T00:00:00")
+        .await;
+    assert_rejected(
+        &app.purchase(future, &token).await,
+        "NOT_STARTED",
+        "秒杀尚未开始！",
+    );
+
+    let past = app
+        .create_seckill(10, "2020-01-01T00:00:00", "2020-12-31T00:00:00")
+        .await;
+    assert_rejected(&app.purchase(past, &token).await, "ENDED", "秒杀已经结束！");
+
+    let empty = app.create_open_seckill(0).await;
+    assert_rejected(&app.purchase(empty, &token).await, "SOLD_OUT", "库存不足！");
+
+    let last_one = app.create_open_seckill(1).await;
+    assert_eq!(app.purchase(last_one, &token).await["success"], true);
+    let other = app.login(&phone(3)).await;
+    assert_rejected(
+        &app.purchase(last_one, &other).await,
+        "SOLD_OUT",
+        "库存不足！",
+    );
+}
+
+#[tokio::test]
+async fn busy_user_lock_is_duplicate_request() {
+    let app = spawn_app(&["--lock=local", "--chaos-hold-ms=300"]).await;
+    let voucher = app.create_open_seckill(10).await;
+    let token = app.login(&phone(4)).await;
+    let (a, b) = tokio::join!(app.purchase(voucher, &token), app.purchase(voucher, &token));
+    let codes = [a["errorCode"].clone(), b["errorCode"].clone()];
+    assert!(codes.contains(&Value::Null), "one succeeds: {a} {b}");
+    assert!(codes.contains(&Value::from("DUPLICATE_REQUEST")), "{a} {b}");
+}
+
+#[tokio::test]
+async fn purchase_needs_a_session_and_a_numeric_id() {
+    let app = spawn_app(&[]).await;
+    let voucher = app.create_open_seckill(10).await;
+    assert_eq!(
+        app.post(&format!("/voucher-order/seckill/{voucher}"), None)
+            .await
+            .status(),
+        401
+    );
+    let token = app.login(&phone(5)).await;
+    for bad in ["abc", "-3", "0", "1.5", "99999999999999999999"] {
+        let response = app
+            .post(&format!("/voucher-order/seckill/{bad}"), Some(&token))
+            .await;
+        assert_eq!(response.status(), 400, "{bad}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["errorCode"], "BAD_REQUEST");
+    }
+}
+
+#[tokio::test]
+async fn users_see_only_their_own_orders() {
+    let app = spawn_app(&[]).await;
+    let voucher = app.create_open_seckill(10).await;
+    let owner = app.login(&phone(6)).await;
+    let stranger = app.login(&phone(7)).await;
+    let order_id = app.purchase(voucher, &owner).await["data"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let mine: Value = app
+        .get(&format!("/voucher-order/{order_id}"), Some(&owner))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(mine["success"], true);
+    assert_eq!(mine["data"]["id"], order_id.as_str());
+    assert_eq!(mine["data"]["voucherId"], voucher.to_string());
+    assert_eq!(mine["data"]["status"], 1);
+
+    let theirs: Value = app
+        .get(&format!("/voucher-order/{order_id}"), Some(&stranger))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(theirs["errorCode"], "ORDER_NOT_FOUND");
+    assert_eq!(
+        app.get(&format!("/voucher-order/{order_id}"), None)
+            .await
+            .status(),
+        401
+    );
+    assert_eq!(
+        app.get("/voucher-order/xyz", Some(&owner)).await.status(),
+        400
+    );
+}
