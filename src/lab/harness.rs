@@ -70,6 +70,7 @@ type ArmedStall = Arc<Mutex<Option<(Actor, u64)>>>;
 pub struct Lab {
     mode: LockMode,
     redis: ConnectionManager,
+    redis_url: String,
     lock_nodes: Vec<String>,
     /// Every key of this run starts with it, so a run sees nothing but its
     /// own keys and can delete them all afterwards.
@@ -87,6 +88,7 @@ impl Lab {
     pub(super) fn new(
         mode: LockMode,
         redis: ConnectionManager,
+        redis_url: String,
         lock_nodes: Vec<String>,
         namespace: String,
     ) -> Self {
@@ -94,6 +96,7 @@ impl Lab {
         Lab {
             mode,
             redis,
+            redis_url,
             lock_nodes,
             namespace,
             key,
@@ -111,16 +114,21 @@ impl Lab {
     /// A lock of the mode under test, built exactly as the purchase builds
     /// it but with the scenario's `lease` and `wait`, and with the lab's
     /// fault points wired in.
+    /// `reentrant` runs as the purchase runs it, with its watchdog: the
+    /// scenario's lease becomes the lease the watchdog renews.
     pub fn lock(&self, lease: Duration, wait: Duration) -> anyhow::Result<Arc<dyn OrderLock>> {
+        let watchdog = self.mode == LockMode::Reentrant;
         let settings = LockSettings {
             mode: self.mode,
             lock_nodes: self.lock_nodes.clone(),
-            lock_lease_ms: Some(lease.as_millis() as u64),
+            lock_lease_ms: (!watchdog).then_some(lease.as_millis() as u64),
             lock_wait_ms: wait.as_millis() as u64,
+            lock_watchdog_ms: lease.as_millis() as u64,
+            lock_max_hold_ms: 0,
             fencing: false,
         };
         *self.lease.lock().expect("lease poisoned") = Some(lease);
-        lock::build(&settings, &self.redis, self.faults())
+        lock::build(&settings, &self.redis, &self.redis_url, self.faults())
     }
 
     /// Sleeps until `ms` after the scenario started.
@@ -188,9 +196,14 @@ impl Lab {
             .await
             .with_context(|| format!("{who} could not reach the lock to release it"))?;
         let what = match release {
-            Release::Released => "releases: the lock is freed (Released)",
-            Release::Expired => "releases: the lock had already expired (Expired)",
-            Release::NotOwner => "releases: another owner holds the lock, left alone (NotOwner)",
+            Release::Released => "releases: the lock is freed (Released)".to_owned(),
+            Release::StillHeld(left) => {
+                format!("releases one hold: still holds the lock {left} more time(s) (StillHeld)")
+            }
+            Release::Expired => "releases: the lock had already expired (Expired)".to_owned(),
+            Release::NotOwner => {
+                "releases: another owner holds the lock, left alone (NotOwner)".to_owned()
+            }
         };
         self.say(who, what);
         self.releases
@@ -211,7 +224,7 @@ impl Lab {
     pub async fn observe_key(&self) -> anyhow::Result<()> {
         if !matches!(
             self.mode,
-            LockMode::RedisNaive | LockMode::RedisOwner | LockMode::RedisLua
+            LockMode::RedisNaive | LockMode::RedisOwner | LockMode::RedisLua | LockMode::Reentrant
         ) {
             return Ok(());
         }
