@@ -5,6 +5,8 @@
 pub mod api;
 /// Login codes, Redis sessions, the user and admin guards.
 pub mod auth;
+/// `bench-lock` and `bench-db`: the lock and the transaction measured alone.
+pub mod bench;
 /// Flags, environment and defaults of every command.
 pub mod config;
 /// The crate-wide error and its HTTP mapping.

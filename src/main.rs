@@ -4,6 +4,7 @@ use std::io::Write;
 
 use clap::{Parser, Subcommand};
 
+use hmdp::bench::{self, BenchDbArgs, BenchLockArgs};
 use hmdp::config::{ServeSettings, StoreSettings};
 use hmdp::lab;
 use hmdp::startup::Application;
@@ -33,6 +34,10 @@ enum Command {
         #[command(subcommand)]
         scenario: lab::Scenario,
     },
+    /// Measure lock acquire+release pairs per second and latency for one mode.
+    BenchLock(Box<BenchLockArgs>),
+    /// Measure the bare purchase transaction on MySQL (no HTTP, no lock).
+    BenchDb(Box<BenchDbArgs>),
 }
 
 #[tokio::main]
@@ -49,6 +54,12 @@ async fn main() -> anyhow::Result<()> {
                 .migrate()
                 .await?;
             tracing::info!("migrations applied");
+        }
+        Command::BenchLock(args) => {
+            bench::bench_lock(*args).await?;
+        }
+        Command::BenchDb(args) => {
+            bench::bench_db(*args).await?;
         }
         Command::Lab { scenario } => {
             let code = match lab::run(&scenario).await {

@@ -70,6 +70,7 @@ type ArmedStall = Arc<Mutex<Option<(Actor, u64)>>>;
 pub struct Lab {
     mode: LockMode,
     redis: ConnectionManager,
+    redis_url: String,
     lock_nodes: Vec<String>,
     /// Every key of this run starts with it, so a run sees nothing but its
     /// own keys and can delete them all afterwards.
@@ -90,6 +91,7 @@ impl Lab {
     pub(super) fn new(
         mode: LockMode,
         redis: ConnectionManager,
+        redis_url: String,
         lock_nodes: Vec<String>,
         namespace: String,
     ) -> Self {
@@ -97,6 +99,7 @@ impl Lab {
         Lab {
             mode,
             redis,
+            redis_url,
             lock_nodes,
             namespace,
             key,
@@ -115,16 +118,21 @@ impl Lab {
     /// A lock of the mode under test, built exactly as the purchase builds
     /// it but with the scenario's `lease` and `wait`, and with the lab's
     /// fault points wired in.
+    /// `reentrant` runs as the purchase runs it, with its watchdog: the
+    /// scenario's lease becomes the lease the watchdog renews.
     pub fn lock(&self, lease: Duration, wait: Duration) -> anyhow::Result<Arc<dyn OrderLock>> {
+        let watchdog = self.mode == LockMode::Reentrant;
         let settings = LockSettings {
             mode: self.mode,
             lock_nodes: self.lock_nodes.clone(),
-            lock_lease_ms: Some(lease.as_millis() as u64),
+            lock_lease_ms: (!watchdog).then_some(lease.as_millis() as u64),
             lock_wait_ms: wait.as_millis() as u64,
+            lock_watchdog_ms: lease.as_millis() as u64,
+            lock_max_hold_ms: 0,
             fencing: false,
         };
         *self.lease.lock().expect("lease poisoned") = Some(lease);
-        lock::build(&settings, &self.redis, self.faults())
+        lock::build(&settings, &self.redis, &self.redis_url, self.faults())
     }
 
     /// Sleeps until `ms` after the scenario started.
@@ -195,9 +203,14 @@ impl Lab {
             .await
             .with_context(|| format!("{who} could not reach the lock to release it"))?;
         let what = match release {
-            Release::Released => "releases: the lock is freed (Released)",
-            Release::Expired => "releases: the key was already gone (Expired)",
-            Release::NotOwner => "releases: another owner holds the lock, left alone (NotOwner)",
+            Release::Released => "releases: the lock is freed (Released)".to_owned(),
+            Release::StillHeld(left) => {
+                format!("releases one hold: still holds the lock {left} more time(s) (StillHeld)")
+            }
+            Release::Expired => "releases: the key was already gone (Expired)".to_owned(),
+            Release::NotOwner => {
+                "releases: another owner holds the lock, left alone (NotOwner)".to_owned()
+            }
         };
         let owner = *self.last_acquirer.lock().expect("acquirer poisoned");
         match owner {
@@ -249,7 +262,7 @@ impl Lab {
     fn one_redis_key(&self) -> bool {
         matches!(
             self.mode,
-            LockMode::RedisNaive | LockMode::RedisOwner | LockMode::RedisLua
+            LockMode::RedisNaive | LockMode::RedisOwner | LockMode::RedisLua | LockMode::Reentrant
         )
     }
 

@@ -4,6 +4,8 @@
 //! release. The lock is taken before the transaction begins and released
 //! after it ends, never inside it; which lock runs is not this module's concern.
 
+mod catalog;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,13 +14,15 @@ use chrono::Local;
 use crate::error::{Error, Rejection};
 use crate::id_worker::IdWorker;
 use crate::keys::Keys;
-use crate::lock::{HeldLock, OrderLock};
+use crate::lock::{HeldLock, LockError, OrderLock};
 use crate::metrics;
 use crate::store::{self, NewOrder, Store};
+use catalog::Catalog;
 
 /// Places one-order-per-user flash-sale orders.
 pub struct Seckill {
     store: Store,
+    catalog: Catalog,
     lock: Arc<dyn OrderLock>,
     ids: IdWorker,
     keys: Keys,
@@ -36,6 +40,7 @@ impl Seckill {
         chaos_hold: Duration,
     ) -> Self {
         Seckill {
+            catalog: Catalog::new(store.clone()),
             store,
             lock,
             ids,
@@ -64,8 +69,8 @@ impl Seckill {
 
     async fn try_purchase(&self, user_id: u64, voucher_id: i64) -> Result<i64, Error> {
         let voucher = self
-            .store
-            .seckill_voucher(voucher_id)
+            .catalog
+            .sale(voucher_id)
             .await?
             .ok_or(Rejection::VoucherNotFound)?;
         let now = Local::now().naive_local();
@@ -75,13 +80,16 @@ impl Seckill {
         if now > voucher.end_time {
             return Err(Rejection::Ended.into());
         }
-        if voucher.stock < 1 {
+        if voucher.is_sold_out() {
             return Err(Rejection::SoldOut.into());
         }
 
         let held = self.acquire(user_id).await?;
-        let outcome = self.create_order(user_id, voucher_id).await;
+        let outcome = self.create_order(user_id, voucher_id, held.as_ref()).await;
         self.release_logged(held).await;
+        if matches!(outcome, Err(Error::Rejected(Rejection::SoldOut))) {
+            voucher.mark_sold_out();
+        }
         outcome
     }
 
@@ -156,8 +164,20 @@ impl Seckill {
 
     /// The transaction run under the per-user lock. Any early return drops the
     /// transaction, which rolls it back.
-    async fn create_order(&self, user_id: u64, voucher_id: i64) -> Result<i64, Error> {
+    async fn create_order(
+        &self,
+        user_id: u64,
+        voucher_id: i64,
+        held: &dyn HeldLock,
+    ) -> Result<i64, Error> {
         let mut tx = self.store.pool().begin().await?;
+        if let Some(token) = held.fencing_token() {
+            // First statement: a newer holder's token means ours is stale,
+            // and the row lock orders this user's purchases by token.
+            if !store::record_fence(&mut tx, user_id, token).await? {
+                return Err(LockError::Lost("a newer holder's fencing token already wrote").into());
+            }
+        }
         if store::count_user_orders(&mut tx, user_id, voucher_id).await? > 0 {
             return Err(Rejection::AlreadyOrdered.into());
         }
@@ -168,6 +188,8 @@ impl Seckill {
             return Err(Rejection::SoldOut.into());
         }
         let id = self.insert_order(&mut tx, user_id, voucher_id).await?;
+        // A holder that learnt it lost the lock rolls back instead.
+        held.ensure_held().await?;
         tx.commit().await?;
         Ok(id)
     }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use hmdp::redis_server::{free_port, RedisServer};
+use redis::AsyncCommands;
 use serde_json::Value;
 
 use crate::helpers::{phone, spawn_app, TestApp};
@@ -76,6 +77,11 @@ async fn redis_outage_fails_fast_and_recovers_local() {
 }
 
 #[tokio::test]
+async fn redis_outage_fails_fast_and_recovers_redis_lua() {
+    redis_outage_with("redis-lua").await;
+}
+
+#[tokio::test]
 async fn unreachable_mysql_answers_503_fast() {
     // A healthy node logs the user in; a second node sharing its Redis
     // namespace has MySQL on a closed port.
@@ -98,4 +104,52 @@ async fn unreachable_mysql_answers_503_fast() {
     }
     assert_eq!(app.get("/ready", None).await.status(), 503);
     assert_eq!(app.get("/health", None).await.status(), 200);
+}
+
+/// MySQL drops the node's connections while a purchase holds the lock with
+/// its transaction open: the transaction is rolled back, the answer is 503,
+/// the lock is released, and the next attempt succeeds.
+#[tokio::test]
+async fn mysql_lost_mid_transaction_rolls_back_and_releases_the_lock() {
+    let app = spawn_app(&["--lock=redis-lua", "--chaos-hold-ms=1000"]).await;
+    let voucher = app.create_open_seckill(10).await;
+    let token = app.login(&phone(1)).await;
+
+    let (attempt, ()) = tokio::join!(timed_purchase(&app, voucher, &token), async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        kill_connections_to(&app).await;
+    });
+    let (status, body, _) = attempt;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["errorCode"], "UNAVAILABLE");
+
+    let locks: Vec<String> = app
+        .redis
+        .clone()
+        .keys(format!("{}lock:order:*", app.prefix))
+        .await
+        .unwrap();
+    assert!(locks.is_empty(), "lock released: {locks:?}");
+    let audit = app.audit(voucher).await;
+    assert_eq!((audit.orders, audit.stock_left), (0, 10), "rolled back");
+
+    let retry = app.purchase(voucher, &token).await;
+    assert_eq!(retry["success"], true, "{retry}");
+}
+
+/// `KILL CONNECTION` for every session on the test's database but our own.
+async fn kill_connections_to(app: &TestApp) {
+    let pool = app.store.pool();
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID()",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert!(!ids.is_empty(), "the node holds connections");
+    for id in ids {
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("KILL CONNECTION {id}")))
+            .execute(pool)
+            .await;
+    }
 }
