@@ -448,3 +448,62 @@ async fn renew(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn unlock(redis: &mut ConnectionManager, key: &str, owner: &str, id: &str) -> i64 {
+        UNLOCK
+            .key(key)
+            .key(sibling(key, "released"))
+            .key(sibling(key, &format!("release:{id}")))
+            .arg(owner)
+            .arg(10_000)
+            .arg(RELEASE_LATCH.as_millis() as u64)
+            .invoke_async(redis)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_retried_release_gets_the_first_answer_not_a_false_not_owner() {
+        let url =
+            std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into());
+        let mut redis = crate::startup::connect_redis(&url, Duration::from_secs(10)).unwrap();
+        let key = format!("test:{}:lock:retried", uuid::Uuid::new_v4().simple());
+        async fn take(redis: &mut ConnectionManager, key: &str, owner: &str) -> i64 {
+            let (taken, _): (i64, i64) = LOCK
+                .key(key)
+                .arg(10_000)
+                .arg(owner)
+                .invoke_async(redis)
+                .await
+                .unwrap();
+            taken
+        }
+
+        assert_eq!(take(&mut redis, &key, "a:1").await, 1);
+        assert_eq!(unlock(&mut redis, &key, "a:1", "r1").await, 0);
+        // B takes the key before A's retry, sent because A's reply was lost.
+        assert_eq!(take(&mut redis, &key, "b:1").await, 1);
+        assert_eq!(
+            unlock(&mut redis, &key, "a:1", "r1").await,
+            0,
+            "the first answer"
+        );
+        assert_eq!(
+            unlock(&mut redis, &key, "a:1", "r2").await,
+            -2,
+            "a new release"
+        );
+
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .arg(sibling(&key, "release:r1"))
+            .arg(sibling(&key, "release:r2"))
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+    }
+}
