@@ -5,6 +5,8 @@
 pub mod api;
 /// Login codes, Redis sessions, the user and admin guards.
 pub mod auth;
+/// Two nodes and nginx as local child processes; `hmdp demo`.
+pub mod cluster;
 /// Flags, environment and defaults of every command.
 pub mod config;
 /// The crate-wide error and its HTTP mapping.
@@ -13,6 +15,8 @@ pub mod error;
 pub mod id_worker;
 /// Every Redis key, in one place.
 pub mod keys;
+/// The load generator and the bulk login behind `hmdp tokens`.
+pub mod loadtest;
 /// The per-user order lock: trait and modes.
 pub mod lock;
 /// Prometheus metrics.

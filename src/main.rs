@@ -2,7 +2,9 @@
 
 use clap::{Parser, Subcommand};
 
+use hmdp::cluster::demo::{self, DemoSettings};
 use hmdp::config::{ServeSettings, StoreSettings};
+use hmdp::loadtest::{self, tokens::TokensSettings, LoadtestSettings};
 use hmdp::startup::Application;
 use hmdp::store::{self, Store};
 
@@ -21,6 +23,12 @@ enum Command {
     Serve(Box<ServeSettings>),
     /// Create the database if missing, apply pending migrations and exit.
     Migrate(StoreSettings),
+    /// Log N users in through the HTTP API and write one token per line.
+    Tokens(Box<TokensSettings>),
+    /// Fire many users' simultaneous purchases of one voucher and measure.
+    Loadtest(Box<LoadtestSettings>),
+    /// Two nodes behind nginx, one load test per lock mode, side by side.
+    Demo(Box<DemoSettings>),
 }
 
 #[tokio::main]
@@ -38,6 +46,9 @@ async fn main() -> anyhow::Result<()> {
                 .await?;
             tracing::info!("migrations applied");
         }
+        Command::Tokens(settings) => loadtest::tokens::run(*settings).await?,
+        Command::Loadtest(settings) => loadtest::run_command(*settings).await?,
+        Command::Demo(settings) => demo::run(*settings).await?,
     }
     Ok(())
 }
