@@ -172,7 +172,7 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
         redis,
         Keys::new(sandbox.redis_prefix.clone()),
     )
-    .users(settings.users, 32)
+    .users(0, settings.users, 32)
     .await?;
     let store = sandbox.store(2)?;
 

@@ -274,7 +274,7 @@ pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
             )?;
             let keys = Keys::new(settings.store.redis_prefix.clone());
             Login::new(client.clone(), &settings.target, redis, keys)
-                .users(settings.users, 32)
+                .users(0, settings.users, 32)
                 .await?
         }
     };

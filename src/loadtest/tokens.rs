@@ -25,6 +25,11 @@ pub struct TokensSettings {
     #[arg(long)]
     pub users: usize,
 
+    /// Index of the first user: a phone gets one login code a minute, so a
+    /// second run within the minute needs other phones.
+    #[arg(long, default_value_t = 0)]
+    pub first_user: usize,
+
     /// Write the tokens here, one per line (a JMeter/wrk CSV); default stdout.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -76,10 +81,15 @@ impl Login {
         }
     }
 
-    /// Logs in users `0..users` with at most `concurrency` logins in flight;
-    /// returns their tokens in user order.
-    pub async fn users(&self, users: usize, concurrency: usize) -> anyhow::Result<Vec<String>> {
-        stream::iter(0..users)
+    /// Logs in the users `first..first + count` with at most `concurrency`
+    /// logins in flight; returns their tokens in user order.
+    pub async fn users(
+        &self,
+        first: usize,
+        count: usize,
+        concurrency: usize,
+    ) -> anyhow::Result<Vec<String>> {
+        stream::iter(first..first + count)
             .map(|i| self.user(phone(i)))
             .buffered(concurrency.max(1))
             .try_collect()
@@ -98,7 +108,7 @@ impl Login {
             .with_context(|| format!("asking for a login code for {phone}"))?;
         if !body.success {
             bail!(
-                "no login code for {phone}: {} ({}); each phone gets one code a minute",
+                "no login code for {phone}: {} ({}); a phone gets one code a minute: wait, or log in other phones (--first-user)",
                 body.error_msg.unwrap_or_default(),
                 body.error_code.unwrap_or_default()
             );
@@ -160,7 +170,9 @@ pub async fn run(settings: TokensSettings) -> anyhow::Result<()> {
         redis,
         Keys::new(settings.store.redis_prefix.clone()),
     );
-    let tokens = login.users(settings.users, settings.concurrency).await?;
+    let tokens = login
+        .users(settings.first_user, settings.users, settings.concurrency)
+        .await?;
     let mut lines = tokens.join("\n");
     lines.push('\n');
     match &settings.out {
