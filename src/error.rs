@@ -134,6 +134,7 @@ impl From<LockError> for Error {
     fn from(error: LockError) -> Self {
         match error {
             LockError::Redis(redis) => redis.into(),
+            unexpected @ LockError::UnexpectedReply(_) => Error::Internal(unexpected.into()),
         }
     }
 }

@@ -5,6 +5,8 @@
 pub mod api;
 /// Login codes, Redis sessions, the user and admin guards.
 pub mod auth;
+/// `bench-lock` and `bench-db`: the lock and the transaction measured alone.
+pub mod bench;
 /// Two nodes and nginx as local child processes; `hmdp demo`.
 pub mod cluster;
 /// Flags, environment and defaults of every command.
@@ -15,12 +17,16 @@ pub mod error;
 pub mod id_worker;
 /// Every Redis key, in one place.
 pub mod keys;
+/// Deterministic reproductions of the course's lock failures.
+pub mod lab;
 /// The load generator and the bulk login behind `hmdp tokens`.
 pub mod loadtest;
 /// The per-user order lock: trait and modes.
 pub mod lock;
 /// Prometheus metrics.
 pub mod metrics;
+/// Private redis-server processes for the lab and fault tests.
+pub mod redis_server;
 /// The purchase use case.
 pub mod seckill;
 /// Wiring a node together.

@@ -1,9 +1,13 @@
 //! The `hmdp` command line: one binary for the node, its tools and its lab.
 
+use std::io::Write;
+
 use clap::{Parser, Subcommand};
 
+use hmdp::bench::{self, BenchDbArgs, BenchLockArgs};
 use hmdp::cluster::demo::{self, DemoSettings};
 use hmdp::config::{ServeSettings, StoreSettings};
+use hmdp::lab;
 use hmdp::loadtest::{self, tokens::TokensSettings, LoadtestSettings};
 use hmdp::startup::Application;
 use hmdp::store::{self, Store};
@@ -29,6 +33,19 @@ enum Command {
     Loadtest(Box<LoadtestSettings>),
     /// Two nodes behind nginx, one load test per lock mode, side by side.
     Demo(Box<DemoSettings>),
+    /// Reproduce one lock failure of the course with a timeline and a verdict.
+    ///
+    /// Runs against the configured Redis in a key namespace of its own, removed
+    /// afterwards. Exit status: 0 when mutual exclusion held, 1 when it broke,
+    /// 2 when the run itself failed.
+    Lab {
+        #[command(subcommand)]
+        scenario: lab::Scenario,
+    },
+    /// Measure lock acquire+release pairs per second and latency for one mode.
+    BenchLock(Box<BenchLockArgs>),
+    /// Measure the bare purchase transaction on MySQL (no HTTP, no lock).
+    BenchDb(Box<BenchDbArgs>),
 }
 
 #[tokio::main]
@@ -49,6 +66,26 @@ async fn main() -> anyhow::Result<()> {
         Command::Tokens(settings) => loadtest::tokens::run(*settings).await?,
         Command::Loadtest(settings) => loadtest::run_command(*settings).await?,
         Command::Demo(settings) => demo::run(*settings).await?,
+        Command::BenchLock(args) => {
+            bench::bench_lock(*args).await?;
+        }
+        Command::BenchDb(args) => {
+            bench::bench_db(*args).await?;
+        }
+        Command::Lab { scenario } => {
+            let code = match lab::run(&scenario).await {
+                Ok(report) => {
+                    print!("{report}");
+                    report.exit_code()
+                }
+                Err(error) => {
+                    eprintln!("error: {error:#}");
+                    2
+                }
+            };
+            std::io::stdout().flush()?;
+            std::process::exit(code);
+        }
     }
     Ok(())
 }

@@ -67,7 +67,7 @@ impl Application {
         }
         let redis = connect_redis(&settings.store.redis_url, timeout)?;
         let keys = Keys::new(settings.store.redis_prefix.clone());
-        let lock = lock::build(&settings.lock)?;
+        let lock = lock::build(&settings.lock, &redis, lock::Faults::none())?;
 
         let listener = TcpListener::bind((settings.host.as_str(), settings.port))
             .with_context(|| format!("cannot listen on {}:{}", settings.host, settings.port))?;

@@ -141,6 +141,29 @@ async fn a_local_lock_lets_duplicates_through_across_two_nodes() {
     assert_served_by_both_nodes(&report);
 }
 
+/// The same storm as the local lock's, through a lock every node shares.
+async fn assert_one_order_per_user_across_two_nodes(mode: LockMode) {
+    let test = TestCluster::start(mode, 300, USERS).await;
+    let voucher = test.create_voucher(STOCK).await;
+
+    let report = test.run(&test.plan(voucher, USERS, PER_USER), STOCK).await;
+
+    assert_eq!(report.duplicate_users, Some(0), "{report:?}");
+    assert_eq!(report.oversold, Some(0), "{report:?}");
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!(
+        report.orders,
+        Some(USERS as i64),
+        "every user bought once: {report:?}"
+    );
+    assert_served_by_both_nodes(&report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_lua_lock_keeps_one_order_per_user_across_two_nodes() {
+    assert_one_order_per_user_across_two_nodes(LockMode::RedisLua).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_node_leaves_the_survivor_serving_and_the_stock_balanced() {
     const USERS: usize = 200;

@@ -4,6 +4,8 @@
 //! release. The lock is taken before the transaction begins and released
 //! after it ends, never inside it; which lock runs is not this module's concern.
 
+mod catalog;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,10 +17,12 @@ use crate::keys::Keys;
 use crate::lock::{HeldLock, OrderLock};
 use crate::metrics;
 use crate::store::{self, NewOrder, Store};
+use catalog::Catalog;
 
 /// Places one-order-per-user flash-sale orders.
 pub struct Seckill {
     store: Store,
+    catalog: Catalog,
     lock: Arc<dyn OrderLock>,
     ids: IdWorker,
     keys: Keys,
@@ -36,6 +40,7 @@ impl Seckill {
         chaos_hold: Duration,
     ) -> Self {
         Seckill {
+            catalog: Catalog::new(store.clone()),
             store,
             lock,
             ids,
@@ -64,8 +69,8 @@ impl Seckill {
 
     async fn try_purchase(&self, user_id: u64, voucher_id: i64) -> Result<i64, Error> {
         let voucher = self
-            .store
-            .seckill_voucher(voucher_id)
+            .catalog
+            .sale(voucher_id)
             .await?
             .ok_or(Rejection::VoucherNotFound)?;
         let now = Local::now().naive_local();
@@ -75,14 +80,51 @@ impl Seckill {
         if now > voucher.end_time {
             return Err(Rejection::Ended.into());
         }
-        if voucher.stock < 1 {
+        if voucher.is_sold_out() {
             return Err(Rejection::SoldOut.into());
         }
 
         let held = self.acquire(user_id).await?;
         let outcome = self.create_order(user_id, voucher_id).await;
         self.release_logged(held).await;
+        if matches!(outcome, Err(Error::Rejected(Rejection::SoldOut))) {
+            voucher.mark_sold_out();
+        }
         outcome
+    }
+
+    /// Inserts the order under a fresh id. The id worker's counter lives in
+    /// Redis: if Redis restarted empty within the same second as earlier
+    /// orders, the counter starts over and an id can repeat. The duplicate
+    /// key fails only that statement, so we draw the next id and try again.
+    async fn insert_order(
+        &self,
+        tx: &mut sqlx::MySqlConnection,
+        user_id: u64,
+        voucher_id: i64,
+    ) -> Result<i64, Error> {
+        const ATTEMPTS: usize = 8;
+        let mut attempt = 1;
+        loop {
+            let id = self.ids.next_id("order").await?;
+            let order = NewOrder {
+                id,
+                user_id,
+                voucher_id,
+            };
+            match store::insert_order(tx, order).await {
+                Err(sqlx::Error::Database(error))
+                    if error.is_unique_violation() && attempt < ATTEMPTS =>
+                {
+                    tracing::warn!(
+                        id,
+                        "order id reused after an id counter reset; drawing another"
+                    );
+                    attempt += 1;
+                }
+                other => return other.map(|()| id).map_err(Error::from),
+            }
+        }
     }
 
     /// Takes the user's lock, timing it; a busy lock is hmdp's failed `tryLock()`.
@@ -133,16 +175,7 @@ impl Seckill {
         if !store::take_stock(&mut tx, voucher_id).await? {
             return Err(Rejection::SoldOut.into());
         }
-        let id = self.ids.next_id("order").await?;
-        store::insert_order(
-            &mut tx,
-            NewOrder {
-                id,
-                user_id,
-                voucher_id,
-            },
-        )
-        .await?;
+        let id = self.insert_order(&mut tx, user_id, voucher_id).await?;
         tx.commit().await?;
         Ok(id)
     }

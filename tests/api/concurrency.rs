@@ -69,3 +69,23 @@ async fn no_lock_with_a_chaos_hold_lets_duplicates_through() {
         "the stock > 0 condition still holds"
     );
 }
+
+/// The purchase storm on one node, no chaos, with one lock mode: no user gets
+/// two orders and nothing is oversold.
+macro_rules! one_node_keeps_one_order_per_user {
+    ($name:ident, $mode:literal) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn keeps_one_order_per_user_on_one_node() {
+                let app = spawn_app(&[concat!("--lock=", $mode)]).await;
+                assert_one_order_per_user(storm(&app).await);
+            }
+        }
+    };
+}
+
+one_node_keeps_one_order_per_user!(redis_naive, "redis-naive");
+one_node_keeps_one_order_per_user!(redis_owner, "redis-owner");
+one_node_keeps_one_order_per_user!(redis_lua, "redis-lua");

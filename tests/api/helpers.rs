@@ -37,24 +37,24 @@ pub struct TestApp {
     pub redis: redis::aio::ConnectionManager,
     pub prefix: String,
     database: String,
+    redis_url: String,
 }
 
-/// Starts a node whose extra flags (`--lock local`, `--chaos-hold-ms 50`, ...)
-/// come after the test's own database, Redis prefix and admin token.
-pub async fn spawn_app(extra_flags: &[&str]) -> TestApp {
+/// Starts a node with the test's own database, Redis prefix and admin token;
+/// `flags` (`--lock=local`, `--chaos-hold-ms=50`, ...) add to or override the
+/// harness defaults, always in `--name=value` form.
+pub async fn spawn_app(flags: &[&str]) -> TestApp {
     // Node logs only when asked for: `TEST_LOG=1 cargo test`.
     if std::env::var_os("TEST_LOG").is_some() {
         hmdp::telemetry::init();
     }
     let id = uuid::Uuid::new_v4().simple().to_string();
     let database = format!("hmdp_test_{id}");
-    let database_url = format!("{}/{database}", mysql_server_url());
     let prefix = format!("test:{id}:");
-    let mut args = vec![
-        "hmdp".to_owned(),
-        "--port=0".into(),
+    let defaults = [
+        "--port=0".to_owned(),
         "--host=127.0.0.1".into(),
-        format!("--database-url={database_url}"),
+        format!("--database-url={}/{database}", mysql_server_url()),
         format!("--redis-url={}", redis_url()),
         format!("--redis-prefix={prefix}"),
         format!("--admin-token={ADMIN_TOKEN}"),
@@ -62,8 +62,19 @@ pub async fn spawn_app(extra_flags: &[&str]) -> TestApp {
         "--backend-timeout-ms=10000".into(),
         "--workers=2".into(),
     ];
-    args.extend(extra_flags.iter().map(|flag| flag.to_string()));
+    let overridden = |default: &str| {
+        let name = &default[..default.find('=').expect("--name=value")];
+        flags
+            .iter()
+            .any(|flag| flag.split('=').next() == Some(name))
+    };
+    let args: Vec<String> = std::iter::once("hmdp".to_owned())
+        .chain(defaults.into_iter().filter(|default| !overridden(default)))
+        .chain(flags.iter().map(|flag| flag.to_string()))
+        .collect();
     let settings = Flags::try_parse_from(args).expect("valid test flags").serve;
+    let database_url = settings.store.database_url.clone();
+    let node_redis_url = settings.store.redis_url.clone();
     let app = Application::build(settings).await.expect("node starts");
     let address = format!("http://127.0.0.1:{}", app.port());
     tokio::spawn(app.run_until_stopped());
@@ -71,9 +82,10 @@ pub async fn spawn_app(extra_flags: &[&str]) -> TestApp {
         address,
         client: reqwest::Client::new(),
         store: Store::connect_lazy(&database_url, 4, Duration::from_secs(10)).unwrap(),
-        redis: hmdp::startup::connect_redis(&redis_url(), Duration::from_secs(10)).unwrap(),
+        redis: hmdp::startup::connect_redis(&node_redis_url, Duration::from_secs(10)).unwrap(),
         prefix,
         database,
+        redis_url: node_redis_url,
     }
 }
 
@@ -226,6 +238,7 @@ impl Drop for TestApp {
     fn drop(&mut self) {
         let database = self.database.clone();
         let pattern = format!("{}*", self.prefix);
+        let redis_url = self.redis_url.clone();
         let cleanup = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -240,7 +253,7 @@ impl Drop for TestApp {
                         .execute(store.pool())
                         .await;
                 }
-                if let Ok(client) = redis::Client::open(redis_url()) {
+                if let Ok(client) = redis::Client::open(redis_url) {
                     if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
                         let mut keys: Vec<String> = Vec::new();
                         if let Ok(mut iter) = conn.scan_match::<_, String>(&pattern).await {

@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod concurrency;
+mod faults;
 mod health;
 mod helpers;
 mod user;

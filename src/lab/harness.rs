@@ -1,0 +1,398 @@
+//! What every lab scenario runs on: locks built by the purchase's own
+//! factory with a short lease, a clock shared by the actors, a timeline, and
+//! the tracking of who is inside the critical section, from which the
+//! verdict follows.
+//!
+//! Mutual exclusion is judged on the critical section, not on the lock: an
+//! actor is inside between `enter` and `leave`, and the lock kept its promise
+//! when no two actors were ever inside at once.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use futures::FutureExt;
+use redis::aio::ConnectionManager;
+use redis::AsyncCommands;
+use tokio::time::Instant;
+
+use crate::config::{LockMode, LockSettings};
+use crate::keys::Keys;
+use crate::lock::{self, Faults, HeldLock, OrderLock, Release};
+
+/// A participant of a scenario: "A", "B", "C".
+pub type Actor = &'static str;
+
+/// One line of the timeline.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub at: Duration,
+    pub who: &'static str,
+    pub what: String,
+}
+
+/// The scenario clock and the events recorded against it. Shared with the
+/// fault injected into the lock, which outlives any borrow of the [`Lab`].
+struct Timeline {
+    start: Instant,
+    events: Mutex<Vec<Event>>,
+}
+
+impl Timeline {
+    fn record(&self, who: &'static str, what: impl Into<String>) {
+        let event = Event {
+            at: self.start.elapsed(),
+            who,
+            what: what.into(),
+        };
+        self.events.lock().expect("timeline poisoned").push(event);
+    }
+
+    async fn sleep_until(&self, ms: u64) {
+        tokio::time::sleep_until(self.start + Duration::from_millis(ms)).await;
+    }
+}
+
+/// Who is inside the critical section, and every moment more than one was.
+#[derive(Default)]
+struct Section {
+    inside: BTreeSet<Actor>,
+    overlaps: Vec<Vec<Actor>>,
+}
+
+/// A stall armed for the next release that reaches the lock's
+/// before-delete fault point: who stalls, and until when (ms on the clock).
+type ArmedStall = Arc<Mutex<Option<(Actor, u64)>>>;
+
+/// The stage a scenario plays on.
+pub struct Lab {
+    mode: LockMode,
+    redis: ConnectionManager,
+    lock_nodes: Vec<String>,
+    /// Every key of this run starts with it, so a run sees nothing but its
+    /// own keys and can delete them all afterwards.
+    namespace: String,
+    /// The lock key the actors contend for (user 1's `lock:order:1`).
+    key: String,
+    lease: Mutex<Option<Duration>>,
+    timeline: Arc<Timeline>,
+    section: Mutex<Section>,
+    releases: Mutex<Vec<(Actor, Release)>>,
+    stall: ArmedStall,
+}
+
+impl Lab {
+    pub(super) fn new(
+        mode: LockMode,
+        redis: ConnectionManager,
+        lock_nodes: Vec<String>,
+        namespace: String,
+    ) -> Self {
+        let key = Keys::new(namespace.clone()).order_lock(1);
+        Lab {
+            mode,
+            redis,
+            lock_nodes,
+            namespace,
+            key,
+            lease: Mutex::new(None),
+            timeline: Arc::new(Timeline {
+                start: Instant::now(),
+                events: Mutex::new(Vec::new()),
+            }),
+            section: Mutex::default(),
+            releases: Mutex::default(),
+            stall: ArmedStall::default(),
+        }
+    }
+
+    /// A lock of the mode under test, built exactly as the purchase builds
+    /// it but with the scenario's `lease` and `wait`, and with the lab's
+    /// fault points wired in.
+    pub fn lock(&self, lease: Duration, wait: Duration) -> anyhow::Result<Arc<dyn OrderLock>> {
+        let settings = LockSettings {
+            mode: self.mode,
+            lock_nodes: self.lock_nodes.clone(),
+            lock_lease_ms: Some(lease.as_millis() as u64),
+            lock_wait_ms: wait.as_millis() as u64,
+            fencing: false,
+        };
+        *self.lease.lock().expect("lease poisoned") = Some(lease);
+        lock::build(&settings, &self.redis, self.faults())
+    }
+
+    /// Sleeps until `ms` after the scenario started.
+    pub async fn at(&self, ms: u64) {
+        self.timeline.sleep_until(ms).await;
+    }
+
+    /// Adds a line of narrative to the timeline.
+    pub fn say(&self, who: Actor, what: impl Into<String>) {
+        self.timeline.record(who, what);
+    }
+
+    /// `who` tries to take the lock; the attempt and its outcome go on the timeline.
+    pub async fn acquire(
+        &self,
+        who: Actor,
+        lock: &dyn OrderLock,
+    ) -> anyhow::Result<Option<Box<dyn HeldLock>>> {
+        let held = lock
+            .acquire(&self.key)
+            .await
+            .with_context(|| format!("{who} could not reach the lock"))?;
+        match &held {
+            Some(_) => self.say(who, "acquires the lock"),
+            None => self.say(who, "is refused: the lock is busy"),
+        }
+        Ok(held)
+    }
+
+    /// `who` starts the work the lock guards. Entering beside someone else
+    /// is the failure every scenario watches for.
+    pub fn enter(&self, who: Actor) {
+        let mut section = self.section.lock().expect("section poisoned");
+        section.inside.insert(who);
+        if section.inside.len() == 1 {
+            self.say(who, "enters the critical section");
+            return;
+        }
+        let together: Vec<Actor> = section.inside.iter().copied().collect();
+        let others: Vec<Actor> = together.iter().copied().filter(|o| *o != who).collect();
+        self.say(
+            who,
+            format!(
+                "enters the critical section while {} is still inside: MUTUAL EXCLUSION BROKEN",
+                others.join(" and ")
+            ),
+        );
+        section.overlaps.push(together);
+    }
+
+    /// `who` has finished the work the lock guards.
+    pub fn leave(&self, who: Actor) {
+        self.section
+            .lock()
+            .expect("section poisoned")
+            .inside
+            .remove(who);
+        self.say(who, "leaves the critical section");
+    }
+
+    /// `who` releases; what the release reported goes on the timeline.
+    pub async fn release(&self, who: Actor, held: Box<dyn HeldLock>) -> anyhow::Result<Release> {
+        let release = held
+            .release()
+            .await
+            .with_context(|| format!("{who} could not reach the lock to release it"))?;
+        let what = match release {
+            Release::Released => "releases: the lock is freed (Released)",
+            Release::Expired => "releases: the lock had already expired (Expired)",
+            Release::NotOwner => "releases: another owner holds the lock, left alone (NotOwner)",
+        };
+        self.say(who, what);
+        self.releases
+            .lock()
+            .expect("releases poisoned")
+            .push((who, release));
+        Ok(release)
+    }
+
+    /// Makes the next release that reaches the lock's before-delete point
+    /// (see [`Faults::before_delete`]) stall there until `until_ms`.
+    pub fn stall_next_release(&self, who: Actor, until_ms: u64) {
+        *self.stall.lock().expect("stall poisoned") = Some((who, until_ms));
+    }
+
+    /// Puts the state of the lock key in Redis on the timeline, for the
+    /// modes that keep the lock in that one key.
+    pub async fn observe_key(&self) -> anyhow::Result<()> {
+        if !matches!(
+            self.mode,
+            LockMode::RedisNaive | LockMode::RedisOwner | LockMode::RedisLua
+        ) {
+            return Ok(());
+        }
+        let mut redis = self.redis.clone();
+        let ttl_ms: i64 = redis
+            .pttl(&self.key)
+            .await
+            .context("cannot observe the lock key")?;
+        let what = if ttl_ms >= 0 {
+            format!("the lock key is held, {ttl_ms} ms of lease left")
+        } else {
+            "the lock key is free".to_owned()
+        };
+        self.timeline.record("redis", what);
+        Ok(())
+    }
+
+    /// Whether two actors were ever inside the critical section at once.
+    pub fn broken(&self) -> bool {
+        !self
+            .section
+            .lock()
+            .expect("section poisoned")
+            .overlaps
+            .is_empty()
+    }
+
+    /// The fault points of this lab's locks: a release stalls only when a
+    /// scenario armed a stall for it.
+    fn faults(&self) -> Faults {
+        let stall = self.stall.clone();
+        let timeline = self.timeline.clone();
+        Faults {
+            before_delete: Some(Arc::new(move || {
+                let armed = stall.lock().expect("stall poisoned").take();
+                let timeline = timeline.clone();
+                async move {
+                    let Some((who, until_ms)) = armed else {
+                        return;
+                    };
+                    timeline.record(
+                        who,
+                        "stalls inside its release, just before the command that deletes the key",
+                    );
+                    timeline.sleep_until(until_ms).await;
+                    timeline.record(who, "resumes its release");
+                }
+                .boxed()
+            })),
+        }
+    }
+
+    /// Deletes every key of this run.
+    pub(super) async fn clean_up(&self) -> anyhow::Result<()> {
+        let mut redis = self.redis.clone();
+        let pattern = format!("{}*", glob_escape(&self.namespace));
+        let keys: Vec<String> = {
+            use futures::StreamExt;
+            let iter = redis
+                .scan_match::<_, String>(&pattern)
+                .await
+                .context("cannot list the lab's keys")?;
+            iter.filter_map(|key| async move { key.ok() })
+                .collect()
+                .await
+        };
+        if !keys.is_empty() {
+            let mut redis = self.redis.clone();
+            let _: u64 = redis
+                .del(&keys)
+                .await
+                .context("cannot delete the lab's keys")?;
+        }
+        Ok(())
+    }
+
+    /// Everything the run observed, with the scenario's explanation.
+    pub(super) fn report(&self, scenario: &'static str, explanation: String) -> Report {
+        let section = self.section.lock().expect("section poisoned");
+        Report {
+            scenario,
+            mode: self.mode,
+            key: self.key.clone(),
+            lease: *self.lease.lock().expect("lease poisoned"),
+            events: self
+                .timeline
+                .events
+                .lock()
+                .expect("timeline poisoned")
+                .clone(),
+            overlaps: section.overlaps.clone(),
+            releases: self.releases.lock().expect("releases poisoned").clone(),
+            explanation,
+        }
+    }
+}
+
+/// Escapes Redis glob characters, so a user's key prefix matches literally.
+fn glob_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+/// The outcome of one run: the timeline, who overlapped, what each release
+/// reported, and the verdict.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub scenario: &'static str,
+    pub mode: LockMode,
+    pub key: String,
+    pub lease: Option<Duration>,
+    pub events: Vec<Event>,
+    /// Each moment two or more actors were inside the critical section: who.
+    pub overlaps: Vec<Vec<Actor>>,
+    /// Each release, in order, with what it reported.
+    pub releases: Vec<(Actor, Release)>,
+    /// Why mutual exclusion held or broke, in the scenario's words.
+    pub explanation: String,
+}
+
+impl Report {
+    /// Whether no two actors were ever inside the critical section at once.
+    pub fn kept(&self) -> bool {
+        self.overlaps.is_empty()
+    }
+
+    /// 0 when mutual exclusion held, 1 when it broke.
+    pub fn exit_code(&self) -> i32 {
+        if self.kept() {
+            0
+        } else {
+            1
+        }
+    }
+
+    /// What `who`'s release reported, if it released.
+    pub fn release_of(&self, who: Actor) -> Option<Release> {
+        self.releases
+            .iter()
+            .find(|(actor, _)| *actor == who)
+            .map(|(_, release)| *release)
+    }
+
+    /// The one-line verdict.
+    pub fn verdict(&self) -> String {
+        if self.kept() {
+            format!("KEPT: mutual exclusion held. {}", self.explanation)
+        } else {
+            let who: Vec<String> = self.overlaps.iter().map(|set| set.join("+")).collect();
+            format!(
+                "BROKEN: {} inside the critical section at once. {}",
+                who.join(", "),
+                self.explanation
+            )
+        }
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "lab {} --lock {} (key {}",
+            self.scenario, self.mode, self.key
+        )?;
+        // The in-process modes ignore the lease.
+        let leased = !matches!(self.mode, LockMode::None | LockMode::Local);
+        if let (Some(lease), true) = (self.lease, leased) {
+            write!(f, ", lease {} ms", lease.as_millis())?;
+        }
+        writeln!(f, ")")?;
+        for event in &self.events {
+            let at = format!("t={}ms", event.at.as_millis());
+            writeln!(f, "  {at:<9} {:<6} {}", event.who, event.what)?;
+        }
+        writeln!(f, "verdict: {}", self.verdict())
+    }
+}

@@ -1,0 +1,87 @@
+//! Taking a key with `SET key token NX PX lease`: the acquisition shared by
+//! the course's three hand-written Redis locks, which differ only in how
+//! they release.
+
+use std::time::Duration;
+
+use rand::RngExt;
+use redis::aio::ConnectionManager;
+use tokio::time::Instant;
+
+use super::{owner, Faults, LockError};
+
+/// Pause between two attempts while waiting for a busy key. These locks have
+/// no release notification to wait on, so they poll; the jitter keeps many
+/// waiters from retrying in lockstep.
+const RETRY_PAUSE_MS: std::ops::RangeInclusive<u64> = 5..=15;
+
+/// Settings and connection shared by the `SET NX PX` locks.
+pub(super) struct SetNx {
+    redis: ConnectionManager,
+    lease: Duration,
+    /// Zero: try once (hmdp's `tryLock()`); otherwise retry until this has passed.
+    wait: Duration,
+    faults: Faults,
+}
+
+/// A key this process set with its own token.
+pub(super) struct Taken {
+    pub redis: ConnectionManager,
+    pub key: String,
+    pub token: String,
+    pub faults: Faults,
+}
+
+impl SetNx {
+    pub fn new(redis: ConnectionManager, lease: Duration, wait: Duration, faults: Faults) -> Self {
+        SetNx {
+            redis,
+            lease,
+            wait,
+            faults,
+        }
+    }
+
+    /// Sets `key` to a fresh owner token unless somebody holds it, retrying
+    /// until the wait deadline; `None` when it stayed busy throughout.
+    pub async fn take(&self, key: &str) -> Result<Option<Taken>, LockError> {
+        let token = owner::next_token();
+        // PX 0 is an error in Redis; a sub-millisecond lease rounds up.
+        let lease_ms = self.lease.as_millis().max(1) as u64;
+        let deadline = Instant::now() + self.wait;
+        let mut redis = self.redis.clone();
+        loop {
+            let set: Option<String> = redis::cmd("SET")
+                .arg(key)
+                .arg(&token)
+                .arg("NX")
+                .arg("PX")
+                .arg(lease_ms)
+                .query_async(&mut redis)
+                .await?;
+            if set.is_some() {
+                return Ok(Some(Taken {
+                    redis,
+                    key: key.to_owned(),
+                    token,
+                    faults: self.faults.clone(),
+                }));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            let pause = Duration::from_millis(rand::rng().random_range(RETRY_PAUSE_MS));
+            tokio::time::sleep(pause.min(deadline - now)).await;
+        }
+    }
+}
+
+impl Taken {
+    /// Runs the fault injected before the deleting command, if any.
+    pub async fn before_delete(&self) {
+        if let Some(pause) = &self.faults.before_delete {
+            pause().await;
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! Faults survived: Redis or MySQL unreachable. Purchases fail fast with 503
+//! `UNAVAILABLE`, nothing is written without the lock, and service resumes
+//! by itself when the backend is back.
+
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use hmdp::redis_server::{free_port, RedisServer};
+use redis::AsyncCommands;
+use serde_json::Value;
+
+use crate::helpers::{phone, spawn_app, TestApp};
+
+/// Generous bound on a request while a backend is down: the backend timeout
+/// is 500 ms; this only catches hangs, it does not measure speed.
+const NO_HANG: Duration = Duration::from_secs(5);
+
+async fn timed_purchase(app: &TestApp, voucher: i64, token: &str) -> (u16, Value, Duration) {
+    let started = Instant::now();
+    let response = app
+        .post(&format!("/voucher-order/seckill/{voucher}"), Some(token))
+        .await;
+    let status = response.status().as_u16();
+    let body = response.json().await.unwrap_or(Value::Null);
+    (status, body, started.elapsed())
+}
+
+/// Redis dies during a run and comes back empty on the same port.
+async fn redis_outage_with(lock: &str) {
+    let mut redis = RedisServer::start().unwrap();
+    let app = spawn_app(&[
+        &format!("--redis-url={}", redis.url()),
+        &format!("--lock={lock}"),
+        "--backend-timeout-ms=500",
+    ])
+    .await;
+    let voucher = app.create_open_seckill(100).await;
+    let tokens = app.login_many(20).await;
+    for token in &tokens[..5] {
+        assert_eq!(app.purchase(voucher, token).await["success"], true);
+    }
+
+    redis.kill();
+    let during = join_all(tokens[5..].iter().map(|t| timed_purchase(&app, voucher, t))).await;
+    for (status, body, took) in &during {
+        assert_eq!(*status, 503, "{body}");
+        assert_eq!(body["errorCode"], "UNAVAILABLE");
+        assert!(*took < NO_HANG, "a request hung for {took:?}");
+    }
+    assert_eq!(app.get("/ready", None).await.status(), 503);
+    assert_eq!(app.get("/health", None).await.status(), 200);
+    let audit = app.audit(voucher).await;
+    assert_eq!(audit.orders, 5, "no order without Redis: {audit:?}");
+    assert!(audit.stock_balances(100));
+
+    redis.restart().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.get("/ready", None).await.status() != 200 {
+        assert!(Instant::now() < deadline, "service did not resume");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The harness's own connection reports the restart once, then reconnects.
+    let _: redis::RedisResult<String> =
+        redis::cmd("PING").query_async(&mut app.redis.clone()).await;
+    // Sessions lived in the Redis that died: users log in again.
+    let token = app.login(&phone(100)).await;
+    let after = app.purchase(voucher, &token).await;
+    assert_eq!(after["success"], true, "{after}");
+    let audit = app.audit(voucher).await;
+    assert_eq!((audit.orders, audit.duplicate_users), (6, 0));
+    assert!(audit.stock_balances(100));
+}
+
+#[tokio::test]
+async fn redis_outage_fails_fast_and_recovers_local() {
+    redis_outage_with("local").await;
+}
+
+#[tokio::test]
+async fn redis_outage_fails_fast_and_recovers_redis_lua() {
+    redis_outage_with("redis-lua").await;
+}
+
+#[tokio::test]
+async fn unreachable_mysql_answers_503_fast() {
+    // A healthy node logs the user in; a second node sharing its Redis
+    // namespace has MySQL on a closed port.
+    let healthy = spawn_app(&[]).await;
+    let token = healthy.login(&phone(1)).await;
+    let closed = free_port().unwrap();
+    let app = spawn_app(&[
+        &format!("--database-url=mysql://root@127.0.0.1:{closed}/hmdp"),
+        &format!("--redis-prefix={}", healthy.prefix),
+        "--no-migrate",
+        "--backend-timeout-ms=500",
+    ])
+    .await;
+    for _ in 0..2 {
+        let (status, body, took) = timed_purchase(&app, 10, &token).await;
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(body["errorCode"], "UNAVAILABLE");
+        assert_eq!(body["errorMsg"], "服务繁忙，请稍后再试");
+        assert!(took < NO_HANG, "hung for {took:?}");
+    }
+    assert_eq!(app.get("/ready", None).await.status(), 503);
+    assert_eq!(app.get("/health", None).await.status(), 200);
+}
+
+/// MySQL drops the node's connections while a purchase holds the lock with
+/// its transaction open: the transaction is rolled back, the answer is 503,
+/// the lock is released, and the next attempt succeeds.
+#[tokio::test]
+async fn mysql_lost_mid_transaction_rolls_back_and_releases_the_lock() {
+    let app = spawn_app(&["--lock=redis-lua", "--chaos-hold-ms=1000"]).await;
+    let voucher = app.create_open_seckill(10).await;
+    let token = app.login(&phone(1)).await;
+
+    let (attempt, ()) = tokio::join!(timed_purchase(&app, voucher, &token), async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        kill_connections_to(&app).await;
+    });
+    let (status, body, _) = attempt;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["errorCode"], "UNAVAILABLE");
+
+    let locks: Vec<String> = app
+        .redis
+        .clone()
+        .keys(format!("{}lock:order:*", app.prefix))
+        .await
+        .unwrap();
+    assert!(locks.is_empty(), "lock released: {locks:?}");
+    let audit = app.audit(voucher).await;
+    assert_eq!((audit.orders, audit.stock_left), (0, 10), "rolled back");
+
+    let retry = app.purchase(voucher, &token).await;
+    assert_eq!(retry["success"], true, "{retry}");
+}
+
+/// `KILL CONNECTION` for every session on the test's database but our own.
+async fn kill_connections_to(app: &TestApp) {
+    let pool = app.store.pool();
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID()",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert!(!ids.is_empty(), "the node holds connections");
+    for id in ids {
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("KILL CONNECTION {id}")))
+            .execute(pool)
+            .await;
+    }
+}

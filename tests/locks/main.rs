@@ -1,0 +1,6 @@
+//! Lock tests against the machine's real Redis: the contract every mode
+//! keeps, and the lab's verdict for each scenario and mode. One binary.
+
+mod contract;
+mod helpers;
+mod lab;
