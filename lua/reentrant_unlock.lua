@@ -8,12 +8,16 @@
 -- ARGV[1]  owner id
 -- ARGV[2]  lease in milliseconds, reset while holds remain
 -- ARGV[3]  how long the latch remembers the answer, in milliseconds
+-- ARGV[4]  which attempt of this release this is: the first cannot find a
+--          latch (release ids are never reused), so it does not look
 -- Returns  n >= 0: released, n holds of this owner remain (0: key deleted)
 --          -1: the key was gone (lease expired)
 --          -2: another owner holds the key
-local done = redis.call('get', KEYS[3])
-if done then
-  return tonumber(done)
+if ARGV[4] ~= '1' then
+  local done = redis.call('get', KEYS[3])
+  if done then
+    return tonumber(done)
+  end
 end
 local result
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then

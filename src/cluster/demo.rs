@@ -133,7 +133,7 @@ pub async fn run(settings: DemoSettings) -> anyhow::Result<()> {
 }
 
 /// Resolves on Ctrl-C (SIGINT) or SIGTERM.
-async fn shutdown_signal() -> &'static str {
+pub(super) async fn shutdown_signal() -> &'static str {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     tokio::select! {
@@ -188,7 +188,13 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
                 tokens.len(),
                 settings.per_user
             );
-            let voucher = create_voucher(&client, &cluster, settings.stock).await?;
+            let voucher = loadtest::create_voucher(
+                &client,
+                &cluster.url(),
+                &cluster.spec().admin_token,
+                settings.stock,
+            )
+            .await?;
             let plan = Plan {
                 target: cluster.url(),
                 voucher,
@@ -231,38 +237,6 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
         bail!("not as expected: {}", unexpected.join(", "));
     }
     Ok(())
-}
-
-/// Creates a seckill voucher on sale now, through nginx, as an admin would.
-async fn create_voucher(
-    client: &reqwest::Client,
-    cluster: &Cluster,
-    stock: i32,
-) -> anyhow::Result<i64> {
-    let body: serde_json::Value = client
-        .post(format!("{}/voucher/seckill", cluster.url()))
-        .header("x-admin-token", &cluster.spec().admin_token)
-        .json(&json!({
-            "shopId": 1,
-            "title": "100元代金券",
-            "subTitle": "周一至周日均可使用",
-            "rules": "全场通用",
-            "payValue": 8000,
-            "actualValue": 10000,
-            "type": 1,
-            "stock": stock,
-            "beginTime": "2020-01-01T00:00:00",
-            "endTime": "2037-12-31T23:59:59",
-        }))
-        .send()
-        .await?
-        .json()
-        .await
-        .context("creating the voucher")?;
-    body["data"]
-        .as_str()
-        .and_then(|id| id.parse().ok())
-        .with_context(|| format!("voucher not created: {body}"))
 }
 
 /// The side-by-side table, one row per mode.

@@ -6,6 +6,7 @@ pub mod demo;
 pub mod nginx;
 mod node;
 mod sandbox;
+pub mod up;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -145,6 +146,11 @@ impl Cluster {
             node.start(&self.spec, node_flags, &self.client).await?;
         }
         Ok(())
+    }
+
+    /// Process ids of the running nodes.
+    pub fn node_pids(&self) -> Vec<u32> {
+        self.nodes.iter().filter_map(Node::pid).collect()
     }
 
     /// Kills one node with SIGKILL, as a crash would.

@@ -105,6 +105,11 @@ impl Node {
         }
     }
 
+    /// The process id while the node runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(Child::id)
+    }
+
     /// SIGKILL, like a crash or `kill -9`: nothing in flight is finished.
     pub async fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -17,7 +17,7 @@
 //!   first attempt's answer (`lua/reentrant_unlock.lua`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Duration;
 
@@ -43,6 +43,8 @@ static RENEW: LazyLock<Script> =
 /// before it is forgotten.
 const RELEASE_LATCH: Duration = Duration::from_secs(10);
 const RELEASE_ATTEMPTS: u32 = 3;
+/// Numbers the releases of this process, for their idempotency latches.
+static NEXT_RELEASE: AtomicU64 = AtomicU64::new(1);
 /// While releases are not being delivered (subscription down), waiters poll.
 const POLL: Duration = Duration::from_millis(50);
 /// A failed renewal is retried this often until the lease runs out.
@@ -216,7 +218,13 @@ impl ReentrantLock {
         Box::new(ReentrantHold {
             inner: inner.clone(),
             hold,
-            release_id: uuid::Uuid::new_v4().simple().to_string(),
+            // Unique per key: the owner is unique, the counter tells its
+            // releases apart. (A random id would cost a getrandom call per hold.)
+            release_id: format!(
+                "{}:{}",
+                inner.owner(holder),
+                NEXT_RELEASE.fetch_add(1, Ordering::Relaxed)
+            ),
             released: false,
         })
     }
@@ -356,6 +364,7 @@ async fn release(
             .arg(&hold.owner)
             .arg(hold.lease.as_millis() as u64)
             .arg(RELEASE_LATCH.as_millis() as u64)
+            .arg(attempt)
             .invoke_async(&mut redis.clone())
             .await;
         match result {
@@ -453,7 +462,13 @@ async fn renew(
 mod tests {
     use super::*;
 
-    async fn unlock(redis: &mut ConnectionManager, key: &str, owner: &str, id: &str) -> i64 {
+    async fn unlock(
+        redis: &mut ConnectionManager,
+        key: &str,
+        owner: &str,
+        id: &str,
+        attempt: u32,
+    ) -> i64 {
         UNLOCK
             .key(key)
             .key(sibling(key, "released"))
@@ -461,6 +476,7 @@ mod tests {
             .arg(owner)
             .arg(10_000)
             .arg(RELEASE_LATCH.as_millis() as u64)
+            .arg(attempt)
             .invoke_async(redis)
             .await
             .unwrap()
@@ -484,16 +500,16 @@ mod tests {
         }
 
         assert_eq!(take(&mut redis, &key, "a:1").await, 1);
-        assert_eq!(unlock(&mut redis, &key, "a:1", "r1").await, 0);
+        assert_eq!(unlock(&mut redis, &key, "a:1", "r1", 1).await, 0);
         // B takes the key before A's retry, sent because A's reply was lost.
         assert_eq!(take(&mut redis, &key, "b:1").await, 1);
         assert_eq!(
-            unlock(&mut redis, &key, "a:1", "r1").await,
+            unlock(&mut redis, &key, "a:1", "r1", 2).await,
             0,
             "the first answer"
         );
         assert_eq!(
-            unlock(&mut redis, &key, "a:1", "r2").await,
+            unlock(&mut redis, &key, "a:1", "r2", 1).await,
             -2,
             "a new release"
         );
