@@ -100,7 +100,7 @@ $HMDP tokens --target "$HMDP_TARGET" --users "$USERS" --out "$OUT/tokens.txt"
 say "loadtest sale: $USERS users, one purchase each, stock $USERS"
 $HMDP loadtest --target "$HMDP_TARGET" --workload sale --users "$USERS" \
   --tokens "$OUT/tokens.txt" --concurrency 64 --verify --json "$OUT/sale.json"
-say "loadtest storm: $USERS users x $PER_USER purchases at once, stock $USERS"
+say "loadtest storm: $USERS users x $PER_USER purchases at once, stock $(( (USERS + 9) / 10 ))"
 $HMDP loadtest --target "$HMDP_TARGET" --workload storm --users "$USERS" --per-user "$PER_USER" \
   --tokens "$OUT/tokens.txt" --concurrency 200 --verify --json "$OUT/storm.json"
 

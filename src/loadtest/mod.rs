@@ -40,12 +40,16 @@ pub struct LoadtestSettings {
     #[arg(long, required_unless_present = "workload")]
     pub voucher: Option<i64>,
 
-    /// A named workload on a fresh voucher of stock = --users, created through
-    /// the admin API: `sale` (one purchase per user: committed orders/s) or
-    /// `storm` (--per-user purchases per user at once: requests/s, most of
-    /// them rejected duplicates).
+    /// A named workload on a fresh voucher created through the admin API:
+    /// `sale` (stock = --users, one purchase per user: committed orders/s) or
+    /// `storm` (stock = a tenth of --users, --per-user purchases per user at
+    /// once: requests/s, nearly all of them rejected).
     #[arg(long, value_enum, conflicts_with = "voucher")]
     pub workload: Option<Workload>,
+
+    /// Stock of the --workload voucher, instead of the workload's own.
+    #[arg(long, requires = "workload")]
+    pub stock: Option<i32>,
 
     /// Admin token of the nodes, to create the --workload voucher.
     #[arg(long, env = "HMDP_ADMIN_TOKEN", hide_env_values = true)]
@@ -80,15 +84,26 @@ pub struct LoadtestSettings {
     pub store: StoreSettings,
 }
 
-/// The load test's named workloads (issue "Performance").
+/// The load test's named workloads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Workload {
     /// Stock S, S users, one purchase each: every request should commit.
     Sale,
-    /// U users x K simultaneous purchases, stock U: one order per user, the
-    /// rest rejected.
+    /// U users x K simultaneous purchases of a stock of U / 10: a tenth of
+    /// the users get one order, every other request is turned away (a
+    /// duplicate while the user's lock is held, sold out after).
     Storm,
+}
+
+impl Workload {
+    /// The stock of the workload's voucher for `users` users.
+    pub fn stock(self, users: usize) -> usize {
+        match self {
+            Workload::Sale => users,
+            Workload::Storm => users.div_ceil(10),
+        }
+    }
 }
 
 /// An HTTP client for many small requests to one host: connections are kept
@@ -341,12 +356,17 @@ pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
     };
     let voucher = match (settings.voucher, settings.workload) {
         (Some(voucher), _) => voucher,
-        (None, _) => {
+        (None, None) => bail!("give --voucher or --workload"),
+        (None, Some(workload)) => {
             let token = settings
                 .admin_token
                 .as_deref()
                 .context("--workload creates a voucher: give --admin-token (HMDP_ADMIN_TOKEN)")?;
-            let stock = i32::try_from(tokens.len()).context("too many users for one voucher")?;
+            let stock = match settings.stock {
+                Some(stock) => stock,
+                None => i32::try_from(workload.stock(tokens.len()))
+                    .context("too many users for one voucher")?,
+            };
             create_voucher(&client, &settings.target, token, stock).await?
         }
     };
