@@ -14,7 +14,8 @@
 //!   runs out, marks the hold lost, and [`HeldLock::ensure_held`] then stops
 //!   the work under it from committing.
 //! - Release is idempotent per guard: a retry after a lost reply gets the
-//!   first attempt's answer (`lua/reentrant_unlock.lua`).
+//!   first attempt's answer, from a latch when holds remain, from the lease
+//!   when the first attempt took the last one (`lua/reentrant_unlock.lua`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -355,6 +356,9 @@ async fn release(
     hold: &Hold,
     release_id: &str,
 ) -> Result<Release, LockError> {
+    // Whether the key was surely still ours when the first attempt left.
+    let lease_running = !hold.lost.load(Ordering::SeqCst)
+        && Instant::now() < *hold.valid_until.lock().expect("hold poisoned");
     let mut attempt = 1;
     loop {
         let result: Result<i64, redis::RedisError> = UNLOCK
@@ -368,10 +372,7 @@ async fn release(
             .invoke_async(&mut redis.clone())
             .await;
         match result {
-            Ok(-1) => return Ok(Release::Expired),
-            Ok(-2) => return Ok(Release::NotOwner),
-            Ok(0) => return Ok(Release::Released),
-            Ok(left) => return Ok(Release::StillHeld(u32::try_from(left).unwrap_or(u32::MAX))),
+            Ok(code) => return answer(code, attempt > 1 && lease_running),
             Err(error) if attempt < RELEASE_ATTEMPTS && is_transient(&error) => {
                 tracing::debug!(%error, attempt, "lock release reply lost; retrying");
                 tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
@@ -379,6 +380,22 @@ async fn release(
             }
             Err(error) => return Err(error.into()),
         }
+    }
+}
+
+/// What the unlock script's `code` means. `retried_in_lease`: this was a
+/// retry, and the lease was still running when the first attempt was sent.
+/// Then nobody else could have removed our hold (short of Redis losing the
+/// key), so a key found gone or someone else's means the first attempt
+/// released it and only its reply was lost.
+fn answer(code: i64, retried_in_lease: bool) -> Result<Release, LockError> {
+    match code {
+        -1 | -2 if retried_in_lease => Ok(Release::Released),
+        -1 => Ok(Release::Expired),
+        -2 => Ok(Release::NotOwner),
+        0 => Ok(Release::Released),
+        left if left > 0 => Ok(Release::StillHeld(u32::try_from(left).unwrap_or(u32::MAX))),
+        other => Err(LockError::UnexpectedReply(other)),
     }
 }
 
@@ -483,7 +500,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_retried_release_gets_the_first_answer_not_a_false_not_owner() {
+    async fn a_retried_release_of_a_reentered_hold_does_not_take_a_second_hold() {
         let url =
             std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into());
         let mut redis = crate::startup::connect_redis(&url, Duration::from_secs(10)).unwrap();
@@ -500,18 +517,24 @@ mod tests {
         }
 
         assert_eq!(take(&mut redis, &key, "a:1").await, 1);
-        assert_eq!(unlock(&mut redis, &key, "a:1", "r1", 1).await, 0);
-        // B takes the key before A's retry, sent because A's reply was lost.
-        assert_eq!(take(&mut redis, &key, "b:1").await, 1);
+        assert_eq!(take(&mut redis, &key, "a:1").await, 1, "re-entered");
+        assert_eq!(unlock(&mut redis, &key, "a:1", "r1", 1).await, 1);
+        // A's reply was lost, so A sends the same release again.
         assert_eq!(
             unlock(&mut redis, &key, "a:1", "r1", 2).await,
-            0,
-            "the first answer"
+            1,
+            "the first answer, not a second hold taken away"
         );
         assert_eq!(
             unlock(&mut redis, &key, "a:1", "r2", 1).await,
+            0,
+            "the last hold"
+        );
+        assert_eq!(take(&mut redis, &key, "b:1").await, 1, "the key is free");
+        assert_eq!(
+            unlock(&mut redis, &key, "a:1", "r2", 2).await,
             -2,
-            "a new release"
+            "a retry of the last hold's release finds B's key"
         );
 
         let _: () = redis::cmd("DEL")
@@ -521,5 +544,15 @@ mod tests {
             .query_async(&mut redis)
             .await
             .unwrap();
+    }
+
+    #[test]
+    fn a_retry_within_the_lease_that_finds_the_key_gone_or_taken_was_released() {
+        assert_eq!(answer(-2, true).unwrap(), Release::Released);
+        assert_eq!(answer(-1, true).unwrap(), Release::Released);
+        assert_eq!(answer(-2, false).unwrap(), Release::NotOwner);
+        assert_eq!(answer(-1, false).unwrap(), Release::Expired);
+        assert_eq!(answer(2, true).unwrap(), Release::StillHeld(2));
+        assert!(answer(-3, false).is_err());
     }
 }
