@@ -72,16 +72,28 @@ impl std::fmt::Display for LockMode {
 #[derive(Debug, Clone, Args)]
 pub struct LockSettings {
     /// Lock mode guarding each user's purchase.
-    #[arg(long = "lock", env = "HMDP_LOCK", value_enum, default_value_t = LockMode::Local)]
+    #[arg(long = "lock", env = "HMDP_LOCK", value_enum, default_value_t = LockMode::Reentrant)]
     pub mode: LockMode,
 
     /// Comma-separated Redis URLs of independent nodes for `multi` / `redlock`.
     #[arg(long, env = "HMDP_LOCK_NODES", value_delimiter = ',')]
     pub lock_nodes: Vec<String>,
 
-    /// Lease of a lock in milliseconds (simple Redis locks: 10000).
+    /// Lease of a lock in milliseconds (simple Redis locks: 10000). For
+    /// `reentrant` an explicit lease turns the watchdog off.
     #[arg(long, env = "HMDP_LOCK_LEASE_MS")]
     pub lock_lease_ms: Option<u64>,
+
+    /// `reentrant` without an explicit lease: the lease the watchdog keeps
+    /// renewing, every third of it, while the holder lives.
+    #[arg(long, env = "HMDP_LOCK_WATCHDOG_MS", default_value_t = 30_000)]
+    pub lock_watchdog_ms: u64,
+
+    /// `reentrant`: the watchdog stops renewing after a holder has held the
+    /// lock this long, so a stuck holder cannot keep a user locked forever;
+    /// 0 renews for as long as the holder lives.
+    #[arg(long, env = "HMDP_LOCK_MAX_HOLD_MS", default_value_t = 300_000)]
+    pub lock_max_hold_ms: u64,
 
     /// How long a purchase waits for a busy per-user lock; 0 fails at once
     /// with "不允许重复下单！" (hmdp's `tryLock()`).

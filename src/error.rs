@@ -135,6 +135,8 @@ impl From<LockError> for Error {
         match error {
             LockError::Redis(redis) => redis.into(),
             unexpected @ LockError::UnexpectedReply(_) => Error::Internal(unexpected.into()),
+            // The purchase rolled back; the client may retry.
+            lost @ LockError::Lost(_) => Error::Unavailable(lost.into()),
         }
     }
 }

@@ -67,7 +67,12 @@ impl Application {
         }
         let redis = connect_redis(&settings.store.redis_url, timeout)?;
         let keys = Keys::new(settings.store.redis_prefix.clone());
-        let lock = lock::build(&settings.lock, &redis, lock::Faults::none())?;
+        let lock = lock::build(
+            &settings.lock,
+            &redis,
+            &settings.store.redis_url,
+            lock::Faults::none(),
+        )?;
 
         let listener = TcpListener::bind((settings.host.as_str(), settings.port))
             .with_context(|| format!("cannot listen on {}:{}", settings.host, settings.port))?;
@@ -102,6 +107,7 @@ impl Application {
             admin_token,
             backend_timeout: timeout,
         });
+        metrics::init(&settings.lock.mode.to_string());
         tracing::info!(%node_id, port, lock = %settings.lock.mode, "node starting");
 
         let mut server = HttpServer::new(move || {

@@ -52,7 +52,7 @@ pub struct BenchLockResult {
 
 pub async fn run(args: BenchLockArgs) -> anyhow::Result<BenchLockResult> {
     let redis = connect_redis(&args.store.redis_url, args.store.backend_timeout())?;
-    let lock = crate::lock::build(&args.lock, &redis, Faults::none())?;
+    let lock = crate::lock::build(&args.lock, &redis, &args.store.redis_url, Faults::none())?;
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     let prefix = format!("{}bench:lock:{run_id}", args.store.redis_prefix);
     let spread = args.keys;

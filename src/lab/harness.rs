@@ -70,6 +70,7 @@ type ArmedStall = Arc<Mutex<Option<(Actor, u64)>>>;
 pub struct Lab {
     mode: LockMode,
     redis: ConnectionManager,
+    redis_url: String,
     lock_nodes: Vec<String>,
     /// Every key of this run starts with it, so a run sees nothing but its
     /// own keys and can delete them all afterwards.
@@ -79,6 +80,9 @@ pub struct Lab {
     lease: Mutex<Option<Duration>>,
     timeline: Arc<Timeline>,
     section: Mutex<Section>,
+    /// Who took the lock last: the owner of the key's token for the modes
+    /// that keep the lock in one Redis key.
+    last_acquirer: Mutex<Option<Actor>>,
     releases: Mutex<Vec<(Actor, Release)>>,
     stall: ArmedStall,
 }
@@ -87,6 +91,7 @@ impl Lab {
     pub(super) fn new(
         mode: LockMode,
         redis: ConnectionManager,
+        redis_url: String,
         lock_nodes: Vec<String>,
         namespace: String,
     ) -> Self {
@@ -94,6 +99,7 @@ impl Lab {
         Lab {
             mode,
             redis,
+            redis_url,
             lock_nodes,
             namespace,
             key,
@@ -103,6 +109,7 @@ impl Lab {
                 events: Mutex::new(Vec::new()),
             }),
             section: Mutex::default(),
+            last_acquirer: Mutex::default(),
             releases: Mutex::default(),
             stall: ArmedStall::default(),
         }
@@ -111,16 +118,21 @@ impl Lab {
     /// A lock of the mode under test, built exactly as the purchase builds
     /// it but with the scenario's `lease` and `wait`, and with the lab's
     /// fault points wired in.
+    /// `reentrant` runs as the purchase runs it, with its watchdog: the
+    /// scenario's lease becomes the lease the watchdog renews.
     pub fn lock(&self, lease: Duration, wait: Duration) -> anyhow::Result<Arc<dyn OrderLock>> {
+        let watchdog = self.mode == LockMode::Reentrant;
         let settings = LockSettings {
             mode: self.mode,
             lock_nodes: self.lock_nodes.clone(),
-            lock_lease_ms: Some(lease.as_millis() as u64),
+            lock_lease_ms: (!watchdog).then_some(lease.as_millis() as u64),
             lock_wait_ms: wait.as_millis() as u64,
+            lock_watchdog_ms: lease.as_millis() as u64,
+            lock_max_hold_ms: 0,
             fencing: false,
         };
         *self.lease.lock().expect("lease poisoned") = Some(lease);
-        lock::build(&settings, &self.redis, self.faults())
+        lock::build(&settings, &self.redis, &self.redis_url, self.faults())
     }
 
     /// Sleeps until `ms` after the scenario started.
@@ -144,7 +156,10 @@ impl Lab {
             .await
             .with_context(|| format!("{who} could not reach the lock"))?;
         match &held {
-            Some(_) => self.say(who, "acquires the lock"),
+            Some(_) => {
+                *self.last_acquirer.lock().expect("acquirer poisoned") = Some(who);
+                self.say(who, "acquires the lock")
+            }
             None => self.say(who, "is refused: the lock is busy"),
         }
         Ok(held)
@@ -188,11 +203,27 @@ impl Lab {
             .await
             .with_context(|| format!("{who} could not reach the lock to release it"))?;
         let what = match release {
-            Release::Released => "releases: the lock is freed (Released)",
-            Release::Expired => "releases: the lock had already expired (Expired)",
-            Release::NotOwner => "releases: another owner holds the lock, left alone (NotOwner)",
+            Release::Released => "releases: the lock is freed (Released)".to_owned(),
+            Release::StillHeld(left) => {
+                format!("releases one hold: still holds the lock {left} more time(s) (StillHeld)")
+            }
+            Release::Expired => "releases: the key was already gone (Expired)".to_owned(),
+            Release::NotOwner => {
+                "releases: another owner holds the lock, left alone (NotOwner)".to_owned()
+            }
         };
-        self.say(who, what);
+        let owner = *self.last_acquirer.lock().expect("acquirer poisoned");
+        match owner {
+            Some(owner) if release == Release::Released && owner != who && self.one_redis_key() => {
+                self.say(
+                    who,
+                    format!(
+                        "releases: reports Released, but the key it deleted was {owner}'s lock"
+                    ),
+                )
+            }
+            _ => self.say(who, what),
+        }
         self.releases
             .lock()
             .expect("releases poisoned")
@@ -209,10 +240,7 @@ impl Lab {
     /// Puts the state of the lock key in Redis on the timeline, for the
     /// modes that keep the lock in that one key.
     pub async fn observe_key(&self) -> anyhow::Result<()> {
-        if !matches!(
-            self.mode,
-            LockMode::RedisNaive | LockMode::RedisOwner | LockMode::RedisLua
-        ) {
+        if !self.one_redis_key() {
             return Ok(());
         }
         let mut redis = self.redis.clone();
@@ -227,6 +255,15 @@ impl Lab {
         };
         self.timeline.record("redis", what);
         Ok(())
+    }
+
+    /// Whether the mode keeps the lock in the one key `key` names in
+    /// the lab's Redis, so that the key's state is the lock's state.
+    fn one_redis_key(&self) -> bool {
+        matches!(
+            self.mode,
+            LockMode::RedisNaive | LockMode::RedisOwner | LockMode::RedisLua | LockMode::Reentrant
+        )
     }
 
     /// Whether two actors were ever inside the critical section at once.

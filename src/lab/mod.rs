@@ -119,7 +119,13 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
         .await
         .with_context(|| format!("cannot reach Redis at {}", args.redis_url))?;
     let namespace = format!("{}lab:{}:", args.redis_prefix, Uuid::new_v4());
-    let lab = Lab::new(mode, redis, args.lock_nodes.clone(), namespace);
+    let lab = Lab::new(
+        mode,
+        redis,
+        args.redis_url.clone(),
+        args.lock_nodes.clone(),
+        namespace,
+    );
     let explanation = match scenario {
         Scenario::Misdelete(_) => misdelete::run(&lab).await,
         Scenario::CheckThenDelete(_) => check_then_delete::run(&lab).await,

@@ -2,16 +2,22 @@
 //!
 //! The purchase only sees [`OrderLock`] and the [`HeldLock`] it hands out, so
 //! swapping `--lock` changes how mutual exclusion is achieved (or broken)
-//! without touching the purchase code.
+//! without touching the purchase code. Fencing (`--fencing`) is a layer
+//! around any mode rather than a mode of its own.
 
+mod fencing;
 mod local;
 mod none;
 mod owner;
+mod quorum;
 mod redis_lua;
 mod redis_naive;
 mod redis_owner;
+mod reentrant;
+mod release_events;
 mod set_nx;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -20,14 +26,18 @@ use redis::aio::ConnectionManager;
 
 use crate::config::{LockMode, LockSettings};
 
+pub use fencing::Fenced;
 pub use local::LocalLock;
 pub use none::NoLock;
+pub use quorum::{NodeReport, QuorumLock};
 pub use redis_lua::RedisLuaLock;
 pub use redis_naive::RedisNaiveLock;
 pub use redis_owner::RedisOwnerLock;
+pub use reentrant::{ReentrantLock, ReentrantOptions};
 use set_nx::SetNx;
 
-/// Something that went wrong talking to the lock's backing store.
+/// Something that went wrong talking to the lock's backing store, or a hold
+/// that turned out to be gone before the work under it committed.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
     #[error("lock backend unreachable")]
@@ -35,6 +45,10 @@ pub enum LockError {
     /// A lock script answered with a code it is not documented to return.
     #[error("lock script returned unexpected code {0}")]
     UnexpectedReply(i64),
+    /// The lease ran out, a renewal found the key gone, or a newer holder
+    /// minted a later fencing token: work done under the lock must not commit.
+    #[error("the lock was lost while held: {0}")]
+    Lost(&'static str),
 }
 
 /// What a release actually did: a release is not always clean, and the
@@ -43,6 +57,9 @@ pub enum LockError {
 pub enum Release {
     /// The lock was ours and is now free.
     Released,
+    /// A reentrant hold was given back, but the holder still holds the key
+    /// this many more times (an outer acquisition is still running).
+    StillHeld(u32),
     /// The key was already gone: our lease expired before we released.
     Expired,
     /// Somebody else holds the key now; we left it alone.
@@ -50,9 +67,34 @@ pub enum Release {
 }
 
 impl Release {
-    /// A clean release freed a lock that was still ours.
+    /// A clean release gave back a lock that was still ours.
     pub fn is_clean(self) -> bool {
-        self == Release::Released
+        matches!(self, Release::Released | Release::StillHeld(_))
+    }
+}
+
+/// Who holds a lock, independent of threads: async tasks move between
+/// threads, so a holder is a value the code passes down to nested steps.
+/// Acquiring again as the same holder re-enters a reentrant lock; every other
+/// mode treats it as just another contender (and so blocks itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Holder(u64);
+
+impl Holder {
+    /// A holder no other holder in this process shares.
+    pub fn new() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Holder(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+
+    pub fn id(self) -> u64 {
+        self.0
+    }
+}
+
+impl Default for Holder {
+    fn default() -> Self {
+        Holder::new()
     }
 }
 
@@ -65,13 +107,37 @@ pub trait OrderLock: Send + Sync {
     /// Takes `key` for a new holder. `Ok(None)` means the key stayed busy for
     /// the whole configured wait (hmdp's failed `tryLock()`).
     async fn acquire(&self, key: &str) -> Result<Option<Box<dyn HeldLock>>, LockError>;
+
+    /// Takes `key` as `holder`. Only reentrant locks look at the holder: the
+    /// others hand out a fresh identity each time, so a holder that already
+    /// holds the key waits for itself, as the course's non-reentrant lock does.
+    async fn acquire_as(
+        &self,
+        _holder: Holder,
+        key: &str,
+    ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+        self.acquire(key).await
+    }
 }
 
 /// One holder's hold on one key. Releasing consumes it, so a holder cannot
 /// release twice.
 #[async_trait]
-pub trait HeldLock: Send {
+pub trait HeldLock: Send + Sync {
     async fn release(self: Box<Self>) -> Result<Release, LockError>;
+
+    /// The fencing token minted for this hold (`--fencing`): storage that
+    /// records it refuses writes carrying an older one.
+    fn fencing_token(&self) -> Option<u64> {
+        None
+    }
+
+    /// The last check before committing work done under the lock:
+    /// `Err(LockError::Lost)` when this hold is known to be gone. Modes that
+    /// cannot tell (a plain lease nobody watches) always answer `Ok`.
+    async fn ensure_held(&self) -> Result<(), LockError> {
+        Ok(())
+    }
 }
 
 /// A pause a fault injection point runs, e.g. sleeping until a chosen moment.
@@ -96,10 +162,13 @@ impl Faults {
     }
 }
 
-/// Builds the lock of the configured mode on `redis`, with `faults` injected.
+/// Builds the lock of the configured mode on `redis`, with `faults`
+/// injected; `redis_url` lets modes that need a dedicated connection of their
+/// own (the release subscription of `reentrant`) open one.
 pub fn build(
     settings: &LockSettings,
     redis: &ConnectionManager,
+    redis_url: &str,
     faults: Faults,
 ) -> anyhow::Result<Arc<dyn OrderLock>> {
     let set_nx = || {
@@ -110,12 +179,31 @@ pub fn build(
             faults.clone(),
         )
     };
-    match settings.mode {
-        LockMode::None => Ok(Arc::new(NoLock)),
-        LockMode::Local => Ok(Arc::new(LocalLock::new(settings.wait()))),
-        LockMode::RedisNaive => Ok(Arc::new(RedisNaiveLock::new(set_nx()))),
-        LockMode::RedisOwner => Ok(Arc::new(RedisOwnerLock::new(set_nx()))),
-        LockMode::RedisLua => Ok(Arc::new(RedisLuaLock::new(set_nx()))),
-        other => anyhow::bail!("lock mode `{other}` is not available in this build"),
-    }
+    let lock: Arc<dyn OrderLock> = match settings.mode {
+        LockMode::None => Arc::new(NoLock),
+        LockMode::Local => Arc::new(LocalLock::new(settings.wait())),
+        LockMode::RedisNaive => Arc::new(RedisNaiveLock::new(set_nx())),
+        LockMode::RedisOwner => Arc::new(RedisOwnerLock::new(set_nx())),
+        LockMode::RedisLua => Arc::new(RedisLuaLock::new(set_nx())),
+        LockMode::Reentrant => Arc::new(ReentrantLock::new(
+            redis::Client::open(redis_url)?,
+            redis.clone(),
+            ReentrantOptions::from_settings(settings),
+        )),
+        LockMode::Multi => Arc::new(QuorumLock::multi(
+            &settings.lock_nodes,
+            settings.lease(),
+            settings.wait(),
+        )?),
+        LockMode::Redlock => Arc::new(QuorumLock::redlock(
+            &settings.lock_nodes,
+            settings.lease(),
+            settings.wait(),
+        )?),
+    };
+    Ok(if settings.fencing {
+        Arc::new(Fenced::new(lock, redis.clone()))
+    } else {
+        lock
+    })
 }

@@ -14,7 +14,7 @@ use chrono::Local;
 use crate::error::{Error, Rejection};
 use crate::id_worker::IdWorker;
 use crate::keys::Keys;
-use crate::lock::{HeldLock, OrderLock};
+use crate::lock::{HeldLock, LockError, OrderLock};
 use crate::metrics;
 use crate::store::{self, NewOrder, Store};
 use catalog::Catalog;
@@ -85,7 +85,7 @@ impl Seckill {
         }
 
         let held = self.acquire(user_id).await?;
-        let outcome = self.create_order(user_id, voucher_id).await;
+        let outcome = self.create_order(user_id, voucher_id, held.as_ref()).await;
         self.release_logged(held).await;
         if matches!(outcome, Err(Error::Rejected(Rejection::SoldOut))) {
             voucher.mark_sold_out();
@@ -164,8 +164,21 @@ impl Seckill {
 
     /// The transaction run under the per-user lock. Any early return drops the
     /// transaction, which rolls it back.
-    async fn create_order(&self, user_id: u64, voucher_id: i64) -> Result<i64, Error> {
+    async fn create_order(
+        &self,
+        user_id: u64,
+        voucher_id: i64,
+        held: &dyn HeldLock,
+    ) -> Result<i64, Error> {
         let mut tx = self.store.pool().begin().await?;
+        if let Some(token) = held.fencing_token() {
+            // First statement: a newer holder's token means ours is stale,
+            // and the row lock orders this user's purchases by token.
+            if !store::record_fence(&mut tx, user_id, token).await? {
+                metrics::FENCING_REJECTIONS.inc();
+                return Err(LockError::Lost("a newer holder's fencing token already wrote").into());
+            }
+        }
         if store::count_user_orders(&mut tx, user_id, voucher_id).await? > 0 {
             return Err(Rejection::AlreadyOrdered.into());
         }
@@ -176,6 +189,8 @@ impl Seckill {
             return Err(Rejection::SoldOut.into());
         }
         let id = self.insert_order(&mut tx, user_id, voucher_id).await?;
+        // A holder that learnt it lost the lock rolls back instead.
+        held.ensure_held().await?;
         tx.commit().await?;
         Ok(id)
     }

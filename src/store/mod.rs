@@ -1,5 +1,6 @@
 //! All SQL lives here: the pool, migrations, and one file per table group.
 
+mod fence;
 mod invariants;
 mod order;
 mod user;
@@ -13,6 +14,7 @@ use sqlx::migrate::MigrateDatabase;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::{MySql, MySqlPool};
 
+pub use fence::record_fence;
 pub use invariants::VoucherAudit;
 pub use order::{count_user_orders, insert_order, take_stock, NewOrder, VoucherOrder};
 pub use user::User;

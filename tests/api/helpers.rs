@@ -90,6 +90,11 @@ pub async fn spawn_app(flags: &[&str]) -> TestApp {
 }
 
 impl TestApp {
+    /// The test database, for a second node (or process) to share.
+    pub fn database_url(&self) -> String {
+        format!("{}/{}", mysql_server_url(), self.database)
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.address)
     }

@@ -5,6 +5,7 @@ mod concurrency;
 mod faults;
 mod health;
 mod helpers;
+mod locks;
 mod user;
 mod voucher;
 mod voucher_order;

@@ -95,6 +95,9 @@ lock_contract!(local, LockMode::Local, IN_PROCESS);
 lock_contract!(redis_naive, LockMode::RedisNaive, UNCHECKED_RELEASE);
 lock_contract!(redis_owner, LockMode::RedisOwner, OWNER_CHECKED);
 lock_contract!(redis_lua, LockMode::RedisLua, OWNER_CHECKED);
+lock_contract!(reentrant, LockMode::Reentrant, OWNER_CHECKED);
+lock_contract!(multi, LockMode::Multi, OWNER_CHECKED);
+lock_contract!(redlock, LockMode::Redlock, OWNER_CHECKED);
 
 /// 50 tasks contend for one key, each waiting as long as it takes; each
 /// holder sleeps inside, so an overlap would be seen. Where the mode promises

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use hmdp::config::{LockMode, LockSettings};
 use hmdp::lock::{self, Faults, OrderLock};
+use hmdp::redis_server::RedisServer;
 use redis::aio::ConnectionManager;
 
 pub fn redis_url() -> String {
@@ -17,16 +18,27 @@ pub struct Subject {
     pub mode: LockMode,
     redis: ConnectionManager,
     prefix: String,
+    /// `multi` and `redlock`: three independent servers of the test's own,
+    /// killed when the subject is dropped.
+    nodes: Vec<RedisServer>,
 }
 
 impl Subject {
     pub fn new(mode: LockMode) -> Self {
         let redis = hmdp::startup::connect_redis(&redis_url(), Duration::from_secs(10))
             .expect("valid Redis URL");
+        let nodes = if matches!(mode, LockMode::Multi | LockMode::Redlock) {
+            (0..3)
+                .map(|_| RedisServer::start().expect("redis-server starts"))
+                .collect()
+        } else {
+            Vec::new()
+        };
         Subject {
             mode,
             redis,
             prefix: format!("test:{}:", uuid::Uuid::new_v4().simple()),
+            nodes,
         }
     }
 
@@ -34,12 +46,15 @@ impl Subject {
     pub fn lock(&self, lease: Duration, wait: Duration) -> Arc<dyn OrderLock> {
         let settings = LockSettings {
             mode: self.mode,
-            lock_nodes: Vec::new(),
+            lock_nodes: self.nodes.iter().map(RedisServer::url).collect(),
             lock_lease_ms: Some(lease.as_millis() as u64),
             lock_wait_ms: wait.as_millis() as u64,
+            lock_watchdog_ms: 30_000,
+            lock_max_hold_ms: 0,
             fencing: false,
         };
-        lock::build(&settings, &self.redis, Faults::none()).expect("mode is available")
+        lock::build(&settings, &self.redis, &redis_url(), Faults::none())
+            .expect("mode is available")
     }
 
     pub fn key(&self, name: &str) -> String {

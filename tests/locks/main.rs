@@ -4,3 +4,5 @@
 mod contract;
 mod helpers;
 mod lab;
+mod quorum;
+mod reentrant;

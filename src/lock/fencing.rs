@@ -1,0 +1,131 @@
+//! `--fencing`: a layer around any lock mode that mints a fencing token per
+//! acquisition (`lua/fence.lua`), for storage to refuse writes of a holder
+//! whose lock has since passed to someone else (Kleppmann's fencing tokens,
+//! Redisson's `RFencedLock`).
+//!
+//! A lease can run out under a paused holder whatever the lock does; only the
+//! storage can tell an old holder from a new one. The purchase records the
+//! token as the first statement of its transaction (see `store::record_fence`).
+//! Before committing, [`HeldLock::ensure_held`] also asks Redis whether a
+//! newer token exists, so a stale holder steps aside instead of committing
+//! ahead of the newer one whose transaction is waiting on the fence row.
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::ConnectionManager;
+use redis::{AsyncCommands, Script};
+
+use super::{HeldLock, Holder, LockError, OrderLock, Release};
+use crate::config::LockMode;
+use crate::keys::sibling;
+use crate::metrics;
+
+static MINT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/fence.lua")));
+
+/// How long a key's counter outlives its last acquisition. Far longer than
+/// any lease, short enough that idle users' counters go away; tokens stay
+/// monotonic across its expiry because they never fall below Redis' clock.
+const COUNTER_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+/// Any lock, with a fencing token minted for every acquisition.
+pub struct Fenced {
+    inner: Arc<dyn OrderLock>,
+    redis: ConnectionManager,
+    /// Tells this process's holders apart from other processes' in the counter.
+    process: String,
+}
+
+impl Fenced {
+    pub fn new(inner: Arc<dyn OrderLock>, redis: ConnectionManager) -> Self {
+        Fenced {
+            inner,
+            redis,
+            process: uuid::Uuid::new_v4().simple().to_string(),
+        }
+    }
+
+    async fn fence(
+        &self,
+        holder: Holder,
+        key: &str,
+        held: Option<Box<dyn HeldLock>>,
+    ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+        let Some(held) = held else {
+            return Ok(None);
+        };
+        let counter = sibling(key, "fence");
+        let minted: Result<u64, _> = MINT
+            .key(&counter)
+            .arg(format!("{}:{}", self.process, holder.id()))
+            .arg(COUNTER_RETENTION.as_millis() as u64)
+            .invoke_async(&mut self.redis.clone())
+            .await;
+        match minted {
+            Ok(token) => Ok(Some(Box::new(FencedHold {
+                inner: held,
+                redis: self.redis.clone(),
+                counter,
+                token,
+            }))),
+            Err(error) => {
+                // Without a token the hold is useless to a fenced purchase.
+                if let Err(release) = held.release().await {
+                    tracing::warn!(error = %release, "cannot release an unfenced hold");
+                }
+                Err(error.into())
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl OrderLock for Fenced {
+    fn mode(&self) -> LockMode {
+        self.inner.mode()
+    }
+
+    async fn acquire(&self, key: &str) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+        self.acquire_as(Holder::new(), key).await
+    }
+
+    async fn acquire_as(
+        &self,
+        holder: Holder,
+        key: &str,
+    ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+        let held = self.inner.acquire_as(holder, key).await?;
+        self.fence(holder, key, held).await
+    }
+}
+
+struct FencedHold {
+    inner: Box<dyn HeldLock>,
+    redis: ConnectionManager,
+    counter: String,
+    token: u64,
+}
+
+#[async_trait]
+impl HeldLock for FencedHold {
+    async fn release(self: Box<Self>) -> Result<Release, LockError> {
+        self.inner.release().await
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        Some(self.token)
+    }
+
+    async fn ensure_held(&self) -> Result<(), LockError> {
+        self.inner.ensure_held().await?;
+        let newest: Option<u64> = self.redis.clone().hget(&self.counter, "token").await?;
+        match newest {
+            Some(newest) if newest > self.token => {
+                metrics::FENCING_REJECTIONS.inc();
+                Err(LockError::Lost("a newer holder has a later fencing token"))
+            }
+            _ => Ok(()),
+        }
+    }
+}

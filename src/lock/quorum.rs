@@ -1,0 +1,297 @@
+//! `--lock multi` and `--lock redlock`: one lock over several independent
+//! Redis servers (`--lock-nodes`), not replicas of each other, so losing one
+//! server (or its unreplicated writes) cannot hand the lock to a second holder.
+//!
+//! Both take the same key on every node in parallel, under one deadline for
+//! the whole round, with the reentrant hash scripts (so a holder can re-enter
+//! here too) and an explicit lease. They differ in how many nodes must agree:
+//! - `multi` (Redisson `MultiLock`): all of them; any refusal fails the round.
+//! - `redlock`: a majority (N/2+1), and only while the validity time
+//!   `lease − elapsed − drift` (drift = lease × 1% + 2 ms) is left.
+//!
+//! A failed round releases the key on every node it asked (a request that
+//! timed out may still have landed), so no partial locks stay behind. Every
+//! round reports which nodes agreed.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::future::join_all;
+use rand::RngExt;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Script;
+use tokio::time::Instant;
+
+use super::{HeldLock, Holder, LockError, OrderLock, Release};
+use crate::config::LockMode;
+use crate::keys::sibling;
+
+static LOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/reentrant_lock.lua")));
+static UNLOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/reentrant_unlock.lua")));
+
+/// How long a release's answer is remembered for a retried release.
+const RELEASE_LATCH: Duration = Duration::from_secs(10);
+
+struct Node {
+    /// The URL without credentials, for reports and logs.
+    name: String,
+    redis: ConnectionManager,
+}
+
+/// What one node said in one round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeReport {
+    pub node: String,
+    pub agreed: bool,
+    /// `taken`, `busy`, `unreachable` or `timed out`.
+    pub detail: &'static str,
+}
+
+/// A lock over independent Redis nodes: all-or-nothing or majority.
+pub struct QuorumLock {
+    mode: LockMode,
+    nodes: Vec<Node>,
+    quorum: usize,
+    lease: Duration,
+    wait: Duration,
+    /// One round's deadline for all nodes: short against the lease, so a
+    /// dead node costs little of the validity time.
+    round: Duration,
+    process: String,
+}
+
+impl QuorumLock {
+    /// `multi`: every node must agree.
+    pub fn multi(urls: &[String], lease: Duration, wait: Duration) -> anyhow::Result<Self> {
+        Self::new(LockMode::Multi, urls, urls.len(), lease, wait)
+    }
+
+    /// `redlock`: a majority of the nodes must agree within the validity time.
+    pub fn redlock(urls: &[String], lease: Duration, wait: Duration) -> anyhow::Result<Self> {
+        Self::new(LockMode::Redlock, urls, urls.len() / 2 + 1, lease, wait)
+    }
+
+    fn new(
+        mode: LockMode,
+        urls: &[String],
+        quorum: usize,
+        lease: Duration,
+        wait: Duration,
+    ) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            !urls.is_empty(),
+            "--lock {mode} needs independent Redis servers in --lock-nodes"
+        );
+        let round = (lease / 20).clamp(Duration::from_millis(20), Duration::from_millis(500));
+        let nodes = urls
+            .iter()
+            .map(|url| {
+                let client = redis::Client::open(url.as_str())?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(round))
+                    .set_response_timeout(Some(round))
+                    .set_number_of_retries(0)
+                    .set_max_delay(Duration::from_millis(200));
+                Ok(Node {
+                    name: redact(url),
+                    redis: ConnectionManager::new_lazy_with_config(client, config)?,
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(QuorumLock {
+            mode,
+            nodes,
+            quorum,
+            lease,
+            wait,
+            round,
+            process: uuid::Uuid::new_v4().simple().to_string(),
+        })
+    }
+
+    /// Nodes that must agree.
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    /// Like [`OrderLock::acquire_as`], also telling what each node said in
+    /// the last round.
+    pub async fn acquire_reported(
+        &self,
+        holder: Holder,
+        key: &str,
+    ) -> Result<(Option<Box<dyn HeldLock>>, Vec<NodeReport>), LockError> {
+        let owner = format!("{}:{}", self.process, holder.id());
+        let deadline = Instant::now() + self.wait;
+        loop {
+            let start = Instant::now();
+            let round_end = start + self.round;
+            let votes = join_all(self.nodes.iter().map(|node| async {
+                let taken = tokio::time::timeout_at(
+                    round_end,
+                    LOCK.key(key)
+                        .arg(self.lease.as_millis() as u64)
+                        .arg(&owner)
+                        .invoke_async::<(i64, i64)>(&mut node.redis.clone()),
+                )
+                .await;
+                let (agreed, detail) = match taken {
+                    Ok(Ok((1, _))) => (true, "taken"),
+                    Ok(Ok(_)) => (false, "busy"),
+                    Ok(Err(_)) => (false, "unreachable"),
+                    Err(_) => (false, "timed out"),
+                };
+                NodeReport {
+                    node: node.name.clone(),
+                    agreed,
+                    detail,
+                }
+            }))
+            .await;
+            let agreed = votes.iter().filter(|vote| vote.agreed).count();
+            let drift = self.lease / 100 + Duration::from_millis(2);
+            let validity = self
+                .lease
+                .checked_sub(start.elapsed() + drift)
+                .filter(|left| !left.is_zero());
+            tracing::debug!(mode = %self.mode, key, agreed, quorum = self.quorum, ?votes, "lock round");
+            // Nodes that took the key, or may have (no answer): the ones to undo.
+            let asked: Vec<(String, ConnectionManager)> = votes
+                .iter()
+                .zip(&self.nodes)
+                .filter(|(vote, _)| vote.detail != "busy")
+                .map(|(_, node)| (node.name.clone(), node.redis.clone()))
+                .collect();
+            match validity {
+                Some(validity) if agreed >= self.quorum => {
+                    let hold = QuorumHold {
+                        nodes: asked,
+                        key: key.to_owned(),
+                        owner,
+                        lease: self.lease,
+                        quorum: self.quorum,
+                        valid_until: start + validity,
+                    };
+                    return Ok((Some(Box::new(hold)), votes));
+                }
+                _ => {
+                    release_on(&asked, key, &owner, self.lease).await;
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok((None, votes));
+            }
+            // A random pause keeps contenders from retrying in lockstep.
+            let pause = Duration::from_millis(rand::rng().random_range(10..50));
+            tokio::time::sleep(pause.min(deadline - now)).await;
+        }
+    }
+}
+
+/// A hold on a quorum of nodes, valid until its validity time runs out.
+struct QuorumHold {
+    /// The nodes that took the key (or may have), to release on.
+    nodes: Vec<(String, ConnectionManager)>,
+    key: String,
+    owner: String,
+    lease: Duration,
+    quorum: usize,
+    valid_until: Instant,
+}
+
+#[async_trait]
+impl HeldLock for QuorumHold {
+    async fn release(self: Box<Self>) -> Result<Release, LockError> {
+        let outcomes = release_on(&self.nodes, &self.key, &self.owner, self.lease).await;
+        let clean = outcomes.iter().filter(|outcome| outcome.is_clean()).count();
+        Ok(if clean >= self.quorum {
+            outcomes
+                .iter()
+                .find_map(|outcome| match outcome {
+                    Release::StillHeld(left) => Some(Release::StillHeld(*left)),
+                    _ => None,
+                })
+                .unwrap_or(Release::Released)
+        } else if outcomes.contains(&Release::NotOwner) {
+            Release::NotOwner
+        } else {
+            Release::Expired
+        })
+    }
+
+    async fn ensure_held(&self) -> Result<(), LockError> {
+        if Instant::now() >= self.valid_until {
+            return Err(LockError::Lost("the lock's validity time ran out"));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl OrderLock for QuorumLock {
+    fn mode(&self) -> LockMode {
+        self.mode
+    }
+
+    async fn acquire(&self, key: &str) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+        self.acquire_as(Holder::new(), key).await
+    }
+
+    async fn acquire_as(
+        &self,
+        holder: Holder,
+        key: &str,
+    ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+        Ok(self.acquire_reported(holder, key).await?.0)
+    }
+}
+
+/// Releases one hold on each node in parallel; an unreachable node counts as
+/// expired (its copy will be, within the lease).
+async fn release_on(
+    nodes: &[(String, ConnectionManager)],
+    key: &str,
+    owner: &str,
+    lease: Duration,
+) -> Vec<Release> {
+    let release_id = uuid::Uuid::new_v4().simple().to_string();
+    join_all(nodes.iter().map(|(name, redis)| {
+        let release_id = &release_id;
+        async move {
+            let released: Result<i64, _> = UNLOCK
+                .key(key)
+                .key(sibling(key, "released"))
+                .key(sibling(key, &format!("release:{release_id}")))
+                .arg(owner)
+                .arg(lease.as_millis() as u64)
+                .arg(RELEASE_LATCH.as_millis() as u64)
+                .invoke_async(&mut redis.clone())
+                .await;
+            match released {
+                Ok(0) => Release::Released,
+                Ok(-2) => Release::NotOwner,
+                Ok(left) if left > 0 => Release::StillHeld(u32::try_from(left).unwrap_or(u32::MAX)),
+                Ok(_) => Release::Expired,
+                Err(error) => {
+                    tracing::warn!(node = %name, %error, "cannot release the lock on a node");
+                    Release::Expired
+                }
+            }
+        }
+    }))
+    .await
+}
+
+/// `redis://user:secret@host:6379/0` → `redis://host:6379/0`.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}{}", &url[..scheme + 3], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}

@@ -1,0 +1,517 @@
+//! `--lock reentrant`: a Redisson `RLock`-grade lock, the default mode.
+//!
+//! - A hash per key maps owner → hold count (`lua/reentrant_lock.lua`), so
+//!   the same [`Holder`] re-enters instead of blocking itself; every
+//!   acquisition returns its own guard that gives back exactly one hold, when
+//!   released or when dropped.
+//! - Waiting: a waiter subscribes to the key's release channel before it
+//!   retries, then sleeps until a release message or the holder's remaining
+//!   lease, whichever comes first, and always stops at its deadline. One
+//!   subscription connection serves all waiters ([`ReleaseEvents`]).
+//! - Watchdog: without an explicit lease the key gets a 30 s lease renewed
+//!   every 10 s while the hold lives, up to a maximum hold time. A renewal
+//!   that finds the key gone, or that cannot reach Redis before the lease
+//!   runs out, marks the hold lost, and [`HeldLock::ensure_held`] then stops
+//!   the work under it from committing.
+//! - Release is idempotent per guard: a retry after a lost reply gets the
+//!   first attempt's answer (`lua/reentrant_unlock.lua`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::ConnectionManager;
+use redis::Script;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::release_events::ReleaseEvents;
+use super::{HeldLock, Holder, LockError, OrderLock, Release};
+use crate::config::{LockMode, LockSettings};
+use crate::keys::sibling;
+use crate::metrics;
+
+static LOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/reentrant_lock.lua")));
+static UNLOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/reentrant_unlock.lua")));
+static RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/reentrant_renew.lua")));
+
+/// How long a release's answer is remembered for retries; retries stop well
+/// before it is forgotten.
+const RELEASE_LATCH: Duration = Duration::from_secs(10);
+const RELEASE_ATTEMPTS: u32 = 3;
+/// While releases are not being delivered (subscription down), waiters poll.
+const POLL: Duration = Duration::from_millis(50);
+/// A failed renewal is retried this often until the lease runs out.
+const RENEW_RETRY: Duration = Duration::from_millis(500);
+
+/// How a [`ReentrantLock`] leases and waits.
+#[derive(Debug, Clone)]
+pub struct ReentrantOptions {
+    /// An explicit lease: no watchdog, the key simply expires after it.
+    pub lease: Option<Duration>,
+    /// The watchdog's lease, renewed every third of it.
+    pub watchdog_lease: Duration,
+    /// The watchdog stops renewing after a hold has lasted this long.
+    pub max_hold: Option<Duration>,
+    /// How long an acquisition waits for a busy key; zero fails at once.
+    pub wait: Duration,
+}
+
+impl ReentrantOptions {
+    pub fn from_settings(settings: &LockSettings) -> Self {
+        ReentrantOptions {
+            lease: settings.lock_lease_ms.map(Duration::from_millis),
+            watchdog_lease: Duration::from_millis(settings.lock_watchdog_ms),
+            max_hold: (settings.lock_max_hold_ms > 0)
+                .then(|| Duration::from_millis(settings.lock_max_hold_ms)),
+            wait: settings.wait(),
+        }
+    }
+
+    fn lease(&self) -> Duration {
+        self.lease.unwrap_or(self.watchdog_lease)
+    }
+}
+
+/// The reentrant lock of one process.
+pub struct ReentrantLock {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// This process's part of every owner id; the holder id is the other.
+    process: String,
+    redis: ConnectionManager,
+    events: ReleaseEvents,
+    options: ReentrantOptions,
+    holds: Arc<Registry>,
+    /// Watchdog tasks alive right now.
+    renewing: Arc<AtomicUsize>,
+}
+
+/// The live holds of this process by (key, holder), so that a re-entry joins
+/// the hold (and watchdog) its holder already has. Weak: a hold lives as long
+/// as its guards.
+type Registry = Mutex<HashMap<(String, Holder), Weak<Hold>>>;
+
+/// One holder's hold on one key, shared by all of its reentrant guards.
+struct Hold {
+    key: String,
+    holder: Holder,
+    owner: String,
+    lease: Duration,
+    /// Set when a renewal found the key taken or gone.
+    lost: AtomicBool,
+    /// Until when Redis keeps the key for us, by our clock: counted from
+    /// when the command that set the lease was sent, so never too late.
+    valid_until: Mutex<Instant>,
+    renewal: Mutex<Option<JoinHandle<()>>>,
+    registry: Arc<Registry>,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if let Some(renewal) = self.renewal.lock().expect("hold poisoned").take() {
+            renewal.abort();
+        }
+        let mut holds = self.registry.lock().expect("registry poisoned");
+        let entry = (std::mem::take(&mut self.key), self.holder);
+        if holds
+            .get(&entry)
+            .is_some_and(|hold| hold.strong_count() == 0)
+        {
+            holds.remove(&entry);
+        }
+    }
+}
+
+enum Attempt {
+    /// Taken; `count` holds of this owner now, lease set by a command sent at `sent`.
+    Taken { count: u32, sent: Instant },
+    /// Another owner holds it for this much longer (`None`: no lease on it).
+    Busy(Option<Duration>),
+}
+
+impl ReentrantLock {
+    /// `client` opens the release subscription (lazily, on the first wait);
+    /// `redis` carries the lock commands.
+    pub fn new(client: redis::Client, redis: ConnectionManager, options: ReentrantOptions) -> Self {
+        ReentrantLock {
+            inner: Arc::new(Inner {
+                process: uuid::Uuid::new_v4().simple().to_string(),
+                redis,
+                events: ReleaseEvents::new(client),
+                options,
+                holds: Arc::new(Mutex::new(HashMap::new())),
+                renewing: Arc::new(AtomicUsize::new(0)),
+            }),
+        }
+    }
+
+    /// Holds whose lease a watchdog is renewing right now.
+    pub fn renewing(&self) -> usize {
+        self.inner.renewing.load(Ordering::SeqCst)
+    }
+
+    async fn try_lock(&self, key: &str, owner: &str) -> Result<Attempt, LockError> {
+        let lease = self.inner.options.lease();
+        let sent = Instant::now();
+        let (taken, value): (i64, i64) = LOCK
+            .key(key)
+            .arg(lease.as_millis() as u64)
+            .arg(owner)
+            .invoke_async(&mut self.inner.redis.clone())
+            .await?;
+        Ok(if taken == 1 {
+            Attempt::Taken {
+                count: u32::try_from(value).unwrap_or(u32::MAX),
+                sent,
+            }
+        } else {
+            Attempt::Busy(u64::try_from(value).ok().map(Duration::from_millis))
+        })
+    }
+
+    fn guard(&self, key: &str, holder: Holder, count: u32, sent: Instant) -> Box<dyn HeldLock> {
+        let inner = &self.inner;
+        let lease = inner.options.lease();
+        let mut holds = inner.holds.lock().expect("registry poisoned");
+        let entry = (key.to_owned(), holder);
+        let existing = holds.get(&entry).and_then(Weak::upgrade);
+        let hold = match existing {
+            Some(hold) if count > 1 => {
+                // The re-entry reset the lease.
+                *hold.valid_until.lock().expect("hold poisoned") = sent + lease;
+                hold
+            }
+            _ => {
+                let hold = Arc::new(Hold {
+                    key: key.to_owned(),
+                    holder,
+                    owner: inner.owner(holder),
+                    lease,
+                    lost: AtomicBool::new(false),
+                    valid_until: Mutex::new(sent + lease),
+                    renewal: Mutex::new(None),
+                    registry: inner.holds.clone(),
+                });
+                if inner.options.lease.is_none() {
+                    let renewal = tokio::spawn(renew(
+                        Arc::downgrade(&hold),
+                        inner.redis.clone(),
+                        inner.options.max_hold.map(|max| sent + max),
+                        Renewing::start(&inner.renewing),
+                    ));
+                    *hold.renewal.lock().expect("hold poisoned") = Some(renewal);
+                }
+                holds.insert(entry, Arc::downgrade(&hold));
+                hold
+            }
+        };
+        drop(holds);
+        Box::new(ReentrantHold {
+            inner: inner.clone(),
+            hold,
+            release_id: uuid::Uuid::new_v4().simple().to_string(),
+            released: false,
+        })
+    }
+}
+
+impl Inner {
+    fn owner(&self, holder: Holder) -> String {
+        format!("{}:{}", self.process, holder.id())
+    }
+}
+
+#[async_trait]
+impl OrderLock for ReentrantLock {
+    fn mode(&self) -> LockMode {
+        LockMode::Reentrant
+    }
+
+    async fn acquire(&self, key: &str) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+        self.acquire_as(Holder::new(), key).await
+    }
+
+    async fn acquire_as(
+        &self,
+        holder: Holder,
+        key: &str,
+    ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+        let owner = self.inner.owner(holder);
+        let deadline = Instant::now() + self.inner.options.wait;
+        let busy_for = match self.try_lock(key, &owner).await? {
+            Attempt::Taken { count, sent } => {
+                return Ok(Some(self.guard(key, holder, count, sent)))
+            }
+            Attempt::Busy(_) if self.inner.options.wait.is_zero() => return Ok(None),
+            Attempt::Busy(busy_for) => busy_for,
+        };
+        // Subscribe first, then retry: a release that lands in between is
+        // either seen by the retry or delivered to the listener.
+        let patience = busy_for.map_or(deadline, |busy| deadline.min(Instant::now() + busy));
+        let listener = self
+            .inner
+            .events
+            .listen(&sibling(key, "released"), patience)
+            .await;
+        loop {
+            let notified = listener.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match self.try_lock(key, &owner).await? {
+                Attempt::Taken { count, sent } => {
+                    return Ok(Some(self.guard(key, holder, count, sent)))
+                }
+                Attempt::Busy(busy_for) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Ok(None);
+                    }
+                    let mut nap = busy_for.unwrap_or(deadline - now).min(deadline - now);
+                    if !listener.is_live() {
+                        nap = nap.min(POLL);
+                    }
+                    tokio::select! {
+                        _ = &mut notified => {}
+                        _ = tokio::time::sleep(nap) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One acquisition's guard: gives back exactly one hold, on `release` or,
+/// failing that, when dropped (a panic or a cancelled task included).
+struct ReentrantHold {
+    inner: Arc<Inner>,
+    hold: Arc<Hold>,
+    /// Names this release for the idempotency latch.
+    release_id: String,
+    released: bool,
+}
+
+#[async_trait]
+impl HeldLock for ReentrantHold {
+    async fn release(mut self: Box<Self>) -> Result<Release, LockError> {
+        self.released = true;
+        release(&self.inner.redis, &self.hold, &self.release_id).await
+    }
+
+    async fn ensure_held(&self) -> Result<(), LockError> {
+        if self.hold.lost.load(Ordering::SeqCst) {
+            return Err(LockError::Lost(
+                "a lease renewal found the lock taken or gone",
+            ));
+        }
+        if Instant::now() >= *self.hold.valid_until.lock().expect("hold poisoned") {
+            return Err(LockError::Lost(
+                "the lease ran out before it could be renewed",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ReentrantHold {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        // Without a runtime (process shutdown) the lease frees the key.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let redis = self.inner.redis.clone();
+            let hold = self.hold.clone();
+            let release_id = std::mem::take(&mut self.release_id);
+            runtime.spawn(async move {
+                match release(&redis, &hold, &release_id).await {
+                    Ok(outcome) if outcome.is_clean() => {}
+                    Ok(outcome) => tracing::warn!(?outcome, key = %hold.key, "dropped lock guard: release was not clean"),
+                    Err(error) => tracing::warn!(%error, key = %hold.key, "dropped lock guard: release failed"),
+                }
+            });
+        }
+    }
+}
+
+/// Gives back one hold, retrying (with the same release id) when the reply
+/// is lost, so the answer is the first attempt's.
+async fn release(
+    redis: &ConnectionManager,
+    hold: &Hold,
+    release_id: &str,
+) -> Result<Release, LockError> {
+    let mut attempt = 1;
+    loop {
+        let result: Result<i64, redis::RedisError> = UNLOCK
+            .key(&hold.key)
+            .key(sibling(&hold.key, "released"))
+            .key(sibling(&hold.key, &format!("release:{release_id}")))
+            .arg(&hold.owner)
+            .arg(hold.lease.as_millis() as u64)
+            .arg(RELEASE_LATCH.as_millis() as u64)
+            .invoke_async(&mut redis.clone())
+            .await;
+        match result {
+            Ok(-1) => return Ok(Release::Expired),
+            Ok(-2) => return Ok(Release::NotOwner),
+            Ok(0) => return Ok(Release::Released),
+            Ok(left) => return Ok(Release::StillHeld(u32::try_from(left).unwrap_or(u32::MAX))),
+            Err(error) if attempt < RELEASE_ATTEMPTS && is_transient(&error) => {
+                tracing::debug!(%error, attempt, "lock release reply lost; retrying");
+                tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+                attempt += 1;
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+}
+
+fn is_transient(error: &redis::RedisError) -> bool {
+    error.is_io_error() || error.is_timeout() || error.is_connection_dropped()
+}
+
+/// Counts a live watchdog for as long as its task exists (aborted included).
+struct Renewing(Arc<AtomicUsize>);
+
+impl Renewing {
+    fn start(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Renewing(count.clone())
+    }
+}
+
+impl Drop for Renewing {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The watchdog of one hold: renews its lease every third of it until the
+/// hold ends (the task is aborted), the maximum hold time passes, or the key
+/// turns out to be lost.
+async fn renew(
+    hold: Weak<Hold>,
+    redis: ConnectionManager,
+    stop_at: Option<Instant>,
+    _renewing: Renewing,
+) {
+    let Some(lease) = hold.upgrade().map(|hold| hold.lease) else {
+        return;
+    };
+    let every = lease / 3;
+    let mut next = Instant::now() + every;
+    loop {
+        tokio::time::sleep_until(next).await;
+        if stop_at.is_some_and(|stop| Instant::now() >= stop) {
+            tracing::warn!("lock held past its maximum hold time; no longer renewing its lease");
+            return;
+        }
+        let Some(hold) = hold.upgrade() else {
+            return;
+        };
+        let sent = Instant::now();
+        let renewed = tokio::time::timeout(
+            every,
+            RENEW
+                .key(&hold.key)
+                .arg(lease.as_millis() as u64)
+                .arg(&hold.owner)
+                .invoke_async::<i64>(&mut redis.clone()),
+        )
+        .await;
+        match renewed {
+            Ok(Ok(1)) => {
+                metrics::WATCHDOG_RENEWALS.inc();
+                *hold.valid_until.lock().expect("hold poisoned") = sent + lease;
+                next = sent + every;
+            }
+            Ok(Ok(_)) => {
+                hold.lost.store(true, Ordering::SeqCst);
+                metrics::LOCK_LOST
+                    .with_label_values(&[metrics::LOST_TAKEN_OR_GONE])
+                    .inc();
+                tracing::warn!(key = %hold.key, "lock lost: the watchdog found it taken or gone");
+                return;
+            }
+            Ok(Err(_)) | Err(_) => {
+                let now = Instant::now();
+                if now >= *hold.valid_until.lock().expect("hold poisoned") {
+                    hold.lost.store(true, Ordering::SeqCst);
+                    metrics::LOCK_LOST
+                        .with_label_values(&[metrics::LOST_REDIS_UNREACHABLE])
+                        .inc();
+                    tracing::warn!(key = %hold.key, "lock lost: Redis unreachable until the lease ran out");
+                    return;
+                }
+                next = now + RENEW_RETRY.min(every);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn unlock(redis: &mut ConnectionManager, key: &str, owner: &str, id: &str) -> i64 {
+        UNLOCK
+            .key(key)
+            .key(sibling(key, "released"))
+            .key(sibling(key, &format!("release:{id}")))
+            .arg(owner)
+            .arg(10_000)
+            .arg(RELEASE_LATCH.as_millis() as u64)
+            .invoke_async(redis)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_retried_release_gets_the_first_answer_not_a_false_not_owner() {
+        let url =
+            std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into());
+        let mut redis = crate::startup::connect_redis(&url, Duration::from_secs(10)).unwrap();
+        let key = format!("test:{}:lock:retried", uuid::Uuid::new_v4().simple());
+        async fn take(redis: &mut ConnectionManager, key: &str, owner: &str) -> i64 {
+            let (taken, _): (i64, i64) = LOCK
+                .key(key)
+                .arg(10_000)
+                .arg(owner)
+                .invoke_async(redis)
+                .await
+                .unwrap();
+            taken
+        }
+
+        assert_eq!(take(&mut redis, &key, "a:1").await, 1);
+        assert_eq!(unlock(&mut redis, &key, "a:1", "r1").await, 0);
+        // B takes the key before A's retry, sent because A's reply was lost.
+        assert_eq!(take(&mut redis, &key, "b:1").await, 1);
+        assert_eq!(
+            unlock(&mut redis, &key, "a:1", "r1").await,
+            0,
+            "the first answer"
+        );
+        assert_eq!(
+            unlock(&mut redis, &key, "a:1", "r2").await,
+            -2,
+            "a new release"
+        );
+
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .arg(sibling(&key, "release:r1"))
+            .arg(sibling(&key, "release:r2"))
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+    }
+}

@@ -1,0 +1,271 @@
+//! Release notifications for waiting holders: one pub/sub connection per lock
+//! (a process builds one lock) that every local waiter shares.
+//!
+//! A waiter registers interest in a lock's release channel and the connection
+//! subscribes to it once, however many local tasks wait on that key; the
+//! subscription is dropped when the last of them leaves. Each release message
+//! wakes one waiter (FIFO): the lock can only be taken by one of them anyway,
+//! so waking all would be a thundering herd. A waiter that is woken but then
+//! leaves without using the wake passes it on (tokio's `Notify` forwards an
+//! unused `notify_one` when its `Notified` is dropped).
+//!
+//! All SUBSCRIBE / UNSUBSCRIBE commands are sent by one task, in order, after
+//! looking at the current interest, so a late unsubscribe can never undo a
+//! newer subscribe. If the connection drops, every waiter is woken to retry
+//! at once, falls back to short polls, and the task reconnects and
+//! resubscribes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::time::Instant;
+
+/// How long to wait before reconnecting a dropped subscription connection.
+const RECONNECT_DELAY: Duration = Duration::from_millis(200);
+/// Upper bound on opening the subscription connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The process's subscription to lock release channels.
+pub struct ReleaseEvents {
+    shared: Arc<Shared>,
+    /// Started on first use: building a lock must not need Redis or a runtime.
+    dispatcher: std::sync::Once,
+    /// Handed to the dispatcher when it starts.
+    pending: Mutex<Option<(redis::Client, mpsc::UnboundedReceiver<String>)>>,
+}
+
+struct Shared {
+    /// `std` mutex: held for map updates only, never across an `.await`.
+    channels: Mutex<HashMap<String, Arc<Channel>>>,
+    /// Channel names whose interest changed; the dispatcher reconciles them.
+    changed: mpsc::UnboundedSender<String>,
+}
+
+struct Channel {
+    /// Local waiters interested in this channel (guarded by the map's mutex).
+    interest: Mutex<usize>,
+    /// Whether Redis confirmed the subscription (and it is still alive).
+    subscribed: watch::Sender<bool>,
+    wake: Notify,
+}
+
+/// One waiter's interest in one release channel; dropping it withdraws it.
+pub struct Listener {
+    shared: Arc<Shared>,
+    name: String,
+    channel: Arc<Channel>,
+}
+
+impl ReleaseEvents {
+    pub fn new(client: redis::Client) -> Self {
+        let (changed, receiver) = mpsc::unbounded_channel();
+        ReleaseEvents {
+            shared: Arc::new(Shared {
+                channels: Mutex::new(HashMap::new()),
+                changed,
+            }),
+            dispatcher: std::sync::Once::new(),
+            pending: Mutex::new(Some((client, receiver))),
+        }
+    }
+
+    /// Registers interest in `channel` and waits (until `patience` at most)
+    /// for Redis to confirm the subscription, so that a release published
+    /// after this returns is sure to be delivered.
+    pub async fn listen(&self, channel: &str, patience: Instant) -> Listener {
+        self.dispatcher.call_once(|| {
+            let (client, receiver) = self
+                .pending
+                .lock()
+                .expect("release events poisoned")
+                .take()
+                .expect("dispatcher starts once");
+            tokio::spawn(dispatch(client, Arc::downgrade(&self.shared), receiver));
+        });
+        let entry = {
+            let mut channels = self.shared.channels.lock().expect("channels poisoned");
+            let entry = channels
+                .entry(channel.to_owned())
+                .or_insert_with(|| {
+                    Arc::new(Channel {
+                        interest: Mutex::new(0),
+                        subscribed: watch::Sender::new(false),
+                        wake: Notify::new(),
+                    })
+                })
+                .clone();
+            *entry.interest.lock().expect("interest poisoned") += 1;
+            entry
+        };
+        // The dispatcher only reads this channel's interest; a send fails only
+        // when it has stopped, and then waiters fall back to polling.
+        let _ = self.shared.changed.send(channel.to_owned());
+        let mut subscribed = entry.subscribed.subscribe();
+        let _ = tokio::time::timeout_at(patience, subscribed.wait_for(|on| *on)).await;
+        Listener {
+            shared: self.shared.clone(),
+            name: channel.to_owned(),
+            channel: entry,
+        }
+    }
+}
+
+impl Listener {
+    /// Completes on the next release this listener is woken for.
+    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.channel.wake.notified()
+    }
+
+    /// Whether releases are being delivered right now; when not, the waiter
+    /// has to poll.
+    pub fn is_live(&self) -> bool {
+        *self.channel.subscribed.borrow()
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let channels = self.shared.channels.lock().expect("channels poisoned");
+        let mut interest = self.channel.interest.lock().expect("interest poisoned");
+        *interest -= 1;
+        if *interest == 0 {
+            drop(interest);
+            drop(channels);
+            let _ = self.shared.changed.send(std::mem::take(&mut self.name));
+        }
+    }
+}
+
+/// The dispatcher: owns the subscription connection, applies interest
+/// changes in order and turns each release message into one wake-up.
+async fn dispatch(
+    client: redis::Client,
+    shared: Weak<Shared>,
+    mut changed: mpsc::UnboundedReceiver<String>,
+) {
+    loop {
+        let connected = tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub()).await;
+        let pubsub = match connected
+            .map_err(|_| "timed out".to_owned())
+            .and_then(|pubsub| pubsub.map_err(|error| error.to_string()))
+        {
+            Ok(pubsub) => pubsub,
+            Err(error) => {
+                tracing::warn!(%error, "lock release subscription unavailable; waiters poll");
+                tokio::time::sleep(RECONNECT_DELAY).await;
+                if shared.strong_count() == 0 {
+                    return;
+                }
+                continue;
+            }
+        };
+        let (mut sink, mut messages) = pubsub.split();
+        // Resubscribe whatever is wanted now (after a reconnect, everything).
+        let wanted: Vec<String> = match shared.upgrade() {
+            Some(shared) => shared
+                .channels
+                .lock()
+                .expect("channels poisoned")
+                .keys()
+                .cloned()
+                .collect(),
+            None => return,
+        };
+        let mut subscribed = std::collections::HashSet::new();
+        let mut healthy = true;
+        for name in wanted {
+            healthy &= reconcile(&shared, &mut sink, &mut subscribed, name).await;
+        }
+        while healthy {
+            tokio::select! {
+                message = messages.next() => match message {
+                    Some(message) => wake_one(&shared, message.get_channel_name()),
+                    None => healthy = false,
+                },
+                name = changed.recv() => match name {
+                    Some(name) => {
+                        healthy = reconcile(&shared, &mut sink, &mut subscribed, name).await;
+                    }
+                    None => return,
+                },
+            }
+        }
+        tracing::warn!("lock release subscription lost; reconnecting");
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        for channel in shared.channels.lock().expect("channels poisoned").values() {
+            channel.subscribed.send_replace(false);
+            // Releases may have been missed: let every waiter retry now.
+            channel.wake.notify_waiters();
+        }
+        drop(shared);
+        tokio::time::sleep(RECONNECT_DELAY).await;
+    }
+}
+
+/// Brings one channel's subscription in line with its current interest.
+/// Returns false when the connection failed.
+async fn reconcile(
+    shared: &Weak<Shared>,
+    sink: &mut redis::aio::PubSubSink,
+    subscribed: &mut std::collections::HashSet<String>,
+    name: String,
+) -> bool {
+    let Some(shared) = shared.upgrade() else {
+        return false;
+    };
+    let entry = {
+        let mut channels = shared.channels.lock().expect("channels poisoned");
+        let wanted = channels
+            .get(&name)
+            .map(|channel| *channel.interest.lock().expect("interest poisoned") > 0)
+            .unwrap_or(false);
+        if !wanted {
+            channels.remove(&name);
+            None
+        } else {
+            channels.get(&name).cloned()
+        }
+    };
+    drop(shared);
+    match entry {
+        Some(entry) if !subscribed.contains(&name) => {
+            if let Err(error) = sink.subscribe(&name).await {
+                tracing::warn!(%error, "cannot subscribe to lock releases");
+                return false;
+            }
+            subscribed.insert(name);
+            entry.subscribed.send_replace(true);
+        }
+        Some(entry) => {
+            entry.subscribed.send_replace(true);
+        }
+        None if subscribed.remove(&name) => {
+            if let Err(error) = sink.unsubscribe(&name).await {
+                tracing::warn!(%error, "cannot unsubscribe from lock releases");
+                return false;
+            }
+        }
+        None => {}
+    }
+    true
+}
+
+fn wake_one(shared: &Weak<Shared>, name: &str) {
+    let Some(shared) = shared.upgrade() else {
+        return;
+    };
+    let channel = shared
+        .channels
+        .lock()
+        .expect("channels poisoned")
+        .get(name)
+        .cloned();
+    if let Some(channel) = channel {
+        channel.wake.notify_one();
+    }
+}

@@ -1,0 +1,207 @@
+//! The purchase under locks that can be lost: a node killed while holding a
+//! user's lock, a watchdog that finds the lock gone, and fencing tokens that
+//! turn away a holder whose lease ran out while it was paused.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hmdp::redis_server::free_port;
+use redis::AsyncCommands;
+use serde_json::Value;
+
+use crate::helpers::{phone, redis_url, spawn_app, TestApp, ADMIN_TOKEN};
+
+/// The lock key of the user behind `token`.
+async fn lock_key(app: &TestApp, token: &str) -> String {
+    let me: Value = app.get("/user/me", Some(token)).await.json().await.unwrap();
+    let id = me["data"]["id"].as_u64().expect("user id");
+    format!("{}lock:order:{id}", app.prefix)
+}
+
+async fn wait_for_key(app: &TestApp, key: &str, present: bool, within: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let exists: bool = app.redis.clone().exists(key).await.unwrap();
+        if exists == present {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "{key} still {}after {within:?}",
+            if present { "absent " } else { "present " }
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A second node in a process of its own, killed with SIGKILL when dropped.
+struct NodeProcess {
+    child: Child,
+    address: String,
+}
+
+impl NodeProcess {
+    async fn start(app: &TestApp, flags: &[&str]) -> NodeProcess {
+        let port = free_port().unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_hmdp"))
+            .arg("serve")
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--database-url", &app.database_url()])
+            .args(["--redis-url", &redis_url()])
+            .args(["--redis-prefix", &app.prefix])
+            .args([
+                "--admin-token",
+                ADMIN_TOKEN,
+                "--no-migrate",
+                "--workers",
+                "1",
+            ])
+            .args(flags)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("hmdp runs");
+        let node = NodeProcess {
+            child,
+            address: format!("http://127.0.0.1:{port}"),
+        };
+        let started = Instant::now();
+        while reqwest::get(format!("{}/health", node.address))
+            .await
+            .is_err()
+        {
+            assert!(started.elapsed() < Duration::from_secs(10), "node up");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        node
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[tokio::test]
+async fn a_node_killed_while_holding_a_lock_frees_it_within_the_lease() {
+    const LEASE: Duration = Duration::from_millis(1000);
+    let app = spawn_app(&[]).await;
+    let voucher = app.create_open_seckill(10).await;
+    let token = app.login(&phone(1)).await;
+    let key = lock_key(&app, &token).await;
+    let mut node = NodeProcess::start(
+        &app,
+        &[
+            "--lock=reentrant",
+            &format!("--lock-watchdog-ms={}", LEASE.as_millis()),
+            "--chaos-hold-ms=60000",
+        ],
+    )
+    .await;
+
+    let purchase = tokio::spawn(
+        reqwest::Client::new()
+            .post(format!("{}/voucher-order/seckill/{voucher}", node.address))
+            .header("authorization", token.clone())
+            .send(),
+    );
+    wait_for_key(&app, &key, true, Duration::from_secs(5)).await;
+    // Past the first lease: the node's watchdog is what keeps the key.
+    tokio::time::sleep(LEASE * 2).await;
+    wait_for_key(&app, &key, true, Duration::ZERO).await;
+
+    node.kill();
+    let freed_after = wait_for_key(&app, &key, false, LEASE * 2).await;
+    assert!(
+        freed_after <= LEASE + Duration::from_millis(100),
+        "{freed_after:?}"
+    );
+    assert!(
+        purchase.await.unwrap().is_err(),
+        "the node died mid-request"
+    );
+    let audit = app.audit(voucher).await;
+    assert_eq!((audit.orders, audit.stock_left), (0, 10), "rolled back");
+    assert_eq!(app.purchase(voucher, &token).await["success"], true);
+}
+
+#[tokio::test]
+async fn a_purchase_whose_lock_is_lost_rolls_back() {
+    let app = spawn_app(&[
+        "--lock=reentrant",
+        "--lock-watchdog-ms=300",
+        "--chaos-hold-ms=800",
+    ])
+    .await;
+    let voucher = app.create_open_seckill(10).await;
+    let token = app.login(&phone(1)).await;
+    let key = lock_key(&app, &token).await;
+
+    let purchase = tokio::spawn({
+        let request = app
+            .client
+            .post(app.url(&format!("/voucher-order/seckill/{voucher}")))
+            .header("authorization", token.clone());
+        async move { request.send().await.unwrap() }
+    });
+    wait_for_key(&app, &key, true, Duration::from_secs(5)).await;
+    // The lock vanishes under the holder (a failover, an operator's DEL).
+    let _: () = app.redis.clone().del(&key).await.unwrap();
+
+    let response = purchase.await.unwrap();
+    assert_eq!(response.status().as_u16(), 503);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["errorCode"], "UNAVAILABLE", "{body}");
+    let audit = app.audit(voucher).await;
+    assert_eq!((audit.orders, audit.stock_left), (0, 10), "rolled back");
+}
+
+/// Two purchases of one user under `redis-lua` with a lease shorter than the
+/// pause inside the transaction: the second takes the expired lock while the
+/// first is paused. Returns the number of orders written.
+async fn stale_holder_race(fencing: bool) -> (i64, Vec<Value>) {
+    let mut flags = vec![
+        "--lock=redis-lua",
+        "--lock-lease-ms=300",
+        "--chaos-hold-ms=800",
+    ];
+    if fencing {
+        flags.push("--fencing");
+    }
+    let app = spawn_app(&flags).await;
+    let voucher = app.create_open_seckill(10).await;
+    let token = app.login(&phone(1)).await;
+    let first = tokio::spawn({
+        let request = app
+            .client
+            .post(app.url(&format!("/voucher-order/seckill/{voucher}")))
+            .header("authorization", token.clone());
+        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let second = app.purchase(voucher, &token).await;
+    let first = first.await.unwrap();
+    let audit = app.audit(voucher).await;
+    assert!(audit.stock_balances(10));
+    (audit.orders, vec![first, second])
+}
+
+#[tokio::test]
+async fn fencing_turns_away_a_holder_whose_lease_ran_out() {
+    let (orders, bodies) = stale_holder_race(false).await;
+    assert_eq!(orders, 2, "without fencing both commit: {bodies:?}");
+
+    let (orders, bodies) = stale_holder_race(true).await;
+    assert_eq!(orders, 1, "{bodies:?}");
+    assert_eq!(
+        bodies[0]["errorCode"], "UNAVAILABLE",
+        "the stale holder: {bodies:?}"
+    );
+    assert_eq!(bodies[1]["success"], true, "the newer holder: {bodies:?}");
+}

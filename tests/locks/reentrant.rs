@@ -1,0 +1,227 @@
+//! `reentrant` beyond the shared contract: re-entry by the same holder,
+//! waiting on release messages, the watchdog and its lost-lock signal.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use hmdp::lock::{Holder, OrderLock, ReentrantLock, ReentrantOptions, Release};
+use redis::AsyncCommands;
+use tokio::time::{sleep, Instant};
+
+use crate::helpers::redis_url;
+
+fn lock(options: ReentrantOptions) -> ReentrantLock {
+    let url = redis_url();
+    ReentrantLock::new(
+        redis::Client::open(url.as_str()).unwrap(),
+        hmdp::startup::connect_redis(&url, Duration::from_secs(10)).unwrap(),
+        options,
+    )
+}
+
+fn watchdog(lease: Duration, wait: Duration) -> ReentrantOptions {
+    ReentrantOptions {
+        lease: None,
+        watchdog_lease: lease,
+        max_hold: None,
+        wait,
+    }
+}
+
+fn key(name: &str) -> String {
+    format!("test:{}:lock:{name}", uuid::Uuid::new_v4().simple())
+}
+
+async fn redis() -> redis::aio::MultiplexedConnection {
+    redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_holder_reenters_three_deep_and_needs_as_many_releases() {
+    let lock = lock(watchdog(Duration::from_secs(30), Duration::ZERO));
+    let key = key("reentered");
+    let me = Holder::new();
+
+    let outer = lock.acquire_as(me, &key).await.unwrap().expect("free key");
+    let middle = lock.acquire_as(me, &key).await.unwrap().expect("re-entry");
+    let inner = lock.acquire_as(me, &key).await.unwrap().expect("re-entry");
+    assert!(lock.acquire(&key).await.unwrap().is_none(), "others wait");
+    let count: u32 = redis()
+        .await
+        .hget(&key, lock_field(&key).await)
+        .await
+        .unwrap();
+    assert_eq!(count, 3);
+
+    assert_eq!(inner.release().await.unwrap(), Release::StillHeld(2));
+    assert_eq!(middle.release().await.unwrap(), Release::StillHeld(1));
+    assert!(
+        lock.acquire(&key).await.unwrap().is_none(),
+        "still held once"
+    );
+    assert_eq!(outer.release().await.unwrap(), Release::Released);
+    let next = lock.acquire(&key).await.unwrap().expect("freed");
+    assert_eq!(next.release().await.unwrap(), Release::Released);
+}
+
+/// The single owner field of the lock hash.
+async fn lock_field(key: &str) -> String {
+    let fields: Vec<String> = redis().await.hkeys(key).await.unwrap();
+    assert_eq!(fields.len(), 1, "{fields:?}");
+    fields.into_iter().next().unwrap()
+}
+
+#[tokio::test]
+async fn a_dropped_guard_gives_its_hold_back() {
+    let lock = lock(watchdog(Duration::from_secs(30), Duration::from_secs(2)));
+    let key = key("dropped");
+    let me = Holder::new();
+    let outer = lock.acquire_as(me, &key).await.unwrap().unwrap();
+    drop(lock.acquire_as(me, &key).await.unwrap().unwrap());
+    sleep(Duration::from_millis(100)).await;
+    assert_eq!(outer.release().await.unwrap(), Release::Released);
+
+    // A task that panics while holding still lets the next holder in.
+    let lock = Arc::new(lock);
+    let panicked = tokio::spawn({
+        let (lock, key) = (lock.clone(), key.clone());
+        async move {
+            let _held = lock.acquire(&key).await.unwrap().unwrap();
+            panic!("the holder fails");
+        }
+    });
+    assert!(panicked.await.is_err());
+    let started = Instant::now();
+    let next = lock
+        .acquire(&key)
+        .await
+        .unwrap()
+        .expect("freed by the drop");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    next.release().await.unwrap();
+    // An aborted watchdog goes away at the runtime's next turn.
+    sleep(Duration::from_millis(20)).await;
+    assert_eq!(lock.renewing(), 0);
+}
+
+#[tokio::test]
+async fn a_wait_ends_within_50_ms_of_its_deadline() {
+    const WAIT: Duration = Duration::from_millis(300);
+    let lock = lock(watchdog(Duration::from_secs(30), WAIT));
+    let key = key("deadline");
+    let held = lock.acquire(&key).await.unwrap().unwrap();
+
+    for _ in 0..3 {
+        let started = Instant::now();
+        assert!(lock.acquire(&key).await.unwrap().is_none());
+        let waited = started.elapsed();
+        assert!(
+            waited >= WAIT && waited <= WAIT + Duration::from_millis(50),
+            "waited {waited:?} for a {WAIT:?} deadline"
+        );
+    }
+    held.release().await.unwrap();
+}
+
+/// 100 waiters on one key, each served in turn by a release message: the
+/// holder's lease is 30 s, so a waiter that missed its wake-up would sit out
+/// the whole test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hundred_waiters_are_all_served_by_release_messages() {
+    const WAITERS: usize = 100;
+    let lock = Arc::new(lock(watchdog(
+        Duration::from_secs(30),
+        Duration::from_secs(20),
+    )));
+    let key = key("queue");
+    let first = lock.acquire(&key).await.unwrap().unwrap();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let served = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+
+    let waiters = (0..WAITERS).map(|_| {
+        let (lock, key, inside, served) =
+            (lock.clone(), key.clone(), inside.clone(), served.clone());
+        tokio::spawn(async move {
+            let held = lock.acquire(&key).await.unwrap().expect("served in time");
+            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two inside");
+            sleep(Duration::from_millis(1)).await;
+            inside.fetch_sub(1, Ordering::SeqCst);
+            served.fetch_add(1, Ordering::SeqCst);
+            held.release().await.unwrap()
+        })
+    });
+    let waiters: Vec<_> = waiters.collect();
+    sleep(Duration::from_millis(200)).await;
+    assert_eq!(first.release().await.unwrap(), Release::Released);
+    for release in join_all(waiters).await {
+        assert_eq!(release.unwrap(), Release::Released);
+    }
+    assert_eq!(served.load(Ordering::SeqCst), WAITERS);
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(10), "served in {took:?}");
+    println!("{WAITERS} waiters served in {took:?}");
+}
+
+#[tokio::test]
+async fn the_watchdog_keeps_a_lock_three_leases_long_and_stops_after_release() {
+    const LEASE: Duration = Duration::from_millis(300);
+    let lock = lock(watchdog(LEASE, Duration::ZERO));
+    let other = self::lock(watchdog(LEASE, Duration::ZERO));
+    let key = key("watched");
+    let held = lock.acquire(&key).await.unwrap().unwrap();
+    assert_eq!(lock.renewing(), 1);
+
+    let started = Instant::now();
+    while started.elapsed() < LEASE * 3 + LEASE / 2 {
+        sleep(LEASE / 4).await;
+        assert!(other.acquire(&key).await.unwrap().is_none(), "kept out");
+        let ttl: i64 = redis().await.pttl(&key).await.unwrap();
+        assert!(ttl > 0, "lease renewed: {ttl}");
+    }
+    held.ensure_held().await.expect("still held");
+
+    assert_eq!(held.release().await.unwrap(), Release::Released);
+    sleep(Duration::from_millis(20)).await;
+    assert_eq!(lock.renewing(), 0, "no renewal task left");
+    sleep(LEASE).await;
+    let exists: bool = redis().await.exists(&key).await.unwrap();
+    assert!(!exists, "the key is gone and nothing renewed it");
+}
+
+#[tokio::test]
+async fn a_renewal_that_finds_the_lock_gone_signals_it_lost() {
+    const LEASE: Duration = Duration::from_millis(300);
+    let lock = lock(watchdog(LEASE, Duration::ZERO));
+    let key = key("lost");
+    let held = lock.acquire(&key).await.unwrap().unwrap();
+    held.ensure_held().await.expect("held");
+
+    let _: () = redis().await.del(&key).await.unwrap();
+    sleep(LEASE / 3 + Duration::from_millis(100)).await;
+    assert!(held.ensure_held().await.is_err(), "the watchdog noticed");
+    assert_eq!(lock.renewing(), 0, "and stopped");
+    assert_eq!(held.release().await.unwrap(), Release::Expired);
+}
+
+#[tokio::test]
+async fn the_watchdog_stops_at_the_maximum_hold_time() {
+    const LEASE: Duration = Duration::from_millis(300);
+    let lock = lock(ReentrantOptions {
+        max_hold: Some(Duration::from_millis(400)),
+        ..watchdog(LEASE, Duration::ZERO)
+    });
+    let key = key("stuck");
+    let held = lock.acquire(&key).await.unwrap().unwrap();
+    sleep(Duration::from_millis(400) + LEASE + Duration::from_millis(150)).await;
+    let exists: bool = redis().await.exists(&key).await.unwrap();
+    assert!(!exists, "renewal stopped and the lease ran out");
+    assert!(held.ensure_held().await.is_err());
+    assert_eq!(held.release().await.unwrap(), Release::Expired);
+}
