@@ -165,10 +165,15 @@ async fn a_redis_lua_lock_keeps_one_order_per_user_across_two_nodes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentrant_lock_keeps_one_order_per_user_across_two_nodes() {
+    assert_one_order_per_user_across_two_nodes(LockMode::Reentrant).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_node_leaves_the_survivor_serving_and_the_stock_balanced() {
     const USERS: usize = 200;
     const PER_USER: usize = 2;
-    let mut test = TestCluster::start(LockMode::Local, 40, USERS + 20).await;
+    let mut test = TestCluster::start(LockMode::Reentrant, 40, USERS + 20).await;
     let voucher = test.create_voucher(STOCK).await;
     let plan = test.plan(voucher, USERS, PER_USER);
     let total = plan.requests();
@@ -195,6 +200,7 @@ async fn a_killed_node_leaves_the_survivor_serving_and_the_stock_balanced() {
     assert_eq!(report.requests, total, "the run finished");
     assert!(report.outcome("OK") > 0);
     assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!(report.duplicate_users, Some(0), "{report:?}");
 
     // Later purchases all reach the survivor.
     let after = Plan {
@@ -205,4 +211,5 @@ async fn a_killed_node_leaves_the_survivor_serving_and_the_stock_balanced() {
     assert_eq!(later.served_by.get(NODE_IDS[1]), Some(&20), "{later:?}");
     assert_eq!(later.outcome("OK"), 20, "{:?}", later.outcomes);
     assert!(later.violations.is_empty(), "{:?}", later.violations);
+    assert_eq!(later.duplicate_users, Some(0), "{later:?}");
 }
