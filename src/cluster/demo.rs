@@ -24,15 +24,16 @@ pub struct DemoSettings {
     pub modes: Vec<LockMode>,
 
     /// Distinct users.
-    #[arg(long, default_value_t = 400)]
+    #[arg(long, default_value_t = 1000)]
     pub users: usize,
 
     /// Purchases each user fires at once; nginx spreads them over both nodes.
     #[arg(long, default_value_t = 4)]
     pub per_user: usize,
 
-    /// Stock of each mode's fresh voucher.
-    #[arg(long, default_value_t = 200)]
+    /// Stock of each mode's fresh voucher: half the users can buy, so the
+    /// sale sells out while requests still race for it.
+    #[arg(long, default_value_t = 500)]
     pub stock: i32,
 
     /// Requests in flight at most.
@@ -43,7 +44,7 @@ pub struct DemoSettings {
     /// (lock held, transaction open), standing in for a GC pause or slow SQL.
     /// It widens the window in which a user's two requests on two nodes
     /// overlap, so the local lock's failure shows in practically every run
-    /// on any machine (here it showed in 50 runs of 50, and already at 0 ms).
+    /// on any machine (here it showed in 30 runs of 30, and in 10 of 10 at 0 ms).
     #[arg(long, default_value_t = 20)]
     pub chaos_hold_ms: u64,
 
