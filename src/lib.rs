@@ -7,6 +7,8 @@ pub mod api;
 pub mod auth;
 /// `bench-lock` and `bench-db`: the lock and the transaction measured alone.
 pub mod bench;
+/// Two nodes and nginx as local child processes; `hmdp demo`.
+pub mod cluster;
 /// Flags, environment and defaults of every command.
 pub mod config;
 /// The crate-wide error and its HTTP mapping.
@@ -17,6 +19,8 @@ pub mod id_worker;
 pub mod keys;
 /// Deterministic reproductions of the course's lock failures.
 pub mod lab;
+/// The load generator and the bulk login behind `hmdp tokens`.
+pub mod loadtest;
 /// The per-user order lock: trait and modes.
 pub mod lock;
 /// Prometheus metrics.

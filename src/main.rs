@@ -5,8 +5,10 @@ use std::io::Write;
 use clap::{Parser, Subcommand};
 
 use hmdp::bench::{self, BenchDbArgs, BenchLockArgs};
+use hmdp::cluster::demo::{self, DemoSettings};
 use hmdp::config::{ServeSettings, StoreSettings};
 use hmdp::lab;
+use hmdp::loadtest::{self, tokens::TokensSettings, LoadtestSettings};
 use hmdp::startup::Application;
 use hmdp::store::{self, Store};
 
@@ -25,6 +27,12 @@ enum Command {
     Serve(Box<ServeSettings>),
     /// Create the database if missing, apply pending migrations and exit.
     Migrate(StoreSettings),
+    /// Log N users in through the HTTP API and write one token per line.
+    Tokens(Box<TokensSettings>),
+    /// Fire many users' simultaneous purchases of one voucher and measure.
+    Loadtest(Box<LoadtestSettings>),
+    /// Two nodes behind nginx, one load test per lock mode, side by side.
+    Demo(Box<DemoSettings>),
     /// Reproduce one lock failure of the course with a timeline and a verdict.
     ///
     /// Runs against the configured Redis in a key namespace of its own, removed
@@ -55,6 +63,9 @@ async fn main() -> anyhow::Result<()> {
                 .await?;
             tracing::info!("migrations applied");
         }
+        Command::Tokens(settings) => loadtest::tokens::run(*settings).await?,
+        Command::Loadtest(settings) => loadtest::run_command(*settings).await?,
+        Command::Demo(settings) => demo::run(*settings).await?,
         Command::BenchLock(args) => {
             bench::bench_lock(*args).await?;
         }

@@ -19,6 +19,7 @@ use redis::{AsyncCommands, Script};
 
 use super::{HeldLock, Holder, LockError, OrderLock, Release};
 use crate::config::LockMode;
+use crate::metrics;
 
 static MINT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/fence.lua")));
 
@@ -122,6 +123,7 @@ impl HeldLock for FencedHold {
         let newest: Option<u64> = self.redis.clone().hget(&self.counter, "token").await?;
         match newest {
             Some(newest) if newest > self.token => {
+                metrics::FENCING_REJECTIONS.inc();
                 Err(LockError::Lost("a newer holder has a later fencing token"))
             }
             _ => Ok(()),

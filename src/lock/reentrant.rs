@@ -31,6 +31,7 @@ use super::release_events::ReleaseEvents;
 use super::{HeldLock, Holder, LockError, OrderLock, Release};
 use crate::config::{LockMode, LockSettings};
 use crate::keys::sibling;
+use crate::metrics;
 
 static LOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/reentrant_lock.lua")));
@@ -428,11 +429,15 @@ async fn renew(
         .await;
         match renewed {
             Ok(Ok(1)) => {
+                metrics::WATCHDOG_RENEWALS.inc();
                 *hold.valid_until.lock().expect("hold poisoned") = sent + lease;
                 next = sent + every;
             }
             Ok(Ok(_)) => {
                 hold.lost.store(true, Ordering::SeqCst);
+                metrics::LOCK_LOST
+                    .with_label_values(&[metrics::LOST_TAKEN_OR_GONE])
+                    .inc();
                 tracing::warn!(key = %hold.key, "lock lost: the watchdog found it taken or gone");
                 return;
             }
@@ -440,6 +445,9 @@ async fn renew(
                 let now = Instant::now();
                 if now >= *hold.valid_until.lock().expect("hold poisoned") {
                     hold.lost.store(true, Ordering::SeqCst);
+                    metrics::LOCK_LOST
+                        .with_label_values(&[metrics::LOST_REDIS_UNREACHABLE])
+                        .inc();
                     tracing::warn!(key = %hold.key, "lock lost: Redis unreachable until the lease ran out");
                     return;
                 }

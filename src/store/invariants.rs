@@ -28,6 +28,38 @@ impl VoucherAudit {
     pub fn stock_balances(&self, initial_stock: i64) -> bool {
         self.orders + self.stock_left == initial_stock && self.stock_left >= 0
     }
+
+    /// The units this audit accounts for, sold or left. Read before a run, it
+    /// is the initial stock that the audit after the run must balance against.
+    pub fn supply(&self) -> i64 {
+        self.orders + self.stock_left
+    }
+
+    /// The invariants of DESIGN.md that this audit breaks, in words; empty
+    /// when all hold. `one_order_per_user` is false for the setups expected
+    /// to let duplicates through (no lock, a local lock on two nodes).
+    pub fn violations(&self, initial_stock: i64, one_order_per_user: bool) -> Vec<String> {
+        let mut broken = Vec::new();
+        if self.orders + self.stock_left != initial_stock {
+            broken.push(format!(
+                "orders + stock = {} + {} != initial stock {initial_stock}",
+                self.orders, self.stock_left
+            ));
+        }
+        if self.stock_left < 0 {
+            broken.push(format!("stock is negative: {}", self.stock_left));
+        }
+        if self.oversold(initial_stock) > 0 {
+            broken.push(format!("{} units oversold", self.oversold(initial_stock)));
+        }
+        if one_order_per_user && self.duplicate_users > 0 {
+            broken.push(format!(
+                "{} users hold more than one order ({} extra orders)",
+                self.duplicate_users, self.extra_orders
+            ));
+        }
+        broken
+    }
 }
 
 impl Store {
@@ -54,5 +86,38 @@ impl Store {
             duplicate_users,
             extra_orders,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::VoucherAudit;
+
+    fn audit(orders: i64, stock_left: i64, duplicate_users: i64) -> VoucherAudit {
+        VoucherAudit {
+            orders,
+            stock_left,
+            duplicate_users,
+            extra_orders: duplicate_users,
+        }
+    }
+
+    #[test]
+    fn a_clean_sale_breaks_nothing() {
+        assert!(audit(100, 0, 0).violations(100, true).is_empty());
+        assert_eq!(audit(40, 60, 0).supply(), 100);
+    }
+
+    #[test]
+    fn duplicates_count_only_where_one_order_per_user_is_expected() {
+        assert_eq!(audit(100, 0, 7).violations(100, true).len(), 1);
+        assert!(audit(100, 0, 7).violations(100, false).is_empty());
+    }
+
+    #[test]
+    fn oversell_and_lost_stock_are_reported() {
+        let broken = audit(101, -1, 0).violations(100, false);
+        assert_eq!(broken.len(), 2, "{broken:?}");
+        assert_eq!(audit(90, 0, 0).violations(100, true).len(), 1);
     }
 }

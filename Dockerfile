@@ -1,0 +1,25 @@
+# The hmdp node image: built in a full Rust image, run from a slim one that
+# holds only the binary (migrations and Lua scripts are compiled into it).
+
+FROM rust:1-slim-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src src
+COPY migrations migrations
+COPY lua lua
+COPY nginx.conf nginx.conf
+RUN cargo build --release --locked --bin hmdp
+
+FROM debian:bookworm-slim
+# curl: the compose health check asks the node's /ready.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates curl \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --no-create-home hmdp
+COPY --from=build /src/target/release/hmdp /usr/local/bin/hmdp
+USER hmdp
+# Inside a container the node must listen on every interface, not loopback.
+ENV HMDP_HOST=0.0.0.0 HMDP_PORT=8081
+EXPOSE 8081
+ENTRYPOINT ["hmdp"]
+CMD ["serve"]

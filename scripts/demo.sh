@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The main job: installs/starts MariaDB, Redis and nginx where they are
+# missing, builds in release mode, then runs `hmdp demo` (two nodes behind
+# nginx, the same load test once per lock mode, one table). Extra arguments go
+# to `hmdp demo`, e.g. `scripts/demo.sh --modes local,reentrant --chaos-hold-ms 100`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/services.sh
+cargo build --release --locked --bin hmdp
+exec target/release/hmdp demo "$@"

@@ -1,0 +1,339 @@
+//! `hmdp demo`, the main job: two nodes behind nginx, the same load test once
+//! per lock mode, and one table that shows which locks keep one order per
+//! user across nodes and which do not.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::{anyhow, bail, Context};
+use clap::Args;
+use serde::Serialize;
+use serde_json::json;
+
+use super::{Cluster, ClusterSpec, Sandbox, NODE_IDS};
+use crate::config::{LockMode, StoreSettings};
+use crate::keys::Keys;
+use crate::loadtest::{self, tokens::Login, Plan, Report};
+
+/// `hmdp demo`.
+#[derive(Debug, Clone, Args)]
+pub struct DemoSettings {
+    /// Lock modes to run, in order (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',',
+          default_values_t = [LockMode::None, LockMode::Local, LockMode::RedisLua, LockMode::Reentrant])]
+    pub modes: Vec<LockMode>,
+
+    /// Distinct users.
+    #[arg(long, default_value_t = 400)]
+    pub users: usize,
+
+    /// Purchases each user fires at once; nginx spreads them over both nodes.
+    #[arg(long, default_value_t = 4)]
+    pub per_user: usize,
+
+    /// Stock of each mode's fresh voucher.
+    #[arg(long, default_value_t = 200)]
+    pub stock: i32,
+
+    /// Requests in flight at most.
+    #[arg(long, default_value_t = 200)]
+    pub concurrency: usize,
+
+    /// Passed to every node: sleep this long inside the critical section
+    /// (lock held, transaction open), standing in for a GC pause or slow SQL.
+    /// It widens the window in which a user's two requests on two nodes
+    /// overlap, so the local lock's failure shows in practically every run.
+    #[arg(long, default_value_t = 50)]
+    pub chaos_hold_ms: u64,
+
+    /// Also write every mode's report and verdict as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+
+    /// MySQL server (the demo creates and drops its own database on it) and
+    /// Redis (the demo uses its own key prefix and removes its keys).
+    #[command(flatten)]
+    pub store: StoreSettings,
+}
+
+/// The modes whose failure on two nodes is the point of the demo.
+fn expected_to_fail(mode: LockMode) -> bool {
+    matches!(mode, LockMode::None | LockMode::Local)
+}
+
+/// One mode's outcome: the report, or why the mode could not run.
+struct ModeRun {
+    mode: LockMode,
+    result: Result<Report, String>,
+}
+
+impl ModeRun {
+    /// Whether the mode behaved as the course says it does.
+    fn as_expected(&self) -> bool {
+        match &self.result {
+            Ok(report) => {
+                report.violations.is_empty()
+                    && (expected_to_fail(self.mode) || report.duplicate_users == Some(0))
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn verdict(&self) -> String {
+        let mode = self.mode;
+        let report = match &self.result {
+            Ok(report) => report,
+            Err(error) => return format!("{mode}: did not run — {error}"),
+        };
+        let duplicates = report.duplicate_users.unwrap_or(0);
+        let extra = report.extra_orders.unwrap_or(0);
+        let got = if extra == duplicates {
+            format!("{duplicates} users got two vouchers")
+        } else {
+            format!("{duplicates} users got more than one voucher ({extra} extra orders)")
+        };
+        let mut verdict = match (mode, duplicates > 0) {
+            (LockMode::None, true) => {
+                format!("{mode}: {got} — without a lock, check-then-insert races even on one node")
+            }
+            (LockMode::Local, true) => {
+                format!("{mode}: {got} — a process-local lock does not work across nodes")
+            }
+            (LockMode::None | LockMode::Local, false) => format!(
+                "{mode}: no user got two vouchers this time — the race window was missed, \
+                 raise --chaos-hold-ms"
+            ),
+            (_, false) => format!("{mode}: one order per user held across two nodes"),
+            (_, true) => format!("{mode}: {got} — the lock did not hold"),
+        };
+        if !report.violations.is_empty() {
+            let _ = write!(verdict, "; BROKEN: {}", report.violations.join("; "));
+        }
+        verdict
+    }
+}
+
+/// `hmdp demo`: runs until done or interrupted; either way every child is
+/// killed and the sandbox removed before it returns.
+pub async fn run(settings: DemoSettings) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("cannot find the hmdp executable")?;
+    let sandbox = Sandbox::create(
+        &settings.store.database_url,
+        &settings.store.redis_url,
+        "demo",
+    )
+    .await?;
+    let outcome = tokio::select! {
+        outcome = demo(&settings, exe, &sandbox) => outcome,
+        signal = shutdown_signal() => Err(anyhow!("interrupted by {signal}: nodes and nginx stopped")),
+    };
+    // The cluster was dropped with the demo future; now the data goes too.
+    drop(sandbox);
+    outcome
+}
+
+/// Resolves on Ctrl-C (SIGINT) or SIGTERM.
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "Ctrl-C",
+        _ = term.recv() => "SIGTERM",
+    }
+}
+
+/// The flags each node gets for one mode.
+pub fn node_flags(mode: LockMode, chaos_hold_ms: u64) -> Vec<String> {
+    vec![
+        format!("--lock={mode}"),
+        format!("--chaos-hold-ms={chaos_hold_ms}"),
+    ]
+}
+
+async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyhow::Result<()> {
+    let Some(&first) = settings.modes.first() else {
+        bail!("no lock modes given");
+    };
+    let spec = ClusterSpec::in_sandbox(exe, sandbox);
+    eprintln!(
+        "starting two nodes and nginx (database {}, Redis prefix {})",
+        sandbox.database_url, sandbox.redis_prefix
+    );
+    let mut cluster =
+        Cluster::start(spec.clone(), &node_flags(first, settings.chaos_hold_ms)).await?;
+    let client = loadtest::http_client(settings.concurrency)?;
+    let redis =
+        crate::startup::connect_redis(&sandbox.redis_url, settings.store.backend_timeout())?;
+    // Sessions live in Redis, so one login serves every mode's nodes.
+    eprintln!("logging {} users in through nginx", settings.users);
+    let tokens = Login::new(
+        client.clone(),
+        &cluster.url(),
+        redis,
+        Keys::new(sandbox.redis_prefix.clone()),
+    )
+    .users(0, settings.users, 32)
+    .await?;
+    let store = sandbox.store(2)?;
+
+    let mut runs = Vec::new();
+    for (i, &mode) in settings.modes.iter().enumerate() {
+        let flags = node_flags(mode, settings.chaos_hold_ms);
+        let result = async {
+            if i > 0 {
+                cluster.restart_nodes(&flags).await?;
+            }
+            eprintln!(
+                "{mode}: {} users x {} purchases",
+                tokens.len(),
+                settings.per_user
+            );
+            let voucher = create_voucher(&client, &cluster, settings.stock).await?;
+            let plan = Plan {
+                target: cluster.url(),
+                voucher,
+                tokens: tokens.clone(),
+                per_user: settings.per_user,
+                concurrency: settings.concurrency,
+                progress: loadtest::progress_bar((tokens.len() * settings.per_user) as u64),
+            };
+            let measured = loadtest::run(&client, &plan).await;
+            let audit = store.audit_voucher(voucher).await?;
+            let mut report = Report::new(&plan, &measured);
+            report.add_audit(settings.stock.into(), &audit);
+            anyhow::Ok(report)
+        }
+        .await
+        .map_err(|error| format!("{error:#}"));
+        runs.push(ModeRun { mode, result });
+    }
+
+    println!();
+    println!(
+        "two nodes behind nginx · {} users x {} purchases at once · stock {} · chaos hold {} ms",
+        settings.users, settings.per_user, settings.stock, settings.chaos_hold_ms
+    );
+    println!();
+    print!("{}", table(&runs));
+    println!();
+    for run in &runs {
+        println!("{}", run.verdict());
+    }
+    if let Some(path) = &settings.json {
+        write_json(path, settings, &runs)?;
+    }
+    let unexpected: Vec<String> = runs
+        .iter()
+        .filter(|run| !run.as_expected())
+        .map(|run| run.mode.to_string())
+        .collect();
+    if !unexpected.is_empty() {
+        bail!("not as expected: {}", unexpected.join(", "));
+    }
+    Ok(())
+}
+
+/// Creates a seckill voucher on sale now, through nginx, as an admin would.
+async fn create_voucher(
+    client: &reqwest::Client,
+    cluster: &Cluster,
+    stock: i32,
+) -> anyhow::Result<i64> {
+    let body: serde_json::Value = client
+        .post(format!("{}/voucher/seckill", cluster.url()))
+        .header("x-admin-token", &cluster.spec().admin_token)
+        .json(&json!({
+            "shopId": 1,
+            "title": "100元代金券",
+            "subTitle": "周一至周日均可使用",
+            "rules": "全场通用",
+            "payValue": 8000,
+            "actualValue": 10000,
+            "type": 1,
+            "stock": stock,
+            "beginTime": "2020-01-01T00:00:00",
+            "endTime": "2037-12-31T23:59:59",
+        }))
+        .send()
+        .await?
+        .json()
+        .await
+        .context("creating the voucher")?;
+    body["data"]
+        .as_str()
+        .and_then(|id| id.parse().ok())
+        .with_context(|| format!("voucher not created: {body}"))
+}
+
+/// The side-by-side table, one row per mode.
+fn table(runs: &[ModeRun]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<10} {:>8} {:>7} {:>22} {:>9} {:>11} {:>15} {:>17}",
+        "mode",
+        "requests",
+        "orders",
+        "users with two orders",
+        "oversold",
+        "requests/s",
+        "p50/p99 ms",
+        "node1/node2"
+    );
+    for run in runs {
+        let mode = run.mode.to_string();
+        match &run.result {
+            Ok(r) => {
+                let served = |node: &str| r.served_by.get(node).copied().unwrap_or(0);
+                let _ = writeln!(
+                    out,
+                    "{:<10} {:>8} {:>7} {:>22} {:>9} {:>11.0} {:>15} {:>17}",
+                    mode,
+                    r.requests,
+                    r.orders.unwrap_or(0),
+                    r.duplicate_users.unwrap_or(0),
+                    r.oversold.unwrap_or(0),
+                    r.rps,
+                    format!("{:.1}/{:.1}", r.latency_ms.p50, r.latency_ms.p99),
+                    format!("{}/{}", served(NODE_IDS[0]), served(NODE_IDS[1])),
+                );
+            }
+            Err(_) => {
+                let _ = writeln!(out, "{mode:<10} (did not run, see below)");
+            }
+        }
+    }
+    out
+}
+
+#[derive(Serialize)]
+struct ModeJson<'a> {
+    mode: String,
+    verdict: String,
+    as_expected: bool,
+    report: Option<&'a Report>,
+    error: Option<&'a str>,
+}
+
+fn write_json(path: &PathBuf, settings: &DemoSettings, runs: &[ModeRun]) -> anyhow::Result<()> {
+    let modes: Vec<ModeJson> = runs
+        .iter()
+        .map(|run| ModeJson {
+            mode: run.mode.to_string(),
+            verdict: run.verdict(),
+            as_expected: run.as_expected(),
+            report: run.result.as_ref().ok(),
+            error: run.result.as_ref().err().map(String::as_str),
+        })
+        .collect();
+    let json = json!({
+        "users": settings.users,
+        "per_user": settings.per_user,
+        "stock": settings.stock,
+        "concurrency": settings.concurrency,
+        "chaos_hold_ms": settings.chaos_hold_ms,
+        "modes": modes,
+    });
+    std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))
+}

@@ -1,0 +1,168 @@
+//! Two `hmdp serve` nodes and nginx in front of them, as local child
+//! processes on free ports with a private nginx prefix: what `hmdp demo` runs
+//! and what the cluster tests start, the same way.
+
+pub mod demo;
+pub mod nginx;
+mod node;
+mod sandbox;
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use tempfile::TempDir;
+use tokio::process::Child;
+
+use node::{log_tail, Node};
+pub use sandbox::Sandbox;
+
+/// Ids of the two nodes, as they answer in `x-served-by`.
+pub const NODE_IDS: [&str; 2] = ["node1", "node2"];
+
+/// What every node of a cluster shares.
+#[derive(Debug, Clone)]
+pub struct ClusterSpec {
+    /// The `hmdp` executable the nodes run.
+    pub exe: PathBuf,
+    /// A migrated database (the nodes start with `--no-migrate`).
+    pub database_url: String,
+    pub redis_url: String,
+    pub redis_prefix: String,
+    /// The admin token of every node, to create vouchers.
+    pub admin_token: String,
+}
+
+impl ClusterSpec {
+    /// The spec of nodes living in `sandbox`, run from `exe`.
+    pub fn in_sandbox(exe: PathBuf, sandbox: &Sandbox) -> ClusterSpec {
+        ClusterSpec {
+            exe,
+            database_url: sandbox.database_url.clone(),
+            redis_url: sandbox.redis_url.clone(),
+            redis_prefix: sandbox.redis_prefix.clone(),
+            admin_token: uuid::Uuid::new_v4().simple().to_string(),
+        }
+    }
+}
+
+/// Two running nodes behind a running nginx. Dropping it kills them all
+/// (`kill_on_drop`) and removes nginx's prefix directory.
+pub struct Cluster {
+    spec: ClusterSpec,
+    nodes: Vec<Node>,
+    nginx: Child,
+    nginx_port: u16,
+    /// Probes readiness; its own client, so no load-test connection is spent.
+    client: reqwest::Client,
+    /// nginx's prefix: config, pid, temp files, logs. Kept last so it is
+    /// removed after the children are gone.
+    dir: TempDir,
+}
+
+impl Cluster {
+    /// Starts the two nodes with `node_flags` (`--lock=...`, ...) and nginx
+    /// rendered from the top-level `nginx.conf`; returns once nginx answers.
+    pub async fn start(spec: ClusterSpec, node_flags: &[String]) -> anyhow::Result<Cluster> {
+        let nginx_bin = nginx::find()?;
+        let dir = tempfile::Builder::new()
+            .prefix("hmdp-cluster-")
+            .tempdir()
+            .context("cannot create nginx's prefix directory")?;
+        let [nginx_port, port1, port2] = free_ports()?;
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(5))
+            .build()?;
+        let mut nodes = vec![
+            Node::new(NODE_IDS[0], port1, dir.path().join("node1.log")),
+            Node::new(NODE_IDS[1], port2, dir.path().join("node2.log")),
+        ];
+        for node in &mut nodes {
+            node.start(&spec, node_flags, &client).await?;
+        }
+
+        let conf = nginx::render(nginx::TEMPLATE, nginx_port, &[port1, port2])?;
+        let conf_file = dir.path().join("nginx.conf");
+        std::fs::write(&conf_file, conf).context("writing nginx.conf")?;
+        let log = dir.path().join("nginx.log");
+        let nginx = nginx::spawn(&nginx_bin, dir.path(), &conf_file, &log)?;
+        let mut cluster = Cluster {
+            spec,
+            nodes,
+            nginx,
+            nginx_port,
+            client,
+            dir,
+        };
+        cluster.wait_for_nginx(&log).await?;
+        Ok(cluster)
+    }
+
+    async fn wait_for_nginx(&mut self, log: &std::path::Path) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let health = format!("{}/nginx-health", self.url());
+        loop {
+            if let Some(status) = self.nginx.try_wait()? {
+                bail!("nginx exited ({status}) at start:\n{}", log_tail(log));
+            }
+            if let Ok(response) = self.client.get(&health).send().await {
+                if response.status().is_success() {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("nginx did not answer within 10 s:\n{}", log_tail(log));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// nginx's base URL: the cluster's front door.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.nginx_port)
+    }
+
+    /// One node's own base URL.
+    pub fn node_url(&self, index: usize) -> String {
+        self.nodes[index].url()
+    }
+
+    pub fn spec(&self) -> &ClusterSpec {
+        &self.spec
+    }
+
+    /// Where nginx's config and every child's log are.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// Restarts both nodes, on the same ports, with other flags (another
+    /// lock mode); nginx keeps running and reconnects to them.
+    pub async fn restart_nodes(&mut self, node_flags: &[String]) -> anyhow::Result<()> {
+        for node in &mut self.nodes {
+            node.start(&self.spec, node_flags, &self.client).await?;
+        }
+        Ok(())
+    }
+
+    /// Kills one node with SIGKILL, as a crash would.
+    pub async fn kill_node(&mut self, index: usize) {
+        self.nodes[index].kill().await;
+    }
+}
+
+/// Distinct free local ports: all are held open until each is chosen, so the
+/// kernel cannot hand out one twice.
+fn free_ports<const N: usize>() -> anyhow::Result<[u16; N]> {
+    let listeners = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .context("no free local port")?;
+    let mut ports = [0; N];
+    for (port, listener) in ports.iter_mut().zip(&listeners) {
+        *port = listener.local_addr()?.port();
+    }
+    Ok(ports)
+}

@@ -1,0 +1,326 @@
+//! The load generator (`hmdp loadtest`): many users, each firing several
+//! purchases of one voucher at once, through nginx or one node, with bounded
+//! concurrency over reused connections; latency percentiles, outcomes by
+//! `errorCode`, requests per serving node, and the invariant audit.
+
+mod report;
+pub mod tokens;
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use futures::future::join_all;
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Deserialize;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use crate::config::StoreSettings;
+use crate::keys::Keys;
+use crate::store::Store;
+
+pub use report::{Latency, Report};
+use tokens::Login;
+
+/// `hmdp loadtest`.
+#[derive(Debug, Clone, Args)]
+pub struct LoadtestSettings {
+    /// Base URL of nginx or of one node.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub target: String,
+
+    /// The seckill voucher to buy.
+    #[arg(long)]
+    pub voucher: i64,
+
+    /// Distinct users (logged in first unless --tokens is given).
+    #[arg(long, default_value_t = 500)]
+    pub users: usize,
+
+    /// Purchases each user fires at once.
+    #[arg(long, default_value_t = 5)]
+    pub per_user: usize,
+
+    /// Requests in flight at most (a user's purchases always go together).
+    #[arg(long, default_value_t = 200)]
+    pub concurrency: usize,
+
+    /// Tokens to use, one per line (from `hmdp tokens`), instead of logging in.
+    #[arg(long)]
+    pub tokens: Option<PathBuf>,
+
+    /// Read the database before and after and check the invariants.
+    #[arg(long)]
+    pub verify: bool,
+
+    /// Also write the result as a JSON object to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+
+    /// MySQL for --verify; Redis (URL and prefix) for logging users in.
+    #[command(flatten)]
+    pub store: StoreSettings,
+}
+
+/// An HTTP client for many small requests to one host: connections are kept
+/// and reused (one per request in flight), Nagle is off, no proxy is consulted.
+pub fn http_client(concurrency: usize) -> anyhow::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(concurrency.max(1))
+        .tcp_nodelay(true)
+        .no_proxy()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .context("cannot build the HTTP client")
+}
+
+/// One load run: who buys what, how hard.
+pub struct Plan {
+    /// Base URL of nginx or one node.
+    pub target: String,
+    pub voucher: i64,
+    /// One token per user.
+    pub tokens: Vec<String>,
+    pub per_user: usize,
+    pub concurrency: usize,
+    /// Advanced once per answered request; hidden when not on a terminal.
+    pub progress: ProgressBar,
+}
+
+impl Plan {
+    pub fn requests(&self) -> u64 {
+        (self.tokens.len() * self.per_user) as u64
+    }
+}
+
+/// A progress bar on a terminal, a hidden (but still counting) one elsewhere.
+pub fn progress_bar(total: u64) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        let bar = ProgressBar::hidden();
+        bar.set_length(total);
+        return bar;
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} requests  {per_sec}  {elapsed}")
+            .expect("static template"),
+    );
+    bar
+}
+
+/// What one run measured, before any audit.
+pub struct Measured {
+    pub requests: u64,
+    pub elapsed: Duration,
+    /// Microseconds from sending a request to reading its whole answer.
+    pub latency_us: Histogram<u64>,
+    /// `OK`, an `errorCode`, `HTTP_<status>` for a body that is not hmdp's
+    /// `Result`, or a transport failure (`CONNECT_ERROR`, `TIMEOUT`, ...).
+    pub outcomes: BTreeMap<String, u64>,
+    /// Answers by the node named in `x-served-by` (`-` when none answered).
+    pub served_by: BTreeMap<String, u64>,
+}
+
+/// What one purchase request came back with.
+struct Shot {
+    latency: Duration,
+    outcome: String,
+    node: String,
+}
+
+/// The parts of hmdp's `Result` body the outcome needs.
+#[derive(Deserialize)]
+struct ResultBody {
+    success: bool,
+    #[serde(rename = "errorCode")]
+    error_code: Option<String>,
+}
+
+/// Runs the plan: every user's purchases fire together once enough of the
+/// concurrency budget is free for all of them.
+pub async fn run(client: &reqwest::Client, plan: &Plan) -> Measured {
+    let url = Arc::new(format!(
+        "{}/voucher-order/seckill/{}",
+        plan.target.trim_end_matches('/'),
+        plan.voucher
+    ));
+    let budget = Arc::new(Semaphore::new(plan.concurrency.max(1)));
+    // A user needing more permits than exist would wait forever.
+    let burst = plan.per_user.min(plan.concurrency.max(1)) as u32;
+    let started = Instant::now();
+    let mut users = JoinSet::new();
+    for token in &plan.tokens {
+        let (client, url, budget, token) =
+            (client.clone(), url.clone(), budget.clone(), token.clone());
+        let (per_user, bar) = (plan.per_user, plan.progress.clone());
+        users.spawn(async move {
+            let _permits = budget
+                .acquire_many_owned(burst)
+                .await
+                .expect("the semaphore is never closed");
+            let shots = (0..per_user).map(|_| shoot(&client, &url, &token, &bar));
+            join_all(shots).await
+        });
+    }
+
+    let mut latency_us =
+        Histogram::<u64>::new_with_bounds(1, 120_000_000, 3).expect("static bounds");
+    let mut outcomes = BTreeMap::new();
+    let mut served_by = BTreeMap::new();
+    let mut requests = 0;
+    while let Some(shots) = users.join_next().await {
+        for shot in shots.expect("a user task does not panic") {
+            requests += 1;
+            latency_us.saturating_record(shot.latency.as_micros().max(1) as u64);
+            *outcomes.entry(shot.outcome).or_insert(0) += 1;
+            *served_by.entry(shot.node).or_insert(0) += 1;
+        }
+    }
+    plan.progress.finish_and_clear();
+    Measured {
+        requests,
+        elapsed: started.elapsed(),
+        latency_us,
+        outcomes,
+        served_by,
+    }
+}
+
+async fn shoot(client: &reqwest::Client, url: &str, token: &str, bar: &ProgressBar) -> Shot {
+    let started = Instant::now();
+    let answer = async {
+        let response = client
+            .post(url)
+            .header("authorization", token)
+            .send()
+            .await?;
+        let status = response.status();
+        let node = response
+            .headers()
+            .get("x-served-by")
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or("-")
+            .to_owned();
+        let body = response.bytes().await?;
+        let outcome = match serde_json::from_slice::<ResultBody>(&body) {
+            Ok(ResultBody { success: true, .. }) => "OK".to_owned(),
+            Ok(ResultBody {
+                error_code: Some(code),
+                ..
+            }) => code,
+            _ => format!("HTTP_{}", status.as_u16()),
+        };
+        Ok::<_, reqwest::Error>((outcome, node))
+    }
+    .await;
+    bar.inc(1);
+    let (outcome, node) = answer.unwrap_or_else(|error| (transport_failure(&error), "-".into()));
+    Shot {
+        latency: started.elapsed(),
+        outcome,
+        node,
+    }
+}
+
+fn transport_failure(error: &reqwest::Error) -> String {
+    if error.is_timeout() {
+        "TIMEOUT".into()
+    } else if error.is_connect() {
+        "CONNECT_ERROR".into()
+    } else {
+        "TRANSPORT_ERROR".into()
+    }
+}
+
+/// Reads one token per line, skipping blank lines.
+pub fn read_tokens(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .map(str::to_owned)
+        .collect())
+}
+
+/// `hmdp loadtest`.
+pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
+    let client = http_client(settings.concurrency)?;
+    let tokens = match &settings.tokens {
+        Some(path) => {
+            let mut tokens = read_tokens(path)?;
+            if tokens.len() < settings.users {
+                bail!(
+                    "{} holds {} tokens, fewer than --users {}",
+                    path.display(),
+                    tokens.len(),
+                    settings.users
+                );
+            }
+            tokens.truncate(settings.users);
+            tokens
+        }
+        None => {
+            let redis = crate::startup::connect_redis(
+                &settings.store.redis_url,
+                settings.store.backend_timeout(),
+            )?;
+            let keys = Keys::new(settings.store.redis_prefix.clone());
+            Login::new(client.clone(), &settings.target, redis, keys)
+                .users(0, settings.users, 32)
+                .await?
+        }
+    };
+    let store = if settings.verify {
+        Some(Store::connect_lazy(
+            &settings.store.database_url,
+            2,
+            settings.store.backend_timeout(),
+        )?)
+    } else {
+        None
+    };
+    let before = match &store {
+        Some(store) => Some(
+            store
+                .audit_voucher(settings.voucher)
+                .await
+                .with_context(|| format!("reading voucher {} before the run", settings.voucher))?,
+        ),
+        None => None,
+    };
+
+    let plan = Plan {
+        target: settings.target.clone(),
+        voucher: settings.voucher,
+        per_user: settings.per_user,
+        concurrency: settings.concurrency,
+        progress: progress_bar((tokens.len() * settings.per_user) as u64),
+        tokens,
+    };
+    let measured = run(&client, &plan).await;
+
+    let mut report = Report::new(&plan, &measured);
+    if let (Some(store), Some(before)) = (&store, before) {
+        let after = store
+            .audit_voucher(settings.voucher)
+            .await
+            .context("reading the voucher after the run")?;
+        report.add_audit(before.supply(), &after);
+    }
+    print!("{}", report.table());
+    if let Some(path) = &settings.json {
+        report.write_json(path)?;
+    }
+    if !report.violations.is_empty() {
+        bail!("invariants broken: {}", report.violations.join("; "));
+    }
+    Ok(())
+}

@@ -1,0 +1,208 @@
+//! Two nodes behind nginx, started exactly as `hmdp demo` starts them
+//! (`hmdp::cluster`), against the machine's MySQL, Redis and nginx: which lock
+//! modes keep one order per user across nodes, and what a node crash does.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hmdp::cluster::demo::node_flags;
+use hmdp::cluster::{Cluster, ClusterSpec, Sandbox, NODE_IDS};
+use hmdp::config::LockMode;
+use hmdp::keys::Keys;
+use hmdp::loadtest::tokens::Login;
+use hmdp::loadtest::{self, Plan, Report};
+use hmdp::store::Store;
+use serde_json::json;
+
+fn mysql_url() -> String {
+    std::env::var("TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
+        + "/hmdp"
+}
+
+fn redis_url() -> String {
+    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into())
+}
+
+/// A cluster in its own sandbox, with users logged in through nginx. Fields
+/// drop in order: the processes go before their database does.
+struct TestCluster {
+    cluster: Cluster,
+    client: reqwest::Client,
+    store: Store,
+    tokens: Vec<String>,
+    _sandbox: Sandbox,
+}
+
+impl TestCluster {
+    async fn start(mode: LockMode, chaos_hold_ms: u64, users: usize) -> TestCluster {
+        hmdp::telemetry::init();
+        let sandbox = Sandbox::create(&mysql_url(), &redis_url(), "test")
+            .await
+            .expect("MySQL is reachable (scripts/services.sh starts it)");
+        let spec = ClusterSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
+        let cluster = Cluster::start(spec, &node_flags(mode, chaos_hold_ms))
+            .await
+            .unwrap_or_else(|error| panic!("cluster did not start: {error:#}"));
+        let client = loadtest::http_client(200).unwrap();
+        let redis =
+            hmdp::startup::connect_redis(&sandbox.redis_url, Duration::from_secs(10)).unwrap();
+        let tokens = Login::new(
+            client.clone(),
+            &cluster.url(),
+            redis,
+            Keys::new(sandbox.redis_prefix.clone()),
+        )
+        .users(0, users, 32)
+        .await
+        .expect("users log in through nginx");
+        TestCluster {
+            cluster,
+            client,
+            store: sandbox.store(2).unwrap(),
+            tokens,
+            _sandbox: sandbox,
+        }
+    }
+
+    async fn create_voucher(&self, stock: i64) -> i64 {
+        let body: serde_json::Value = self
+            .client
+            .post(format!("{}/voucher/seckill", self.cluster.url()))
+            .header("x-admin-token", &self.cluster.spec().admin_token)
+            .json(&json!({
+                "shopId": 1, "title": "100元代金券", "payValue": 8000, "actualValue": 10000,
+                "type": 1, "stock": stock,
+                "beginTime": "2020-01-01T00:00:00", "endTime": "2037-12-31T23:59:59",
+            }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        body["data"].as_str().expect("voucher id").parse().unwrap()
+    }
+
+    fn plan(&self, voucher: i64, users: usize, per_user: usize) -> Plan {
+        Plan {
+            target: self.cluster.url(),
+            voucher,
+            tokens: self.tokens[..users].to_vec(),
+            per_user,
+            concurrency: 200,
+            progress: loadtest::progress_bar((users * per_user) as u64),
+        }
+    }
+
+    async fn run(&self, plan: &Plan, stock: i64) -> Report {
+        run(&self.client, &self.store, plan, stock).await
+    }
+}
+
+/// Runs the plan and audits the voucher, as `loadtest --verify` does.
+async fn run(client: &reqwest::Client, store: &Store, plan: &Plan, stock: i64) -> Report {
+    let measured = loadtest::run(client, plan).await;
+    let mut report = Report::new(plan, &measured);
+    report.add_audit(stock, &store.audit_voucher(plan.voucher).await.unwrap());
+    println!("{}", report.table());
+    report
+}
+
+fn assert_served_by_both_nodes(report: &Report) {
+    for node in NODE_IDS {
+        assert!(
+            report.served_by.get(node).copied().unwrap_or(0) > 0,
+            "{node} served nothing: {:?}",
+            report.served_by
+        );
+    }
+}
+
+/// Stock large enough that every user could buy: only the lock limits orders.
+const STOCK: i64 = 1000;
+const USERS: usize = 40;
+const PER_USER: usize = 4;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_lock_lets_duplicates_through_across_two_nodes() {
+    // 300 ms inside the critical section: each user's simultaneous requests,
+    // spread over both nodes by round robin, overlap with certainty.
+    let test = TestCluster::start(LockMode::Local, 300, USERS).await;
+    let voucher = test.create_voucher(STOCK).await;
+
+    let report = test.run(&test.plan(voucher, USERS, PER_USER), STOCK).await;
+
+    assert!(
+        report.duplicate_users.unwrap() > 0,
+        "the local lock must fail across nodes: {report:?}"
+    );
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_served_by_both_nodes(&report);
+}
+
+/// The same storm as the local lock's, through a lock every node shares.
+async fn assert_one_order_per_user_across_two_nodes(mode: LockMode) {
+    let test = TestCluster::start(mode, 300, USERS).await;
+    let voucher = test.create_voucher(STOCK).await;
+
+    let report = test.run(&test.plan(voucher, USERS, PER_USER), STOCK).await;
+
+    assert_eq!(report.duplicate_users, Some(0), "{report:?}");
+    assert_eq!(report.oversold, Some(0), "{report:?}");
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!(
+        report.orders,
+        Some(USERS as i64),
+        "every user bought once: {report:?}"
+    );
+    assert_served_by_both_nodes(&report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_lua_lock_keeps_one_order_per_user_across_two_nodes() {
+    assert_one_order_per_user_across_two_nodes(LockMode::RedisLua).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_node_leaves_the_survivor_serving_and_the_stock_balanced() {
+    const USERS: usize = 200;
+    const PER_USER: usize = 2;
+    let mut test = TestCluster::start(LockMode::Local, 40, USERS + 20).await;
+    let voucher = test.create_voucher(STOCK).await;
+    let plan = test.plan(voucher, USERS, PER_USER);
+    let total = plan.requests();
+
+    // Kill node1 once about a quarter of the requests are answered.
+    let TestCluster {
+        cluster,
+        client,
+        store,
+        ..
+    } = &mut test;
+    let (report, ()) = tokio::join!(run(client, store, &plan, STOCK), async {
+        while plan.progress.position() < total / 4 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        cluster.kill_node(0).await;
+    });
+    // Purchases that were on node1 when it died get 502 from nginx, which
+    // must not re-send them to node2; every other request is answered.
+    let allowed: BTreeSet<&str> = ["OK", "DUPLICATE_REQUEST", "ALREADY_ORDERED", "HTTP_502"].into();
+    for outcome in report.outcomes.keys() {
+        assert!(allowed.contains(outcome.as_str()), "{:?}", report.outcomes);
+    }
+    assert_eq!(report.requests, total, "the run finished");
+    assert!(report.outcome("OK") > 0);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+
+    // Later purchases all reach the survivor.
+    let after = Plan {
+        tokens: test.tokens[USERS..].to_vec(),
+        ..test.plan(voucher, USERS, 1)
+    };
+    let later = test.run(&after, STOCK).await;
+    assert_eq!(later.served_by.get(NODE_IDS[1]), Some(&20), "{later:?}");
+    assert_eq!(later.outcome("OK"), 20, "{:?}", later.outcomes);
+    assert!(later.violations.is_empty(), "{:?}", later.violations);
+}
