@@ -225,3 +225,25 @@ async fn the_watchdog_stops_at_the_maximum_hold_time() {
     assert!(held.ensure_held().await.is_err());
     assert_eq!(held.release().await.unwrap(), Release::Expired);
 }
+
+#[tokio::test]
+async fn redis_unreachable_past_the_lease_signals_the_lock_lost() {
+    const LEASE: Duration = Duration::from_millis(300);
+    let mut server = hmdp::redis_server::RedisServer::start().unwrap();
+    let lock = ReentrantLock::new(
+        redis::Client::open(server.url()).unwrap(),
+        hmdp::startup::connect_redis(&server.url(), Duration::from_millis(100)).unwrap(),
+        watchdog(LEASE, Duration::ZERO),
+    );
+    let held = lock.acquire(&key("unreachable")).await.unwrap().unwrap();
+    held.ensure_held().await.expect("held");
+
+    server.kill();
+    sleep(LEASE / 2).await;
+    held.ensure_held().await.expect("the lease is not over yet");
+    sleep(LEASE).await;
+    assert!(
+        held.ensure_held().await.is_err(),
+        "lost once the lease ran out"
+    );
+}
