@@ -86,7 +86,10 @@ async fn replicated(lab: &Lab) -> anyhow::Result<String> {
     lab.leave("A");
     // A's lock died with the master; its release has nowhere to go.
     drop(a);
-    lab.say("A", "has nothing left to release: its lock died with the master");
+    lab.say(
+        "A",
+        "has nothing left to release: its lock died with the master",
+    );
 
     Ok(if lab.broken() {
         "Replication is asynchronous: the master acknowledged A's lock and died before \

@@ -5,8 +5,8 @@
 //! It runs the real purchase against a database of its own (created, then
 //! dropped). Timeline (lease 400 ms, nothing renews it): A's purchase takes
 //! the lock, checks that user 1 has no order yet, then pauses 1200 ms inside
-//! its transaction. The key expires; at 500 ms B's purchase for the same
-//! user takes the lock. Without fencing both commit: two orders. With
+//! its transaction. The key expires; 600 ms after A started, B's purchase
+//! for the same user takes the lock. Without fencing both commit: two orders. With
 //! `--fencing` B's newer token wins: A finds it before committing and rolls
 //! back, and the fence row orders B's transaction after A's.
 
@@ -26,6 +26,9 @@ use crate::store::{self, NewSeckillVoucher, NewVoucher, Store};
 
 const LEASE: Duration = Duration::from_millis(400);
 const PAUSE: Duration = Duration::from_millis(1200);
+/// When B's purchase starts, after A's: past A's lease, however long A's
+/// first look at the voucher took before it locked.
+const B_STARTS: u64 = 600;
 /// The user both purchases are for: the lab's key is `lock:order:1`.
 const USER: u64 = 1;
 
@@ -65,7 +68,10 @@ pub(super) async fn run(lab: &Lab, database: &LabDatabase) -> anyhow::Result<Str
     );
     let prompt = Seckill::new(store.clone(), lock, ids, keys, Duration::ZERO);
 
+    // Setting up took a moment: the story starts at the next round 100 ms.
+    let start = (lab.now_ms() / 100 + 1) * 100;
     let a = async {
+        lab.at(start).await;
         lab.say(
             "A",
             "purchases: takes the lock, finds no order of user 1, then pauses 1200 ms \
@@ -75,13 +81,13 @@ pub(super) async fn run(lab: &Lab, database: &LabDatabase) -> anyhow::Result<Str
         say_outcome(lab, "A", outcome);
     };
     let b = async {
-        lab.at(500).await;
+        lab.at(start + B_STARTS).await;
         lab.say("B", "purchases for the same user");
         let outcome = prompt.purchase(USER, voucher).await;
         say_outcome(lab, "B", outcome);
     };
     let redis = async {
-        lab.at(450).await;
+        lab.at(start + B_STARTS - 50).await;
         lab.observe_key().await
     };
     let ((), (), observed) = tokio::join!(a, b, redis);

@@ -191,6 +191,11 @@ impl Lab {
         self.redis.clone()
     }
 
+    /// Milliseconds since the scenario started.
+    pub fn now_ms(&self) -> u64 {
+        self.timeline.start.elapsed().as_millis() as u64
+    }
+
     /// Sleeps until `ms` after the scenario started.
     pub async fn at(&self, ms: u64) {
         self.timeline.sleep_until(ms).await;

@@ -126,7 +126,7 @@ pub enum Scenario {
     ///
     /// Runs the real purchase on a database of its own. A's purchase takes
     /// the lock (400 ms lease) and pauses 1200 ms inside its transaction; B's
-    /// purchase for the same user takes the expired lock at 500 ms. Without
+    /// purchase for the same user takes the expired lock 600 ms later. Without
     /// fencing both commit (two orders); with --fencing the newer token wins
     /// and A rolls back. Course stage: the limits of lease-based locks (GC
     /// pauses), fixed with fencing tokens. Default --lock: redis-lua.
