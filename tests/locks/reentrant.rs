@@ -247,3 +247,60 @@ async fn redis_unreachable_past_the_lease_signals_the_lock_lost() {
         "lost once the lease ran out"
     );
 }
+
+/// Many waiters on many keys share the process's one subscription connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_waiters_share_one_subscription_connection() {
+    let server = hmdp::redis_server::RedisServer::start().unwrap();
+    let lock = Arc::new(ReentrantLock::new(
+        redis::Client::open(server.url()).unwrap(),
+        hmdp::startup::connect_redis(&server.url(), Duration::from_secs(10)).unwrap(),
+        watchdog(Duration::from_secs(30), Duration::from_secs(5)),
+    ));
+    let keys: Vec<String> = (0..5).map(|i| format!("lock:order:{i}")).collect();
+    let mut holds = Vec::new();
+    for key in &keys {
+        holds.push(lock.acquire(key).await.unwrap().unwrap());
+    }
+    let waiters: Vec<_> = (0..20)
+        .map(|i| {
+            let (lock, key) = (lock.clone(), keys[i % keys.len()].clone());
+            tokio::spawn(async move {
+                let held = lock.acquire(&key).await.unwrap().expect("served");
+                held.release().await.unwrap()
+            })
+        })
+        .collect();
+    sleep(Duration::from_millis(300)).await;
+
+    let mut redis = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(clients.lines().count(), 1, "{clients}");
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(
+        channels.len(),
+        keys.len(),
+        "one channel per key: {channels:?}"
+    );
+
+    for held in holds {
+        held.release().await.unwrap();
+    }
+    for waiter in join_all(waiters).await {
+        assert!(waiter.unwrap().is_clean());
+    }
+}
