@@ -304,3 +304,52 @@ async fn all_waiters_share_one_subscription_connection() {
         assert!(waiter.unwrap().is_clean());
     }
 }
+
+/// The subscription connection drops while a waiter waits on a lock with a
+/// 30 s lease: the waiter still gets in promptly after the release.
+#[tokio::test]
+async fn a_waiter_survives_the_subscription_connection_dropping() {
+    let server = hmdp::redis_server::RedisServer::start().unwrap();
+    let lock = Arc::new(ReentrantLock::new(
+        redis::Client::open(server.url()).unwrap(),
+        hmdp::startup::connect_redis(&server.url(), Duration::from_secs(10)).unwrap(),
+        watchdog(Duration::from_secs(30), Duration::from_secs(10)),
+    ));
+    let held = lock.acquire("lock:order:1").await.unwrap().unwrap();
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire("lock:order:1").await.unwrap() }
+    });
+    sleep(Duration::from_millis(200)).await;
+
+    let mut redis = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(killed, 1);
+    sleep(Duration::from_millis(500)).await;
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(channels, ["{lock:order:1}:released"], "resubscribed");
+
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let taken = waiter.await.unwrap().expect("served within its wait");
+    assert!(
+        released.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        released.elapsed()
+    );
+    taken.release().await.unwrap();
+}
