@@ -3,9 +3,10 @@
 //! v3) have nothing that renews the lease; Redisson's watchdog does.
 //!
 //! Timeline (lease 400 ms, every acquisition tries once):
-//! A takes the lock and works until 700 ms; nothing renews its lease, so the
-//! key expires at 400 ms. B tries at 500 ms: if the key is gone, B enters
-//! while A still works.
+//! A takes the lock and works until 1200 ms, three times its lease. Without
+//! renewal the key expires at 400 ms and B, trying at 500 ms, enters while A
+//! still works. With `--lock reentrant` the watchdog renews the lease every
+//! third of it while A lives, so B is refused.
 
 use std::time::Duration;
 
@@ -23,8 +24,8 @@ pub(super) async fn run(lab: &Lab) -> anyhow::Result<String> {
             .await?
             .context("A found the key busy")?;
         lab.enter("A");
-        lab.say("A", "works for 700 ms, longer than its 400 ms lease");
-        lab.at(700).await;
+        lab.say("A", "works for 1200 ms, three times its 400 ms lease");
+        lab.at(1200).await;
         lab.leave("A");
         lab.release("A", held).await?;
         anyhow::Ok(())
@@ -41,6 +42,8 @@ pub(super) async fn run(lab: &Lab) -> anyhow::Result<String> {
     };
     let redis = async {
         lab.at(450).await;
+        lab.observe_key().await?;
+        lab.at(1100).await;
         lab.observe_key().await
     };
     tokio::try_join!(a, b, redis)?;
@@ -51,7 +54,8 @@ pub(super) async fn run(lab: &Lab) -> anyhow::Result<String> {
          a watchdog that keeps extending the lease while its holder is alive \
          (Redisson's watchdog, --lock reentrant)."
     } else {
-        "B was refused while A worked past 400 ms: the lock did not lapse under a live holder."
+        "B was refused while A worked three times past its 400 ms lease: the lock did \
+         not lapse under a live holder."
     }
     .to_owned())
 }

@@ -19,7 +19,6 @@ use redis::{AsyncCommands, Script};
 
 use super::{HeldLock, Holder, LockError, OrderLock, Release};
 use crate::config::LockMode;
-use crate::keys::sibling;
 use crate::metrics;
 
 static MINT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/fence.lua")));
@@ -55,7 +54,9 @@ impl Fenced {
         let Some(held) = held else {
             return Ok(None);
         };
-        let counter = sibling(key, "fence");
+        // Minted by a script of its own, so the counter need not share the
+        // lock's hash slot; a plain suffix keeps it under the key's prefix.
+        let counter = format!("{key}:fence");
         let minted: Result<u64, _> = MINT
             .key(&counter)
             .arg(format!("{}:{}", self.process, holder.id()))

@@ -14,12 +14,20 @@ use crate::helpers::redis_url;
 /// Runs a scenario under a prefix of this test's own, and checks the run left
 /// no key behind.
 async fn run(scenario: fn(LabArgs) -> Scenario, mode: LockMode) -> Report {
+    run_fenced(scenario, mode, false).await
+}
+
+async fn run_fenced(scenario: fn(LabArgs) -> Scenario, mode: LockMode, fencing: bool) -> Report {
     let prefix = format!("test:{}:", uuid::Uuid::new_v4().simple());
+    let mysql =
+        std::env::var("TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into());
     let scenario = scenario(LabArgs {
         mode: Some(mode),
         redis_url: redis_url(),
         redis_prefix: prefix.clone(),
         lock_nodes: Vec::new(),
+        fencing,
+        database_url: format!("{mysql}/hmdp"),
     });
     let report = lab::run(&scenario).await.expect("the scenario runs");
     println!("{report}");
@@ -104,7 +112,8 @@ async fn lease_expiry_breaks_redis_naive() {
 async fn lease_expiry_breaks_redis_owner() {
     let report = run(Scenario::LeaseExpiry, LockMode::RedisOwner).await;
     assert_broken(&report, &["A", "B"]);
-    assert_eq!(report.release_of("A"), Some(Release::NotOwner));
+    // A works three leases long: by its release B's lease has run out too.
+    assert_eq!(report.release_of("A"), Some(Release::Expired));
     assert!(
         report.verdict().contains("watchdog"),
         "{}",
@@ -116,7 +125,8 @@ async fn lease_expiry_breaks_redis_owner() {
 async fn lease_expiry_breaks_redis_lua() {
     let report = run(Scenario::LeaseExpiry, LockMode::RedisLua).await;
     assert_broken(&report, &["A", "B"]);
-    assert_eq!(report.release_of("A"), Some(Release::NotOwner));
+    // A works three leases long: by its release B's lease has run out too.
+    assert_eq!(report.release_of("A"), Some(Release::Expired));
     assert!(
         report.verdict().contains("watchdog"),
         "{}",
@@ -129,6 +139,90 @@ async fn lease_expiry_is_kept_by_the_leaseless_local_lock() {
     let report = run(Scenario::LeaseExpiry, LockMode::Local).await;
     assert_kept(&report);
     assert_eq!(report.release_of("B"), None, "B was refused");
+}
+
+#[tokio::test]
+async fn lease_expiry_is_kept_by_the_reentrant_watchdog() {
+    let report = run(Scenario::LeaseExpiry, LockMode::Reentrant).await;
+    assert_kept(&report);
+    assert_eq!(report.release_of("A"), Some(Release::Released));
+    assert_eq!(report.release_of("B"), None, "B was refused");
+}
+
+#[tokio::test]
+async fn reentrancy_blocks_redis_lua_on_itself() {
+    let report = run(Scenario::Reentrancy, LockMode::RedisLua).await;
+    assert_eq!(report.exit_code(), 1, "{}", report.verdict());
+    assert!(report.overlaps.is_empty());
+    assert_eq!(report.failures, ["A is blocked by its own lock"]);
+}
+
+#[tokio::test]
+async fn reentrancy_is_kept_by_reentrant() {
+    let report = run(Scenario::Reentrancy, LockMode::Reentrant).await;
+    assert_kept(&report);
+    let releases: Vec<_> = report.releases.iter().map(|(who, r)| (*who, *r)).collect();
+    assert_eq!(
+        releases,
+        [("A", Release::StillHeld(1)), ("A", Release::Released)]
+    );
+}
+
+#[tokio::test]
+async fn retry_hands_the_lock_over_on_the_release_message() {
+    let report = run(Scenario::Retry, LockMode::Reentrant).await;
+    assert_kept(&report);
+    assert_eq!(report.release_of("B"), Some(Release::Released), "B got in");
+    assert_eq!(report.release_of("C"), None, "C did not wait");
+    let handed_over = report
+        .events
+        .iter()
+        .find(|event| event.what.starts_with("hand-off latency"))
+        .expect("latency printed");
+    let release = report
+        .events
+        .iter()
+        .find(|event| event.who == "A" && event.what.starts_with("releases"))
+        .unwrap();
+    assert!(handed_over.at - release.at < std::time::Duration::from_millis(100));
+}
+
+#[tokio::test]
+async fn failover_gives_a_replicated_lock_to_two_holders() {
+    let report = run(Scenario::Failover, LockMode::Reentrant).await;
+    assert_broken(&report, &["A", "B"]);
+}
+
+#[tokio::test]
+async fn failover_of_one_node_is_kept_by_multi() {
+    let report = run(Scenario::Failover, LockMode::Multi).await;
+    assert_kept(&report);
+}
+
+#[tokio::test]
+async fn failover_of_one_node_is_kept_by_redlock() {
+    let report = run(Scenario::Failover, LockMode::Redlock).await;
+    assert_kept(&report);
+}
+
+#[tokio::test]
+async fn gc_pause_lets_a_stale_redis_lua_holder_commit() {
+    let report = run(Scenario::GcPause, LockMode::RedisLua).await;
+    assert_eq!(report.exit_code(), 1, "{}", report.verdict());
+    assert!(
+        report.to_string().contains("user 1 has 2 order(s)"),
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn gc_pause_is_kept_by_fencing_even_with_redis_lua() {
+    let report = run_fenced(Scenario::GcPause, LockMode::RedisLua, true).await;
+    assert_kept(&report);
+    let text = report.to_string();
+    assert!(text.contains("user 1 has 1 order(s)"), "{text}");
+    assert!(text.contains("A      is rolled back"), "{text}");
+    assert!(text.contains("B      commits order"), "{text}");
 }
 
 /// Runs the built `hmdp lab ...`; returns its exit code and output.
@@ -170,6 +264,10 @@ fn each_scenario_tells_its_story_in_its_help() {
         ("misdelete", "lock v1"),
         ("check-then-delete", "lock v2"),
         ("lease-expiry", "watchdog"),
+        ("reentrancy", "reentrant lock"),
+        ("retry", "subscription"),
+        ("failover", "MultiLock"),
+        ("gc-pause", "fencing"),
     ] {
         let (code, out) = hmdp_lab(&[scenario, "--help"]);
         assert_eq!(code, 0);
