@@ -158,15 +158,37 @@ impl ReentrantLock {
         self.inner.renewing.load(Ordering::SeqCst)
     }
 
-    async fn try_lock(&self, key: &str, owner: &str) -> Result<Attempt, LockError> {
+    async fn try_lock(&self, key: &str, holder: Holder, owner: &str) -> Result<Attempt, LockError> {
         let lease = self.inner.options.lease();
+        // A caller that gives up while the script is in flight (its future
+        // dropped: a timeout, a client gone) may have taken the key with no
+        // guard left to give it back; undo that. Not for a re-entry: its
+        // extra hold would be undone from the outer guard's count.
+        let reentry = self
+            .inner
+            .holds
+            .lock()
+            .expect("registry poisoned")
+            .get(&(key.to_owned(), holder))
+            .is_some_and(|hold| hold.strong_count() > 0);
+        let mut undo = Undo {
+            armed: !reentry,
+            redis: self.inner.redis.clone(),
+            key: key.to_owned(),
+            owner: owner.to_owned(),
+            lease,
+        };
         let sent = Instant::now();
-        let (taken, value): (i64, i64) = LOCK
+        let reply: Result<(i64, i64), _> = LOCK
             .key(key)
             .arg(lease.as_millis() as u64)
             .arg(owner)
             .invoke_async(&mut self.inner.redis.clone())
-            .await?;
+            .await;
+        // A lost reply leaves it open whether the script ran: undo it too.
+        undo.armed &= matches!(&reply, Err(error) if is_transient(error));
+        drop(undo);
+        let (taken, value) = reply?;
         Ok(if taken == 1 {
             Attempt::Taken {
                 count: u32::try_from(value).unwrap_or(u32::MAX),
@@ -246,7 +268,7 @@ impl OrderLock for ReentrantLock {
     ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
         let owner = self.inner.owner(holder);
         let deadline = Instant::now() + self.inner.options.wait;
-        let busy_for = match self.try_lock(key, &owner).await? {
+        let busy_for = match self.try_lock(key, holder, &owner).await? {
             Attempt::Taken { count, sent } => {
                 return Ok(Some(self.guard(key, holder, count, sent)))
             }
@@ -265,7 +287,7 @@ impl OrderLock for ReentrantLock {
             let notified = listener.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            match self.try_lock(key, &owner).await? {
+            match self.try_lock(key, holder, &owner).await? {
                 Attempt::Taken { count, sent } => {
                     return Ok(Some(self.guard(key, holder, count, sent)))
                 }
@@ -302,7 +324,15 @@ struct ReentrantHold {
 impl HeldLock for ReentrantHold {
     async fn release(mut self: Box<Self>) -> Result<Release, LockError> {
         self.released = true;
-        release(&self.inner.redis, &self.hold, &self.release_id).await
+        let hold = &self.hold;
+        release(
+            &self.inner.redis,
+            &hold.key,
+            &hold.owner,
+            hold.lease,
+            &self.release_id,
+        )
+        .await
     }
 
     async fn ensure_held(&self) -> Result<(), LockError> {
@@ -331,7 +361,7 @@ impl Drop for ReentrantHold {
             let hold = self.hold.clone();
             let release_id = std::mem::take(&mut self.release_id);
             runtime.spawn(async move {
-                match release(&redis, &hold, &release_id).await {
+                match release(&redis, &hold.key, &hold.owner, hold.lease, &release_id).await {
                     Ok(outcome) if outcome.is_clean() => {}
                     Ok(outcome) => tracing::warn!(?outcome, key = %hold.key, "dropped lock guard: release was not clean"),
                     Err(error) => tracing::warn!(%error, key = %hold.key, "dropped lock guard: release failed"),
@@ -345,17 +375,19 @@ impl Drop for ReentrantHold {
 /// is lost, so the answer is the first attempt's.
 async fn release(
     redis: &ConnectionManager,
-    hold: &Hold,
+    key: &str,
+    owner: &str,
+    lease: Duration,
     release_id: &str,
 ) -> Result<Release, LockError> {
     let mut attempt = 1;
     loop {
         let result: Result<i64, redis::RedisError> = UNLOCK
-            .key(&hold.key)
-            .key(sibling(&hold.key, "released"))
-            .key(sibling(&hold.key, &format!("release:{release_id}")))
-            .arg(&hold.owner)
-            .arg(hold.lease.as_millis() as u64)
+            .key(key)
+            .key(sibling(key, "released"))
+            .key(sibling(key, &format!("release:{release_id}")))
+            .arg(owner)
+            .arg(lease.as_millis() as u64)
             .arg(RELEASE_LATCH.as_millis() as u64)
             .invoke_async(&mut redis.clone())
             .await;
@@ -371,6 +403,37 @@ async fn release(
             }
             Err(error) => return Err(error.into()),
         }
+    }
+}
+
+/// Gives back the hold an abandoned acquisition may have taken, if dropped
+/// while armed.
+struct Undo {
+    armed: bool,
+    redis: ConnectionManager,
+    key: String,
+    owner: String,
+    lease: Duration,
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (redis, lease) = (self.redis.clone(), self.lease);
+        let (key, owner) = (
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.owner),
+        );
+        runtime.spawn(async move {
+            let release_id = uuid::Uuid::new_v4().simple().to_string();
+            let undone = release(&redis, &key, &owner, lease, &release_id).await;
+            tracing::debug!(?undone, %key, "undid an abandoned acquisition");
+        });
     }
 }
 

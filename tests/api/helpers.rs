@@ -60,7 +60,7 @@ pub async fn spawn_app(flags: &[&str]) -> TestApp {
         format!("--redis-url={}", redis_url()),
         format!("--redis-prefix={prefix}"),
         format!("--admin-token={ADMIN_TOKEN}"),
-        "--db-pool=64".into(),
+        "--db-pool=16".into(),
         "--backend-timeout-ms=10000".into(),
         "--workers=2".into(),
     ];

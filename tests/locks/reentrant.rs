@@ -353,3 +353,37 @@ async fn a_waiter_survives_the_subscription_connection_dropping() {
     );
     taken.release().await.unwrap();
 }
+
+/// A caller that gives up while its acquisition is in flight (a timeout, a
+/// client gone) leaves no lock behind for the 30 s lease.
+#[tokio::test]
+async fn an_acquisition_abandoned_in_flight_gives_the_key_back() {
+    let server = hmdp::redis_server::RedisServer::start().unwrap();
+    let lock = ReentrantLock::new(
+        redis::Client::open(server.url()).unwrap(),
+        hmdp::startup::connect_redis(&server.url(), Duration::from_secs(10)).unwrap(),
+        watchdog(Duration::from_secs(30), Duration::ZERO),
+    );
+    let warm = lock.acquire("lock:order:0").await.unwrap().unwrap();
+    warm.release().await.unwrap();
+    let mut redis = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    // Writes stall on the server, so the acquisition is surely in flight.
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(300)
+        .arg("WRITE")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+
+    let abandoned =
+        tokio::time::timeout(Duration::from_millis(100), lock.acquire("lock:order:1")).await;
+    assert!(abandoned.is_err(), "gave up while the script was stalled");
+    sleep(Duration::from_millis(500)).await;
+    let exists: bool = redis.exists("lock:order:1").await.unwrap();
+    assert!(!exists, "the abandoned hold was given back");
+}
