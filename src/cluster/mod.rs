@@ -56,9 +56,9 @@ pub struct Cluster {
     nginx_port: u16,
     /// Probes readiness; its own client, so no load-test connection is spent.
     client: reqwest::Client,
-    /// nginx's prefix: config, pid, temp files, logs. Kept last so it is
-    /// removed after the children are gone.
-    dir: TempDir,
+    /// nginx's prefix: config, pid, temp files, logs. Only held to be
+    /// removed on drop, last, after the children are gone.
+    _dir: TempDir,
 }
 
 impl Cluster {
@@ -94,7 +94,7 @@ impl Cluster {
             nginx,
             nginx_port,
             client,
-            dir,
+            _dir: dir,
         };
         cluster.wait_for_nginx(&log).await?;
         Ok(cluster)
@@ -124,18 +124,8 @@ impl Cluster {
         format!("http://127.0.0.1:{}", self.nginx_port)
     }
 
-    /// One node's own base URL.
-    pub fn node_url(&self, index: usize) -> String {
-        self.nodes[index].url()
-    }
-
     pub fn spec(&self) -> &ClusterSpec {
         &self.spec
-    }
-
-    /// Where nginx's config and every child's log are.
-    pub fn dir(&self) -> &std::path::Path {
-        self.dir.path()
     }
 
     /// Restarts both nodes, on the same ports, with other flags (another
