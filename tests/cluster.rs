@@ -41,7 +41,11 @@ impl TestCluster {
             .await
             .expect("MySQL is reachable (scripts/services.sh starts it)");
         let spec = ClusterSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
-        let cluster = Cluster::start(spec, &node_flags(mode, chaos_hold_ms))
+        // Several clusters run at once next to the other test binaries' nodes:
+        // small pools keep them all within MySQL's connection limit.
+        let mut flags = node_flags(mode, chaos_hold_ms);
+        flags.push("--db-pool=16".into());
+        let cluster = Cluster::start(spec, &flags)
             .await
             .unwrap_or_else(|error| panic!("cluster did not start: {error:#}"));
         let client = loadtest::http_client(200).unwrap();
