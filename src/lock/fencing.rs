@@ -87,10 +87,6 @@ impl OrderLock for Fenced {
         self.inner.mode()
     }
 
-    async fn acquire(&self, key: &str) -> Result<Option<Box<dyn HeldLock>>, LockError> {
-        self.acquire_as(Holder::new(), key).await
-    }
-
     async fn acquire_as(
         &self,
         holder: Holder,

@@ -239,10 +239,6 @@ impl OrderLock for QuorumLock {
         self.mode
     }
 
-    async fn acquire(&self, key: &str) -> Result<Option<Box<dyn HeldLock>>, LockError> {
-        self.acquire_as(Holder::new(), key).await
-    }
-
     async fn acquire_as(
         &self,
         holder: Holder,

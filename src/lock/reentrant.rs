@@ -257,10 +257,6 @@ impl OrderLock for ReentrantLock {
         LockMode::Reentrant
     }
 
-    async fn acquire(&self, key: &str) -> Result<Option<Box<dyn HeldLock>>, LockError> {
-        self.acquire_as(Holder::new(), key).await
-    }
-
     async fn acquire_as(
         &self,
         holder: Holder,

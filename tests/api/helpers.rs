@@ -125,6 +125,24 @@ impl TestApp {
             .unwrap()
     }
 
+    /// The `Result` body of a login attempt.
+    pub async fn try_login(&self, phone: &str, code: &str) -> Value {
+        self.post_login(&json!({ "phone": phone, "code": code }))
+            .await
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// Every per-user lock key left in the test's Redis namespace.
+    pub async fn lock_keys(&self) -> Vec<String> {
+        self.redis
+            .clone()
+            .keys(format!("{}lock:order:*", self.prefix))
+            .await
+            .unwrap()
+    }
+
     /// Logs a phone in and returns its session token.
     pub async fn login(&self, phone: &str) -> String {
         let body: Value = self.request_code(phone).await.json().await.unwrap();

@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use futures::future::join_all;
-use redis::AsyncCommands;
 use serde_json::Value;
 
 use crate::helpers::{spawn_app, NodeProcess};
@@ -54,11 +53,6 @@ async fn sigterm_finishes_in_flight_purchases_and_exits_zero() {
     let audit = app.audit(voucher).await;
     assert_eq!((audit.orders, audit.duplicate_users), (USERS as i64, 0));
     assert!(audit.stock_balances(100));
-    let locks: Vec<String> = app
-        .redis
-        .clone()
-        .keys(format!("{}lock:order:*", app.prefix))
-        .await
-        .unwrap();
+    let locks = app.lock_keys().await;
     assert!(locks.is_empty(), "every lock released: {locks:?}");
 }
