@@ -3,11 +3,10 @@
 
 FROM rust:1-slim-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
-COPY src src
-COPY migrations migrations
-COPY lua lua
-COPY nginx.conf nginx.conf
+# The whole source tree (less .dockerignore): cargo reads every target the
+# manifest declares (benches included) even to build one binary, and the
+# binary embeds migrations/, lua/ and nginx.conf.
+COPY . .
 RUN cargo build --release --locked --bin hmdp
 
 FROM debian:bookworm-slim

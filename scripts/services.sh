@@ -36,6 +36,11 @@ if ! mysqladmin --protocol=tcp -h127.0.0.1 -uroot ping >/dev/null 2>&1; then
   echo "services: MariaDB started"
 fi
 
+# The test suite runs several nodes at once, each with its own pool; the
+# default of 151 connections is too tight for that.
+mysql --protocol=tcp -h127.0.0.1 -uroot -e \
+  "SET GLOBAL max_connections = GREATEST(@@GLOBAL.max_connections, 1000)"
+
 # Redis on 127.0.0.1:6379, nothing kept on disk.
 if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   command -v redis-server >/dev/null 2>&1 || apt_install redis-server redis-tools

@@ -101,15 +101,27 @@ impl From<Rejection> for Error {
     }
 }
 
+/// MySQL errors that mean "busy, try again", not "broken": too many
+/// connections (1040), lock wait timeout (1205), deadlock victim (1213).
+const MYSQL_BUSY_ERRORS: [u16; 3] = [1040, 1205, 1213];
+
 impl From<sqlx::Error> for Error {
     fn from(error: sqlx::Error) -> Self {
-        match error {
+        let busy = match &error {
             sqlx::Error::Io(_)
             | sqlx::Error::PoolTimedOut
             | sqlx::Error::PoolClosed
             | sqlx::Error::Tls(_)
-            | sqlx::Error::WorkerCrashed => Error::Unavailable(error.into()),
-            other => Error::Internal(other.into()),
+            | sqlx::Error::WorkerCrashed => true,
+            sqlx::Error::Database(db) => db
+                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                .is_some_and(|mysql| MYSQL_BUSY_ERRORS.contains(&mysql.number())),
+            _ => false,
+        };
+        if busy {
+            Error::Unavailable(error.into())
+        } else {
+            Error::Internal(error.into())
         }
     }
 }

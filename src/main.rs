@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 use hmdp::bench::{self, BenchDbArgs, BenchLockArgs};
 use hmdp::cluster::demo::{self, DemoSettings};
+use hmdp::cluster::soak::{self, SoakSettings};
 use hmdp::cluster::up::{self, ClusterSettings};
 use hmdp::config::{ServeSettings, StoreSettings};
 use hmdp::lab;
@@ -36,6 +37,9 @@ enum Command {
     Demo(Box<DemoSettings>),
     /// Two nodes behind nginx, left running for outside load tools until Ctrl-C.
     Cluster(Box<ClusterSettings>),
+    /// Run the two-node cluster under load for minutes with a fault every
+    /// interval (a node SIGKILLed, Redis restarted) and verify every sale.
+    Soak(Box<SoakSettings>),
     /// Reproduce one lock failure of the course with a timeline and a verdict.
     ///
     /// Runs against the configured Redis in a key namespace of its own, removed
@@ -86,6 +90,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Loadtest(settings) => loadtest::run_command(*settings).await?,
         Command::Demo(settings) => demo::run(*settings).await?,
         Command::Cluster(settings) => up::run(*settings).await?,
+        Command::Soak(settings) => soak::run(*settings).await?,
         Command::BenchLock(args) => {
             bench::bench_lock(*args).await?;
         }

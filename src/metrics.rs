@@ -47,10 +47,39 @@ metric!(LOCK_BUSY: IntCounterVec = register_int_counter_vec_with_registry(
 metric!(LOCK_UNCLEAN_RELEASES: IntCounterVec = register_int_counter_vec_with_registry(
     "lock_unclean_releases_total", "Releases that found the lock expired or held by another",
     &["mode", "release"]));
+metric!(WATCHDOG_RENEWALS: IntCounter = register_int_counter_with_registry(
+    "lock_watchdog_renewals_total", "Lease renewals made by reentrant lock watchdogs"));
+metric!(LOCK_LOST: IntCounterVec = register_int_counter_vec_with_registry(
+    "lock_lost_total", "Holds found lost while held, by how they were lost", &["reason"]));
+metric!(FENCING_REJECTIONS: IntCounter = register_int_counter_with_registry(
+    "fencing_rejections_total", "Stale holders turned away by a newer fencing token"));
 metric!(REDIS_ERRORS: IntCounter = register_int_counter_with_registry(
     "redis_errors_total", "Redis calls of a request that failed"));
 metric!(DB_POOL: IntGaugeVec = register_int_gauge_vec_with_registry(
     "db_pool_connections", "MySQL pool connections by state", &["state"]));
+
+/// Why a hold was found lost (`lock_lost_total{reason}`).
+pub const LOST_TAKEN_OR_GONE: &str = "taken_or_gone";
+pub const LOST_REDIS_UNREACHABLE: &str = "redis_unreachable";
+
+/// Registers every metric, with the lock series of this node's mode at zero,
+/// so a dashboard sees "no lock lost yet" from the start rather than no
+/// series at all.
+pub fn init(mode: &str) {
+    LazyLock::force(&HTTP_REQUESTS);
+    LazyLock::force(&HTTP_DURATION);
+    LazyLock::force(&PURCHASES);
+    LazyLock::force(&LOCK_UNCLEAN_RELEASES);
+    LazyLock::force(&WATCHDOG_RENEWALS);
+    LazyLock::force(&FENCING_REJECTIONS);
+    LazyLock::force(&REDIS_ERRORS);
+    LazyLock::force(&DB_POOL);
+    LOCK_ACQUIRE.with_label_values(&[mode]);
+    LOCK_BUSY.with_label_values(&[mode]);
+    for reason in [LOST_TAKEN_OR_GONE, LOST_REDIS_UNREACHABLE] {
+        LOCK_LOST.with_label_values(&[reason]);
+    }
+}
 
 /// Renders every metric in Prometheus' text format.
 pub fn render() -> String {

@@ -107,6 +107,7 @@ impl Application {
             admin_token,
             backend_timeout: timeout,
         });
+        metrics::init(&settings.lock.mode.to_string());
         tracing::info!(%node_id, port, lock = %settings.lock.mode, "node starting");
 
         let mut server = HttpServer::new(move || {

@@ -31,7 +31,7 @@ struct TestCluster {
     client: reqwest::Client,
     store: Store,
     tokens: Vec<String>,
-    _sandbox: Sandbox,
+    sandbox: Sandbox,
 }
 
 impl TestCluster {
@@ -41,7 +41,11 @@ impl TestCluster {
             .await
             .expect("MySQL is reachable (scripts/services.sh starts it)");
         let spec = ClusterSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
-        let cluster = Cluster::start(spec, &node_flags(mode, chaos_hold_ms))
+        // Several clusters run at once next to the other test binaries' nodes:
+        // small pools keep them all within MySQL's connection limit.
+        let mut flags = node_flags(mode, chaos_hold_ms);
+        flags.push("--db-pool=16".into());
+        let cluster = Cluster::start(spec, &flags)
             .await
             .unwrap_or_else(|error| panic!("cluster did not start: {error:#}"));
         let client = loadtest::http_client(200).unwrap();
@@ -61,7 +65,7 @@ impl TestCluster {
             client,
             store: sandbox.store(2).unwrap(),
             tokens,
-            _sandbox: sandbox,
+            sandbox,
         }
     }
 
@@ -165,10 +169,15 @@ async fn a_redis_lua_lock_keeps_one_order_per_user_across_two_nodes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentrant_lock_keeps_one_order_per_user_across_two_nodes() {
+    assert_one_order_per_user_across_two_nodes(LockMode::Reentrant).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_node_leaves_the_survivor_serving_and_the_stock_balanced() {
     const USERS: usize = 200;
     const PER_USER: usize = 2;
-    let mut test = TestCluster::start(LockMode::Local, 40, USERS + 20).await;
+    let mut test = TestCluster::start(LockMode::Reentrant, 40, USERS + 20).await;
     let voucher = test.create_voucher(STOCK).await;
     let plan = test.plan(voucher, USERS, PER_USER);
     let total = plan.requests();
@@ -195,6 +204,7 @@ async fn a_killed_node_leaves_the_survivor_serving_and_the_stock_balanced() {
     assert_eq!(report.requests, total, "the run finished");
     assert!(report.outcome("OK") > 0);
     assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!(report.duplicate_users, Some(0), "{report:?}");
 
     // Later purchases all reach the survivor.
     let after = Plan {
@@ -205,4 +215,81 @@ async fn a_killed_node_leaves_the_survivor_serving_and_the_stock_balanced() {
     assert_eq!(later.served_by.get(NODE_IDS[1]), Some(&20), "{later:?}");
     assert_eq!(later.outcome("OK"), 20, "{:?}", later.outcomes);
     assert!(later.violations.is_empty(), "{:?}", later.violations);
+    assert_eq!(later.duplicate_users, Some(0), "{later:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tokens_and_loadtest_commands_log_in_fire_verify_and_write_json() {
+    const STOCK: i64 = 10;
+    let test = TestCluster::start(LockMode::Reentrant, 0, 0).await;
+    let voucher = test.create_voucher(STOCK).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (tokens, json) = (dir.path().join("tokens.csv"), dir.path().join("run.json"));
+    let hmdp = |args: Vec<String>| async move {
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_hmdp"))
+            .args(&args)
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "hmdp {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let target = test.cluster.url();
+    let common = |command: &str| {
+        vec![
+            command.to_owned(),
+            format!("--target={target}"),
+            format!("--redis-url={}", test.sandbox.redis_url),
+            format!("--redis-prefix={}", test.sandbox.redis_prefix),
+            format!("--database-url={}", test.sandbox.database_url),
+        ]
+    };
+
+    let mut args = common("tokens");
+    args.extend(["--users=30".into(), format!("--out={}", tokens.display())]);
+    hmdp(args).await;
+    let lines = std::fs::read_to_string(&tokens).unwrap();
+    assert_eq!(lines.lines().count(), 30);
+    assert!(lines
+        .lines()
+        .all(|token| token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit())));
+
+    let mut args = common("loadtest");
+    args.extend([
+        format!("--voucher={voucher}"),
+        "--users=30".into(),
+        "--per-user=3".into(),
+        "--concurrency=40".into(),
+        format!("--tokens={}", tokens.display()),
+        "--verify".into(),
+        format!("--json={}", json.display()),
+    ]);
+    let table = hmdp(args).await;
+    assert!(table.contains("invariants   stock balances"), "{table}");
+
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(result["requests"], 90, "{result}");
+    for key in ["elapsed_s", "rps"] {
+        assert!(result[key].as_f64().unwrap() > 0.0, "{key}: {result}");
+    }
+    for key in ["p50", "p90", "p99", "max"] {
+        assert!(
+            result["latency_ms"][key].as_f64().is_some(),
+            "{key}: {result}"
+        );
+    }
+    assert_eq!(result["outcomes"]["OK"], STOCK, "{result}");
+    assert_eq!(result["orders"], STOCK);
+    assert_eq!(result["stock_left"], 0);
+    assert_eq!(result["duplicate_users"], 0);
+    assert_eq!(result["extra_orders"], 0);
+    assert_eq!(result["oversold"], 0);
+    for node in NODE_IDS {
+        assert!(result["served_by"][node].as_u64().unwrap() > 0, "{result}");
+    }
 }

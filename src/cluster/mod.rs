@@ -6,6 +6,7 @@ pub mod demo;
 pub mod nginx;
 mod node;
 mod sandbox;
+pub mod soak;
 pub mod up;
 
 use std::net::TcpListener;
@@ -57,9 +58,9 @@ pub struct Cluster {
     nginx_port: u16,
     /// Probes readiness; its own client, so no load-test connection is spent.
     client: reqwest::Client,
-    /// nginx's prefix: config, pid, temp files, logs. Kept last so it is
-    /// removed after the children are gone.
-    dir: TempDir,
+    /// nginx's prefix: config, pid, temp files, logs. Only held to be
+    /// removed on drop, last, after the children are gone.
+    _dir: TempDir,
 }
 
 impl Cluster {
@@ -95,7 +96,7 @@ impl Cluster {
             nginx,
             nginx_port,
             client,
-            dir,
+            _dir: dir,
         };
         cluster.wait_for_nginx(&log).await?;
         Ok(cluster)
@@ -125,25 +126,15 @@ impl Cluster {
         format!("http://127.0.0.1:{}", self.nginx_port)
     }
 
-    /// One node's own base URL.
-    pub fn node_url(&self, index: usize) -> String {
-        self.nodes[index].url()
-    }
-
     pub fn spec(&self) -> &ClusterSpec {
         &self.spec
-    }
-
-    /// Where nginx's config and every child's log are.
-    pub fn dir(&self) -> &std::path::Path {
-        self.dir.path()
     }
 
     /// Restarts both nodes, on the same ports, with other flags (another
     /// lock mode); nginx keeps running and reconnects to them.
     pub async fn restart_nodes(&mut self, node_flags: &[String]) -> anyhow::Result<()> {
-        for node in &mut self.nodes {
-            node.start(&self.spec, node_flags, &self.client).await?;
+        for index in 0..self.nodes.len() {
+            self.start_node(index, node_flags).await?;
         }
         Ok(())
     }
@@ -151,6 +142,13 @@ impl Cluster {
     /// Process ids of the running nodes.
     pub fn node_pids(&self) -> Vec<u32> {
         self.nodes.iter().filter_map(Node::pid).collect()
+    }
+
+    /// (Re)starts one node on its port, e.g. after [`Cluster::kill_node`].
+    pub async fn start_node(&mut self, index: usize, node_flags: &[String]) -> anyhow::Result<()> {
+        self.nodes[index]
+            .start(&self.spec, node_flags, &self.client)
+            .await
     }
 
     /// Kills one node with SIGKILL, as a crash would.

@@ -46,7 +46,7 @@ impl Sandbox {
         Store::connect_lazy(&self.database_url, max_connections, Duration::from_secs(10))
     }
 
-    async fn remove(database_url: &str, database: &str, redis_url: &str, pattern: &str) {
+    async fn remove(database_url: &str, database: &str, redis_url: &str, prefix: &str) {
         if let Ok(store) = Store::connect_lazy(database_url, 1, Duration::from_secs(5)) {
             let drop_sql = format!("DROP DATABASE IF EXISTS `{database}`");
             if let Err(error) = sqlx::raw_sql(sqlx::AssertSqlSafe(drop_sql))
@@ -63,9 +63,13 @@ impl Sandbox {
             return;
         };
         let mut keys: Vec<String> = Vec::new();
-        if let Ok(mut iter) = conn.scan_match::<_, String>(pattern).await {
-            while let Some(Ok(key)) = iter.next_item().await {
-                keys.push(key);
+        // Keys that must share a Cluster slot with a lock key wrap it in a
+        // hash tag (`{prefix...}:fence`, see `keys::sibling`).
+        for pattern in [format!("{prefix}*"), format!("{{{prefix}*")] {
+            if let Ok(mut iter) = conn.scan_match::<_, String>(&pattern).await {
+                while let Some(Ok(key)) = iter.next_item().await {
+                    keys.push(key);
+                }
             }
         }
         for chunk in keys.chunks(1000) {
@@ -83,7 +87,7 @@ impl Drop for Sandbox {
             self.database.clone(),
             self.redis_url.clone(),
         );
-        let pattern = format!("{}*", self.redis_prefix);
+        let prefix = self.redis_prefix.clone();
         let cleanup = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -93,7 +97,7 @@ impl Drop for Sandbox {
                 &database_url,
                 &database,
                 &redis_url,
-                &pattern,
+                &prefix,
             ));
         });
         let _ = cleanup.join();

@@ -17,10 +17,12 @@ use futures::FutureExt;
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use tokio::time::Instant;
+use uuid::Uuid;
 
+use super::LabArgs;
 use crate::config::{LockMode, LockSettings};
 use crate::keys::Keys;
-use crate::lock::{self, Faults, HeldLock, OrderLock, Release};
+use crate::lock::{self, Faults, HeldLock, Holder, OrderLock, Release};
 
 /// A participant of a scenario: "A", "B", "C".
 pub type Actor = &'static str;
@@ -60,6 +62,9 @@ impl Timeline {
 struct Section {
     inside: BTreeSet<Actor>,
     overlaps: Vec<Vec<Actor>>,
+    /// Breaks of the lock's promise other than an overlap (a holder
+    /// blocked by itself, a stale holder's write that landed).
+    failures: Vec<String>,
 }
 
 /// A stall armed for the next release that reaches the lock's
@@ -72,6 +77,8 @@ pub struct Lab {
     redis: ConnectionManager,
     redis_url: String,
     lock_nodes: Vec<String>,
+    /// `--fencing`: the scenario's locks mint fencing tokens.
+    fencing: bool,
     /// Every key of this run starts with it, so a run sees nothing but its
     /// own keys and can delete them all afterwards.
     namespace: String,
@@ -88,19 +95,18 @@ pub struct Lab {
 }
 
 impl Lab {
-    pub(super) fn new(
-        mode: LockMode,
-        redis: ConnectionManager,
-        redis_url: String,
-        lock_nodes: Vec<String>,
-        namespace: String,
-    ) -> Self {
+    /// A stage for `mode` on `redis` (already reached), the rest as `args`
+    /// asks. The scenario clock starts here.
+    pub(super) fn new(mode: LockMode, redis: ConnectionManager, args: &LabArgs) -> Self {
+        // A fresh namespace per run, so runs never see each other's keys.
+        let namespace = format!("{}lab:{}:", args.redis_prefix, Uuid::new_v4());
         let key = Keys::new(namespace.clone()).order_lock(1);
         Lab {
             mode,
             redis,
-            redis_url,
-            lock_nodes,
+            redis_url: args.redis_url.clone(),
+            lock_nodes: args.lock_nodes.clone(),
+            fencing: args.fencing,
             namespace,
             key,
             lease: Mutex::new(None),
@@ -121,18 +127,72 @@ impl Lab {
     /// `reentrant` runs as the purchase runs it, with its watchdog: the
     /// scenario's lease becomes the lease the watchdog renews.
     pub fn lock(&self, lease: Duration, wait: Duration) -> anyhow::Result<Arc<dyn OrderLock>> {
+        self.build_lock(&self.redis, &self.redis_url, &self.lock_nodes, lease, wait)
+    }
+
+    /// Like [`Lab::lock`], on Redis servers the scenario runs itself: the
+    /// single-Redis modes use `redis_url`, `multi` and `redlock` use `nodes`.
+    pub fn lock_on(
+        &self,
+        redis_url: &str,
+        nodes: &[String],
+        lease: Duration,
+        wait: Duration,
+    ) -> anyhow::Result<Arc<dyn OrderLock>> {
+        let redis = crate::startup::connect_redis(redis_url, Duration::from_secs(1))?;
+        self.build_lock(&redis, redis_url, nodes, lease, wait)
+    }
+
+    fn build_lock(
+        &self,
+        redis: &ConnectionManager,
+        redis_url: &str,
+        nodes: &[String],
+        lease: Duration,
+        wait: Duration,
+    ) -> anyhow::Result<Arc<dyn OrderLock>> {
         let watchdog = self.mode == LockMode::Reentrant;
         let settings = LockSettings {
             mode: self.mode,
-            lock_nodes: self.lock_nodes.clone(),
+            lock_nodes: nodes.to_vec(),
             lock_lease_ms: (!watchdog).then_some(lease.as_millis() as u64),
             lock_wait_ms: wait.as_millis() as u64,
             lock_watchdog_ms: lease.as_millis() as u64,
             lock_max_hold_ms: 0,
-            fencing: false,
+            fencing: self.fencing,
         };
         *self.lease.lock().expect("lease poisoned") = Some(lease);
-        lock::build(&settings, &self.redis, &self.redis_url, self.faults())
+        lock::build(&settings, redis, redis_url, self.faults())
+    }
+
+    /// The lock key the actors contend for.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Every key of this run starts with it.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Whether the scenario's locks mint fencing tokens.
+    pub fn fencing(&self) -> bool {
+        self.fencing
+    }
+
+    /// The mode under test.
+    pub fn mode(&self) -> LockMode {
+        self.mode
+    }
+
+    /// The lab's Redis, for scenarios that run the purchase itself.
+    pub fn redis(&self) -> ConnectionManager {
+        self.redis.clone()
+    }
+
+    /// Milliseconds since the scenario started.
+    pub fn now_ms(&self) -> u64 {
+        self.timeline.start.elapsed().as_millis() as u64
     }
 
     /// Sleeps until `ms` after the scenario started.
@@ -151,8 +211,19 @@ impl Lab {
         who: Actor,
         lock: &dyn OrderLock,
     ) -> anyhow::Result<Option<Box<dyn HeldLock>>> {
+        self.acquire_as(who, Holder::new(), lock).await
+    }
+
+    /// `who` tries to take the lock as `holder`: the same holder again
+    /// re-enters a reentrant lock.
+    pub async fn acquire_as(
+        &self,
+        who: Actor,
+        holder: Holder,
+        lock: &dyn OrderLock,
+    ) -> anyhow::Result<Option<Box<dyn HeldLock>>> {
         let held = lock
-            .acquire(&self.key)
+            .acquire_as(holder, &self.key)
             .await
             .with_context(|| format!("{who} could not reach the lock"))?;
         match &held {
@@ -163,6 +234,53 @@ impl Lab {
             None => self.say(who, "is refused: the lock is busy"),
         }
         Ok(held)
+    }
+
+    /// `who` takes the lock and enters the critical section. The lock must be
+    /// free: the scenario's story starts from this holder, so a refusal is an
+    /// error of the run, not a verdict.
+    pub async fn acquire_and_enter(
+        &self,
+        who: Actor,
+        lock: &dyn OrderLock,
+    ) -> anyhow::Result<Box<dyn HeldLock>> {
+        self.acquire_and_enter_as(who, Holder::new(), lock).await
+    }
+
+    /// Like [`Lab::acquire_and_enter`], as `holder`.
+    pub async fn acquire_and_enter_as(
+        &self,
+        who: Actor,
+        holder: Holder,
+        lock: &dyn OrderLock,
+    ) -> anyhow::Result<Box<dyn HeldLock>> {
+        let held = self
+            .acquire_as(who, holder, lock)
+            .await?
+            .with_context(|| format!("{who} found the key busy"))?;
+        self.enter(who);
+        Ok(held)
+    }
+
+    /// `who` tries the lock once; if it gets in, it works until `until_ms`
+    /// on the clock (or leaves at once when `None`), then releases. Whether
+    /// it got in: a refusal is part of the story, the verdict judges it.
+    pub async fn visit(
+        &self,
+        who: Actor,
+        lock: &dyn OrderLock,
+        until_ms: Option<u64>,
+    ) -> anyhow::Result<bool> {
+        let Some(held) = self.acquire(who, lock).await? else {
+            return Ok(false);
+        };
+        self.enter(who);
+        if let Some(until_ms) = until_ms {
+            self.at(until_ms).await;
+        }
+        self.leave(who);
+        self.release(who, held).await?;
+        Ok(true)
     }
 
     /// `who` starts the work the lock guards. Entering beside someone else
@@ -237,9 +355,22 @@ impl Lab {
         *self.stall.lock().expect("stall poisoned") = Some((who, until_ms));
     }
 
-    /// Puts the state of the lock key in Redis on the timeline, for the
-    /// modes that keep the lock in that one key.
-    pub async fn observe_key(&self) -> anyhow::Result<()> {
+    /// Puts the state of the lock key in Redis on the timeline at each of
+    /// `times_ms` on the clock, for the modes that keep the lock in that one
+    /// key.
+    pub async fn observe_key_at(
+        &self,
+        times_ms: impl IntoIterator<Item = u64>,
+    ) -> anyhow::Result<()> {
+        for ms in times_ms {
+            self.at(ms).await;
+            self.observe_key().await?;
+        }
+        Ok(())
+    }
+
+    /// The lock key's state at this moment, on the timeline.
+    async fn observe_key(&self) -> anyhow::Result<()> {
         if !self.one_redis_key() {
             return Ok(());
         }
@@ -266,14 +397,22 @@ impl Lab {
         )
     }
 
-    /// Whether two actors were ever inside the critical section at once.
-    pub fn broken(&self) -> bool {
-        !self
-            .section
+    /// Records a break of the lock's promise that is not an overlap.
+    pub fn fail(&self, who: Actor, what: impl Into<String>) {
+        let what = what.into();
+        self.say(who, format!("{what}: BROKEN"));
+        self.section
             .lock()
             .expect("section poisoned")
-            .overlaps
-            .is_empty()
+            .failures
+            .push(format!("{who} {what}"));
+    }
+
+    /// Whether two actors were ever inside the critical section at once, or
+    /// the lock broke its promise otherwise.
+    pub fn broken(&self) -> bool {
+        let section = self.section.lock().expect("section poisoned");
+        !section.overlaps.is_empty() || !section.failures.is_empty()
     }
 
     /// The fault points of this lab's locks: a release stalls only when a
@@ -304,17 +443,23 @@ impl Lab {
     /// Deletes every key of this run.
     pub(super) async fn clean_up(&self) -> anyhow::Result<()> {
         let mut redis = self.redis.clone();
-        let pattern = format!("{}*", glob_escape(&self.namespace));
-        let keys: Vec<String> = {
+        // Keys that must share a lock key's hash slot wrap it in `{...}`.
+        let mut keys: Vec<String> = Vec::new();
+        for pattern in [
+            format!("{}*", glob_escape(&self.namespace)),
+            format!("{{{}*", glob_escape(&self.namespace)),
+        ] {
             use futures::StreamExt;
             let iter = redis
                 .scan_match::<_, String>(&pattern)
                 .await
                 .context("cannot list the lab's keys")?;
-            iter.filter_map(|key| async move { key.ok() })
+            let found: Vec<String> = iter
+                .filter_map(|key| async move { key.ok() })
                 .collect()
-                .await
-        };
+                .await;
+            keys.extend(found);
+        }
         if !keys.is_empty() {
             let mut redis = self.redis.clone();
             let _: u64 = redis
@@ -340,6 +485,8 @@ impl Lab {
                 .expect("timeline poisoned")
                 .clone(),
             overlaps: section.overlaps.clone(),
+            failures: section.failures.clone(),
+            fencing: self.fencing,
             releases: self.releases.lock().expect("releases poisoned").clone(),
             explanation,
         }
@@ -369,6 +516,9 @@ pub struct Report {
     pub events: Vec<Event>,
     /// Each moment two or more actors were inside the critical section: who.
     pub overlaps: Vec<Vec<Actor>>,
+    /// Other breaks of the lock's promise, in the scenario's words.
+    pub failures: Vec<String>,
+    pub fencing: bool,
     /// Each release, in order, with what it reported.
     pub releases: Vec<(Actor, Release)>,
     /// Why mutual exclusion held or broke, in the scenario's words.
@@ -376,9 +526,10 @@ pub struct Report {
 }
 
 impl Report {
-    /// Whether no two actors were ever inside the critical section at once.
+    /// Whether no two actors were ever inside the critical section at once
+    /// and the lock broke no other promise.
     pub fn kept(&self) -> bool {
-        self.overlaps.is_empty()
+        self.overlaps.is_empty() && self.failures.is_empty()
     }
 
     /// 0 when mutual exclusion held, 1 when it broke.
@@ -402,6 +553,8 @@ impl Report {
     pub fn verdict(&self) -> String {
         if self.kept() {
             format!("KEPT: mutual exclusion held. {}", self.explanation)
+        } else if self.overlaps.is_empty() {
+            format!("BROKEN: {}. {}", self.failures.join("; "), self.explanation)
         } else {
             let who: Vec<String> = self.overlaps.iter().map(|set| set.join("+")).collect();
             format!(
@@ -417,13 +570,21 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "lab {} --lock {} (key {}",
-            self.scenario, self.mode, self.key
+            "lab {} --lock {}{} (key {}",
+            self.scenario,
+            self.mode,
+            if self.fencing { " --fencing" } else { "" },
+            self.key
         )?;
         // The in-process modes ignore the lease.
         let leased = !matches!(self.mode, LockMode::None | LockMode::Local);
         if let (Some(lease), true) = (self.lease, leased) {
-            write!(f, ", lease {} ms", lease.as_millis())?;
+            let renewed = if self.mode == LockMode::Reentrant {
+                ", renewed by the watchdog"
+            } else {
+                ""
+            };
+            write!(f, ", lease {} ms{renewed}", lease.as_millis())?;
         }
         writeln!(f, ")")?;
         for event in &self.events {

@@ -3,13 +3,12 @@
 //! v3) have nothing that renews the lease; Redisson's watchdog does.
 //!
 //! Timeline (lease 400 ms, every acquisition tries once):
-//! A takes the lock and works until 700 ms; nothing renews its lease, so the
-//! key expires at 400 ms. B tries at 500 ms: if the key is gone, B enters
-//! while A still works.
+//! A takes the lock and works until 1200 ms, three times its lease. Without
+//! renewal the key expires at 400 ms and B, trying at 500 ms, enters while A
+//! still works. With `--lock reentrant` the watchdog renews the lease every
+//! third of it while A lives, so B is refused.
 
 use std::time::Duration;
-
-use anyhow::Context;
 
 use super::harness::Lab;
 
@@ -18,31 +17,18 @@ const LEASE: Duration = Duration::from_millis(400);
 pub(super) async fn run(lab: &Lab) -> anyhow::Result<String> {
     let lock = lab.lock(LEASE, Duration::ZERO)?;
     let a = async {
-        let held = lab
-            .acquire("A", &*lock)
-            .await?
-            .context("A found the key busy")?;
-        lab.enter("A");
-        lab.say("A", "works for 700 ms, longer than its 400 ms lease");
-        lab.at(700).await;
+        let held = lab.acquire_and_enter("A", &*lock).await?;
+        lab.say("A", "works for 1200 ms, three times its 400 ms lease");
+        lab.at(1200).await;
         lab.leave("A");
         lab.release("A", held).await?;
         anyhow::Ok(())
     };
     let b = async {
         lab.at(500).await;
-        if let Some(held) = lab.acquire("B", &*lock).await? {
-            lab.enter("B");
-            lab.at(800).await;
-            lab.leave("B");
-            lab.release("B", held).await?;
-        }
-        Ok(())
+        lab.visit("B", &*lock, Some(800)).await
     };
-    let redis = async {
-        lab.at(450).await;
-        lab.observe_key().await
-    };
+    let redis = lab.observe_key_at([450, 1100]);
     tokio::try_join!(a, b, redis)?;
 
     Ok(if lab.broken() {
@@ -51,7 +37,8 @@ pub(super) async fn run(lab: &Lab) -> anyhow::Result<String> {
          a watchdog that keeps extending the lease while its holder is alive \
          (Redisson's watchdog, --lock reentrant)."
     } else {
-        "B was refused while A worked past 400 ms: the lock did not lapse under a live holder."
+        "B was refused while A worked three times past its 400 ms lease: the lock did \
+         not lapse under a live holder."
     }
     .to_owned())
 }

@@ -19,7 +19,7 @@ use redis::{AsyncCommands, Script};
 
 use super::{HeldLock, Holder, LockError, OrderLock, Release};
 use crate::config::LockMode;
-use crate::keys::sibling;
+use crate::metrics;
 
 static MINT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/fence.lua")));
 
@@ -54,7 +54,9 @@ impl Fenced {
         let Some(held) = held else {
             return Ok(None);
         };
-        let counter = sibling(key, "fence");
+        // Minted by a script of its own, so the counter need not share the
+        // lock's hash slot; a plain suffix keeps it under the key's prefix.
+        let counter = format!("{key}:fence");
         let minted: Result<u64, _> = MINT
             .key(&counter)
             .arg(format!("{}:{}", self.process, holder.id()))
@@ -83,10 +85,6 @@ impl Fenced {
 impl OrderLock for Fenced {
     fn mode(&self) -> LockMode {
         self.inner.mode()
-    }
-
-    async fn acquire(&self, key: &str) -> Result<Option<Box<dyn HeldLock>>, LockError> {
-        self.acquire_as(Holder::new(), key).await
     }
 
     async fn acquire_as(
@@ -121,6 +119,7 @@ impl HeldLock for FencedHold {
         let newest: Option<u64> = self.redis.clone().hget(&self.counter, "token").await?;
         match newest {
             Some(newest) if newest > self.token => {
+                metrics::FENCING_REJECTIONS.inc();
                 Err(LockError::Lost("a newer holder has a later fencing token"))
             }
             _ => Ok(()),

@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
-use super::{HeldLock, LockError, OrderLock, Release};
+use super::{HeldLock, Holder, LockError, OrderLock, Release};
 use crate::config::LockMode;
 
 type KeyMutex = AsyncMutex<()>;
@@ -76,7 +76,11 @@ impl OrderLock for LocalLock {
         LockMode::Local
     }
 
-    async fn acquire(&self, key: &str) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+    async fn acquire_as(
+        &self,
+        _holder: Holder,
+        key: &str,
+    ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
         let mutex = self.intern(key);
         let guard = if self.wait.is_zero() {
             mutex.try_lock_owned().ok()

@@ -30,9 +30,9 @@ pub use fencing::Fenced;
 pub use local::LocalLock;
 pub use none::NoLock;
 pub use quorum::{NodeReport, QuorumLock};
-pub use redis_lua::RedisLuaLock;
-pub use redis_naive::RedisNaiveLock;
-pub use redis_owner::RedisOwnerLock;
+use redis_lua::RedisLuaLock;
+use redis_naive::RedisNaiveLock;
+use redis_owner::RedisOwnerLock;
 pub use reentrant::{ReentrantLock, ReentrantOptions};
 use set_nx::SetNx;
 
@@ -104,19 +104,20 @@ pub trait OrderLock: Send + Sync {
     /// The mode this lock implements.
     fn mode(&self) -> LockMode;
 
-    /// Takes `key` for a new holder. `Ok(None)` means the key stayed busy for
-    /// the whole configured wait (hmdp's failed `tryLock()`).
-    async fn acquire(&self, key: &str) -> Result<Option<Box<dyn HeldLock>>, LockError>;
-
-    /// Takes `key` as `holder`. Only reentrant locks look at the holder: the
-    /// others hand out a fresh identity each time, so a holder that already
-    /// holds the key waits for itself, as the course's non-reentrant lock does.
+    /// Takes `key` as `holder`. `Ok(None)` means the key stayed busy for the
+    /// whole configured wait (hmdp's failed `tryLock()`). Only reentrant locks
+    /// look at the holder: the others hand out a fresh identity each time, so
+    /// a holder that already holds the key waits for itself, as the course's
+    /// non-reentrant lock does.
     async fn acquire_as(
         &self,
-        _holder: Holder,
+        holder: Holder,
         key: &str,
-    ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
-        self.acquire(key).await
+    ) -> Result<Option<Box<dyn HeldLock>>, LockError>;
+
+    /// Takes `key` for a new holder.
+    async fn acquire(&self, key: &str) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+        self.acquire_as(Holder::new(), key).await
     }
 }
 
@@ -182,9 +183,11 @@ pub fn build(
     let lock: Arc<dyn OrderLock> = match settings.mode {
         LockMode::None => Arc::new(NoLock),
         LockMode::Local => Arc::new(LocalLock::new(settings.wait())),
-        LockMode::RedisNaive => Arc::new(RedisNaiveLock::new(set_nx())),
-        LockMode::RedisOwner => Arc::new(RedisOwnerLock::new(set_nx())),
-        LockMode::RedisLua => Arc::new(RedisLuaLock::new(set_nx())),
+        LockMode::RedisNaive => Arc::new(RedisNaiveLock::new(set_nx(), redis_naive::DelUnlock)),
+        LockMode::RedisOwner => {
+            Arc::new(RedisOwnerLock::new(set_nx(), redis_owner::GetThenDelUnlock))
+        }
+        LockMode::RedisLua => Arc::new(RedisLuaLock::new(set_nx(), redis_lua::LuaUnlock)),
         LockMode::Reentrant => Arc::new(ReentrantLock::new(
             redis::Client::open(redis_url)?,
             redis.clone(),

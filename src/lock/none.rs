@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 
-use super::{HeldLock, LockError, OrderLock, Release};
+use super::{HeldLock, Holder, LockError, OrderLock, Release};
 use crate::config::LockMode;
 
 /// The absent lock.
@@ -18,7 +18,11 @@ impl OrderLock for NoLock {
         LockMode::None
     }
 
-    async fn acquire(&self, _key: &str) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+    async fn acquire_as(
+        &self,
+        _holder: Holder,
+        _key: &str,
+    ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
         Ok(Some(Box::new(NoHold)))
     }
 }

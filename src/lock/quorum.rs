@@ -85,7 +85,9 @@ impl QuorumLock {
             !urls.is_empty(),
             "--lock {mode} needs independent Redis servers in --lock-nodes"
         );
-        let round = (lease / 20).clamp(Duration::from_millis(20), Duration::from_millis(500));
+        // At least 50 ms: a round may have to open a node's connection and
+        // load the script before it can answer.
+        let round = (lease / 4).clamp(Duration::from_millis(50), Duration::from_millis(500));
         let nodes = urls
             .iter()
             .map(|url| {
@@ -235,10 +237,6 @@ impl HeldLock for QuorumHold {
 impl OrderLock for QuorumLock {
     fn mode(&self) -> LockMode {
         self.mode
-    }
-
-    async fn acquire(&self, key: &str) -> Result<Option<Box<dyn HeldLock>>, LockError> {
-        self.acquire_as(Holder::new(), key).await
     }
 
     async fn acquire_as(

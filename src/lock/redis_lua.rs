@@ -10,8 +10,8 @@ use std::sync::LazyLock;
 use async_trait::async_trait;
 use redis::Script;
 
-use super::set_nx::{SetNx, Taken};
-use super::{HeldLock, LockError, OrderLock, Release};
+use super::set_nx::{SetNxLock, Taken, Unlock};
+use super::{LockError, Release};
 use crate::config::LockMode;
 
 /// Built once: `invoke_async` sends `EVALSHA` with the precomputed hash and
@@ -20,32 +20,16 @@ static UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/unlock.lua")));
 
 /// Lock v3.
-pub struct RedisLuaLock(SetNx);
+pub(super) type RedisLuaLock = SetNxLock<LuaUnlock>;
 
-impl RedisLuaLock {
-    pub(super) fn new(set_nx: SetNx) -> Self {
-        RedisLuaLock(set_nx)
-    }
-}
-
-struct LuaHold(Taken);
+/// Release of lock v3.
+pub(super) struct LuaUnlock;
 
 #[async_trait]
-impl OrderLock for RedisLuaLock {
-    fn mode(&self) -> LockMode {
-        LockMode::RedisLua
-    }
+impl Unlock for LuaUnlock {
+    const MODE: LockMode = LockMode::RedisLua;
 
-    async fn acquire(&self, key: &str) -> Result<Option<Box<dyn HeldLock>>, LockError> {
-        let taken = self.0.take(key).await?;
-        Ok(taken.map(|taken| Box::new(LuaHold(taken)) as Box<dyn HeldLock>))
-    }
-}
-
-#[async_trait]
-impl HeldLock for LuaHold {
-    async fn release(self: Box<Self>) -> Result<Release, LockError> {
-        let LuaHold(mut taken) = *self;
+    async fn unlock(&self, mut taken: Taken) -> Result<Release, LockError> {
         // Check and delete are one step here: a pause can only come before it.
         taken.before_delete().await;
         let code: i64 = UNLOCK

@@ -9,39 +9,23 @@
 use async_trait::async_trait;
 use redis::AsyncCommands;
 
-use super::set_nx::{SetNx, Taken};
-use super::{HeldLock, LockError, OrderLock, Release};
+use super::set_nx::{SetNxLock, Taken, Unlock};
+use super::{LockError, Release};
 use crate::config::LockMode;
 
 /// Lock v1.
-pub struct RedisNaiveLock(SetNx);
+pub(super) type RedisNaiveLock = SetNxLock<DelUnlock>;
 
-impl RedisNaiveLock {
-    pub(super) fn new(set_nx: SetNx) -> Self {
-        RedisNaiveLock(set_nx)
-    }
-}
-
-struct NaiveHold(Taken);
+/// Release of lock v1.
+pub(super) struct DelUnlock;
 
 #[async_trait]
-impl OrderLock for RedisNaiveLock {
-    fn mode(&self) -> LockMode {
-        LockMode::RedisNaive
-    }
+impl Unlock for DelUnlock {
+    const MODE: LockMode = LockMode::RedisNaive;
 
-    async fn acquire(&self, key: &str) -> Result<Option<Box<dyn HeldLock>>, LockError> {
-        let taken = self.0.take(key).await?;
-        Ok(taken.map(|taken| Box::new(NaiveHold(taken)) as Box<dyn HeldLock>))
-    }
-}
-
-#[async_trait]
-impl HeldLock for NaiveHold {
     /// Reports `Released` whenever `DEL` removed a key, even when that key was
     /// somebody else's: without the token check this lock cannot tell.
-    async fn release(self: Box<Self>) -> Result<Release, LockError> {
-        let NaiveHold(mut taken) = *self;
+    async fn unlock(&self, mut taken: Taken) -> Result<Release, LockError> {
         taken.before_delete().await;
         let deleted: u64 = taken.redis.del(&taken.key).await?;
         Ok(if deleted == 1 {

@@ -9,37 +9,21 @@
 use async_trait::async_trait;
 use redis::AsyncCommands;
 
-use super::set_nx::{SetNx, Taken};
-use super::{HeldLock, LockError, OrderLock, Release};
+use super::set_nx::{SetNxLock, Taken, Unlock};
+use super::{LockError, Release};
 use crate::config::LockMode;
 
 /// Lock v2.
-pub struct RedisOwnerLock(SetNx);
+pub(super) type RedisOwnerLock = SetNxLock<GetThenDelUnlock>;
 
-impl RedisOwnerLock {
-    pub(super) fn new(set_nx: SetNx) -> Self {
-        RedisOwnerLock(set_nx)
-    }
-}
-
-struct OwnerHold(Taken);
+/// Release of lock v2.
+pub(super) struct GetThenDelUnlock;
 
 #[async_trait]
-impl OrderLock for RedisOwnerLock {
-    fn mode(&self) -> LockMode {
-        LockMode::RedisOwner
-    }
+impl Unlock for GetThenDelUnlock {
+    const MODE: LockMode = LockMode::RedisOwner;
 
-    async fn acquire(&self, key: &str) -> Result<Option<Box<dyn HeldLock>>, LockError> {
-        let taken = self.0.take(key).await?;
-        Ok(taken.map(|taken| Box::new(OwnerHold(taken)) as Box<dyn HeldLock>))
-    }
-}
-
-#[async_trait]
-impl HeldLock for OwnerHold {
-    async fn release(self: Box<Self>) -> Result<Release, LockError> {
-        let OwnerHold(mut taken) = *self;
+    async fn unlock(&self, mut taken: Taken) -> Result<Release, LockError> {
         let holder: Option<String> = taken.redis.get(&taken.key).await?;
         match holder {
             None => return Ok(Release::Expired),

@@ -32,6 +32,7 @@ use super::release_events::ReleaseEvents;
 use super::{HeldLock, Holder, LockError, OrderLock, Release};
 use crate::config::{LockMode, LockSettings};
 use crate::keys::sibling;
+use crate::metrics;
 
 static LOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/reentrant_lock.lua")));
@@ -116,6 +117,15 @@ struct Hold {
     registry: Arc<Registry>,
 }
 
+impl Hold {
+    /// Whether the key is surely still ours: no renewal found it gone and
+    /// the lease has not run out by our (conservative) clock.
+    fn lease_running(&self) -> bool {
+        !self.lost.load(Ordering::SeqCst)
+            && Instant::now() < *self.valid_until.lock().expect("hold poisoned")
+    }
+}
+
 impl Drop for Hold {
     fn drop(&mut self) {
         if let Some(renewal) = self.renewal.lock().expect("hold poisoned").take() {
@@ -160,15 +170,37 @@ impl ReentrantLock {
         self.inner.renewing.load(Ordering::SeqCst)
     }
 
-    async fn try_lock(&self, key: &str, owner: &str) -> Result<Attempt, LockError> {
+    async fn try_lock(&self, key: &str, holder: Holder, owner: &str) -> Result<Attempt, LockError> {
         let lease = self.inner.options.lease();
+        // A caller that gives up while the script is in flight (its future
+        // dropped: a timeout, a client gone) may have taken the key with no
+        // guard left to give it back; undo that. Not for a re-entry: its
+        // extra hold would be undone from the outer guard's count.
+        let reentry = self
+            .inner
+            .holds
+            .lock()
+            .expect("registry poisoned")
+            .get(&(key.to_owned(), holder))
+            .is_some_and(|hold| hold.strong_count() > 0);
+        let mut undo = Undo {
+            armed: !reentry,
+            redis: self.inner.redis.clone(),
+            key: key.to_owned(),
+            owner: owner.to_owned(),
+            lease,
+        };
         let sent = Instant::now();
-        let (taken, value): (i64, i64) = LOCK
+        let reply: Result<(i64, i64), _> = LOCK
             .key(key)
             .arg(lease.as_millis() as u64)
             .arg(owner)
             .invoke_async(&mut self.inner.redis.clone())
-            .await?;
+            .await;
+        // A lost reply leaves it open whether the script ran: undo it too.
+        undo.armed &= matches!(&reply, Err(error) if is_transient(error));
+        drop(undo);
+        let (taken, value) = reply?;
         Ok(if taken == 1 {
             Attempt::Taken {
                 count: u32::try_from(value).unwrap_or(u32::MAX),
@@ -243,10 +275,6 @@ impl OrderLock for ReentrantLock {
         LockMode::Reentrant
     }
 
-    async fn acquire(&self, key: &str) -> Result<Option<Box<dyn HeldLock>>, LockError> {
-        self.acquire_as(Holder::new(), key).await
-    }
-
     async fn acquire_as(
         &self,
         holder: Holder,
@@ -254,7 +282,7 @@ impl OrderLock for ReentrantLock {
     ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
         let owner = self.inner.owner(holder);
         let deadline = Instant::now() + self.inner.options.wait;
-        let busy_for = match self.try_lock(key, &owner).await? {
+        let busy_for = match self.try_lock(key, holder, &owner).await? {
             Attempt::Taken { count, sent } => {
                 return Ok(Some(self.guard(key, holder, count, sent)))
             }
@@ -273,7 +301,7 @@ impl OrderLock for ReentrantLock {
             let notified = listener.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            match self.try_lock(key, &owner).await? {
+            match self.try_lock(key, holder, &owner).await? {
                 Attempt::Taken { count, sent } => {
                     return Ok(Some(self.guard(key, holder, count, sent)))
                 }
@@ -310,7 +338,16 @@ struct ReentrantHold {
 impl HeldLock for ReentrantHold {
     async fn release(mut self: Box<Self>) -> Result<Release, LockError> {
         self.released = true;
-        release(&self.inner.redis, &self.hold, &self.release_id).await
+        let hold = &self.hold;
+        release(
+            &self.inner.redis,
+            &hold.key,
+            &hold.owner,
+            hold.lease,
+            &self.release_id,
+            hold.lease_running(),
+        )
+        .await
     }
 
     async fn ensure_held(&self) -> Result<(), LockError> {
@@ -339,7 +376,8 @@ impl Drop for ReentrantHold {
             let hold = self.hold.clone();
             let release_id = std::mem::take(&mut self.release_id);
             runtime.spawn(async move {
-                match release(&redis, &hold, &release_id).await {
+                let lease_running = hold.lease_running();
+                match release(&redis, &hold.key, &hold.owner, hold.lease, &release_id, lease_running).await {
                     Ok(outcome) if outcome.is_clean() => {}
                     Ok(outcome) => tracing::warn!(?outcome, key = %hold.key, "dropped lock guard: release was not clean"),
                     Err(error) => tracing::warn!(%error, key = %hold.key, "dropped lock guard: release failed"),
@@ -350,23 +388,24 @@ impl Drop for ReentrantHold {
 }
 
 /// Gives back one hold, retrying (with the same release id) when the reply
-/// is lost, so the answer is the first attempt's.
+/// is lost, so the answer is the first attempt's. `lease_running`: the key
+/// is surely still ours as this starts (see [`answer`]).
 async fn release(
     redis: &ConnectionManager,
-    hold: &Hold,
+    key: &str,
+    owner: &str,
+    lease: Duration,
     release_id: &str,
+    lease_running: bool,
 ) -> Result<Release, LockError> {
-    // Whether the key was surely still ours when the first attempt left.
-    let lease_running = !hold.lost.load(Ordering::SeqCst)
-        && Instant::now() < *hold.valid_until.lock().expect("hold poisoned");
     let mut attempt = 1;
     loop {
         let result: Result<i64, redis::RedisError> = UNLOCK
-            .key(&hold.key)
-            .key(sibling(&hold.key, "released"))
-            .key(sibling(&hold.key, &format!("release:{release_id}")))
-            .arg(&hold.owner)
-            .arg(hold.lease.as_millis() as u64)
+            .key(key)
+            .key(sibling(key, "released"))
+            .key(sibling(key, &format!("release:{release_id}")))
+            .arg(owner)
+            .arg(lease.as_millis() as u64)
             .arg(RELEASE_LATCH.as_millis() as u64)
             .arg(attempt)
             .invoke_async(&mut redis.clone())
@@ -396,6 +435,38 @@ fn answer(code: i64, retried_in_lease: bool) -> Result<Release, LockError> {
         0 => Ok(Release::Released),
         left if left > 0 => Ok(Release::StillHeld(u32::try_from(left).unwrap_or(u32::MAX))),
         other => Err(LockError::UnexpectedReply(other)),
+    }
+}
+
+/// Gives back the hold an abandoned acquisition may have taken, if dropped
+/// while armed.
+struct Undo {
+    armed: bool,
+    redis: ConnectionManager,
+    key: String,
+    owner: String,
+    lease: Duration,
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (redis, lease) = (self.redis.clone(), self.lease);
+        let (key, owner) = (
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.owner),
+        );
+        runtime.spawn(async move {
+            let release_id = uuid::Uuid::new_v4().simple().to_string();
+            // Whether the acquisition took the key at all is unknown.
+            let undone = release(&redis, &key, &owner, lease, &release_id, false).await;
+            tracing::debug!(?undone, %key, "undid an abandoned acquisition");
+        });
     }
 }
 
@@ -454,11 +525,15 @@ async fn renew(
         .await;
         match renewed {
             Ok(Ok(1)) => {
+                metrics::WATCHDOG_RENEWALS.inc();
                 *hold.valid_until.lock().expect("hold poisoned") = sent + lease;
                 next = sent + every;
             }
             Ok(Ok(_)) => {
                 hold.lost.store(true, Ordering::SeqCst);
+                metrics::LOCK_LOST
+                    .with_label_values(&[metrics::LOST_TAKEN_OR_GONE])
+                    .inc();
                 tracing::warn!(key = %hold.key, "lock lost: the watchdog found it taken or gone");
                 return;
             }
@@ -466,6 +541,9 @@ async fn renew(
                 let now = Instant::now();
                 if now >= *hold.valid_until.lock().expect("hold poisoned") {
                     hold.lost.store(true, Ordering::SeqCst);
+                    metrics::LOCK_LOST
+                        .with_label_values(&[metrics::LOST_REDIS_UNREACHABLE])
+                        .inc();
                     tracing::warn!(key = %hold.key, "lock lost: Redis unreachable until the lease ran out");
                     return;
                 }

@@ -186,6 +186,7 @@ impl Seckill {
                 // First statement: a newer holder's token means ours is stale,
                 // and the row lock orders this user's purchases by token.
                 if !store::record_fence(&mut tx, user_id, token).await? {
+                    metrics::FENCING_REJECTIONS.inc();
                     return Err(
                         LockError::Lost("a newer holder's fencing token already wrote").into(),
                     );

@@ -47,13 +47,13 @@ pub fn assert_one_order_per_user(audit: hmdp::store::VoucherAudit) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_lock_keeps_one_order_per_user_on_one_node() {
-    let app = spawn_app(&["--lock=local"]).await;
+    let app = spawn_app(&["--lock=local", "--db-pool=64"]).await;
     assert_one_order_per_user(storm(&app).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_lock_with_a_chaos_hold_lets_duplicates_through() {
-    let app = spawn_app(&["--lock=none", "--chaos-hold-ms=50"]).await;
+    let app = spawn_app(&["--lock=none", "--chaos-hold-ms=50", "--db-pool=64"]).await;
     let audit = storm(&app).await;
     assert!(
         audit.duplicate_users > 0,
@@ -79,7 +79,7 @@ macro_rules! one_node_keeps_one_order_per_user {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn keeps_one_order_per_user_on_one_node() {
-                let app = spawn_app(&[concat!("--lock=", $mode)]).await;
+                let app = spawn_app(&[concat!("--lock=", $mode), "--db-pool=64"]).await;
                 assert_one_order_per_user(storm(&app).await);
             }
         }

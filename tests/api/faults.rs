@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use hmdp::redis_server::{free_port, RedisServer};
-use redis::AsyncCommands;
 use serde_json::Value;
 
 use crate::helpers::{phone, spawn_app, TestApp};
@@ -123,12 +122,7 @@ async fn mysql_lost_mid_transaction_rolls_back_and_releases_the_lock() {
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["errorCode"], "UNAVAILABLE");
 
-    let locks: Vec<String> = app
-        .redis
-        .clone()
-        .keys(format!("{}lock:order:*", app.prefix))
-        .await
-        .unwrap();
+    let locks = app.lock_keys().await;
     assert!(locks.is_empty(), "lock released: {locks:?}");
     let audit = app.audit(voucher).await;
     assert_eq!((audit.orders, audit.stock_left), (0, 10), "rolled back");

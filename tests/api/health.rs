@@ -39,9 +39,14 @@ async fn metrics_count_requests_and_purchases() {
         "http_requests_total{method=\"POST\",route=\"/voucher-order/seckill/{voucherId}\",status=\"200\"}",
         "purchases_total{outcome=\"ok\"}",
         "purchases_total{outcome=\"ALREADY_ORDERED\"}",
-        "lock_acquire_duration_seconds_bucket{mode=\"local\"",
+        "lock_acquire_duration_seconds_bucket{mode=\"reentrant\"",
         "db_pool_connections{state=\"idle\"}",
         "http_request_duration_seconds_bucket",
+        "lock_busy_total",
+        "redis_errors_total",
+        "lock_watchdog_renewals_total",
+        "lock_lost_total",
+        "fencing_rejections_total",
     ] {
         assert!(text.contains(expected), "missing {expected} in:\n{text}");
     }

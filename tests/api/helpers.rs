@@ -2,11 +2,13 @@
 //! database (dropped afterwards) and its own Redis key prefix, against the
 //! machine's real MySQL and Redis.
 
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures::future::join_all;
 use hmdp::config::ServeSettings;
+use hmdp::redis_server::free_port;
 use hmdp::startup::Application;
 use hmdp::store::{Store, VoucherAudit};
 use redis::AsyncCommands;
@@ -58,7 +60,7 @@ pub async fn spawn_app(flags: &[&str]) -> TestApp {
         format!("--redis-url={}", redis_url()),
         format!("--redis-prefix={prefix}"),
         format!("--admin-token={ADMIN_TOKEN}"),
-        "--db-pool=64".into(),
+        "--db-pool=16".into(),
         "--backend-timeout-ms=10000".into(),
         "--workers=2".into(),
     ];
@@ -119,6 +121,24 @@ impl TestApp {
             .post(self.url("/user/login"))
             .json(body)
             .send()
+            .await
+            .unwrap()
+    }
+
+    /// The `Result` body of a login attempt.
+    pub async fn try_login(&self, phone: &str, code: &str) -> Value {
+        self.post_login(&json!({ "phone": phone, "code": code }))
+            .await
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// Every per-user lock key left in the test's Redis namespace.
+    pub async fn lock_keys(&self) -> Vec<String> {
+        self.redis
+            .clone()
+            .keys(format!("{}lock:order:*", self.prefix))
             .await
             .unwrap()
     }
@@ -274,5 +294,82 @@ impl Drop for TestApp {
             });
         });
         let _ = cleanup.join();
+    }
+}
+
+/// A second node in a process of its own, killed with SIGKILL when dropped.
+pub struct NodeProcess {
+    child: Child,
+    pub address: String,
+}
+
+impl NodeProcess {
+    pub async fn start(app: &TestApp, flags: &[&str]) -> NodeProcess {
+        let port = free_port().unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_hmdp"))
+            .arg("serve")
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--database-url", &app.database_url()])
+            .args(["--redis-url", &redis_url()])
+            .args(["--redis-prefix", &app.prefix])
+            .args([
+                "--admin-token",
+                ADMIN_TOKEN,
+                "--no-migrate",
+                "--workers",
+                "1",
+            ])
+            .args(flags)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("hmdp runs");
+        let node = NodeProcess {
+            child,
+            address: format!("http://127.0.0.1:{port}"),
+        };
+        let started = Instant::now();
+        while reqwest::get(format!("{}/health", node.address))
+            .await
+            .is_err()
+        {
+            assert!(started.elapsed() < Duration::from_secs(10), "node up");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        node
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Sends SIGTERM: the node should stop accepting and finish in-flight
+    /// requests.
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit by itself; `None` if it did not within
+    /// `within`.
+    pub async fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let started = Instant::now();
+        while started.elapsed() < within {
+            if let Some(status) = self.child.try_wait().expect("child status") {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        self.kill();
     }
 }

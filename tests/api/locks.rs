@@ -2,14 +2,12 @@
 //! user's lock, a watchdog that finds the lock gone, and fencing tokens that
 //! turn away a holder whose lease ran out while it was paused.
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hmdp::redis_server::free_port;
 use redis::AsyncCommands;
 use serde_json::Value;
 
-use crate::helpers::{phone, redis_url, spawn_app, TestApp, ADMIN_TOKEN};
+use crate::helpers::{phone, spawn_app, NodeProcess, TestApp};
 
 /// The lock key of the user behind `token`.
 async fn lock_key(app: &TestApp, token: &str) -> String {
@@ -31,60 +29,6 @@ async fn wait_for_key(app: &TestApp, key: &str, present: bool, within: Duration)
             if present { "absent " } else { "present " }
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// A second node in a process of its own, killed with SIGKILL when dropped.
-struct NodeProcess {
-    child: Child,
-    address: String,
-}
-
-impl NodeProcess {
-    async fn start(app: &TestApp, flags: &[&str]) -> NodeProcess {
-        let port = free_port().unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_hmdp"))
-            .arg("serve")
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--database-url", &app.database_url()])
-            .args(["--redis-url", &redis_url()])
-            .args(["--redis-prefix", &app.prefix])
-            .args([
-                "--admin-token",
-                ADMIN_TOKEN,
-                "--no-migrate",
-                "--workers",
-                "1",
-            ])
-            .args(flags)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("hmdp runs");
-        let node = NodeProcess {
-            child,
-            address: format!("http://127.0.0.1:{port}"),
-        };
-        let started = Instant::now();
-        while reqwest::get(format!("{}/health", node.address))
-            .await
-            .is_err()
-        {
-            assert!(started.elapsed() < Duration::from_secs(10), "node up");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        node
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for NodeProcess {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 

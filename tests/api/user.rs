@@ -1,7 +1,7 @@
 //! `/user/*`: login by code, sessions, logout.
 
 use redis::AsyncCommands;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::helpers::{phone, spawn_app};
 
@@ -58,12 +58,7 @@ async fn bad_phone_is_refused_with_phone_invalid() {
         assert_eq!(body["errorCode"], "PHONE_INVALID");
         assert_eq!(body["errorMsg"], "手机号格式错误！");
     }
-    let body: Value = app
-        .post_login(&json!({"phone": "123", "code": "123456"}))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let body: Value = app.try_login("123", "123456").await;
     assert_eq!(body["errorCode"], "PHONE_INVALID");
 }
 
@@ -81,39 +76,19 @@ async fn wrong_code_is_refused_and_right_code_is_single_use() {
     app.request_code(&phone).await;
     let code = app.stored_code(&phone).await.unwrap();
     let wrong = if code == "000000" { "111111" } else { "000000" };
-    let body: Value = app
-        .post_login(&json!({"phone": phone, "code": wrong}))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let body: Value = app.try_login(&phone, wrong).await;
     assert_eq!(body["errorCode"], "CODE_INVALID");
 
-    let ok: Value = app
-        .post_login(&json!({"phone": phone, "code": code}))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let ok: Value = app.try_login(&phone, &code).await;
     assert_eq!(ok["success"], true);
-    let reused: Value = app
-        .post_login(&json!({"phone": phone, "code": code}))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let reused: Value = app.try_login(&phone, &code).await;
     assert_eq!(reused["errorCode"], "CODE_INVALID");
 }
 
 #[tokio::test]
 async fn login_without_code_request_is_refused() {
     let app = spawn_app(&[]).await;
-    let body: Value = app
-        .post_login(&json!({"phone": phone(3), "code": "123456"}))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let body: Value = app.try_login(&phone(3), "123456").await;
     assert_eq!(body["errorCode"], "CODE_INVALID");
 }
 
@@ -193,21 +168,11 @@ async fn five_wrong_guesses_invalidate_the_code() {
     let code = app.stored_code(&phone).await.unwrap();
     let wrong = if code == "000000" { "111111" } else { "000000" };
     for _ in 0..5 {
-        let body: Value = app
-            .post_login(&json!({"phone": phone, "code": wrong}))
-            .await
-            .json()
-            .await
-            .unwrap();
+        let body: Value = app.try_login(&phone, wrong).await;
         assert_eq!(body["errorCode"], "CODE_INVALID");
     }
     assert_eq!(app.stored_code(&phone).await, None, "code invalidated");
-    let body: Value = app
-        .post_login(&json!({"phone": phone, "code": code}))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let body: Value = app.try_login(&phone, &code).await;
     assert_eq!(
         body["errorCode"], "CODE_INVALID",
         "the right code no longer works"

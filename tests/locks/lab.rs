@@ -14,12 +14,20 @@ use crate::helpers::redis_url;
 /// Runs a scenario under a prefix of this test's own, and checks the run left
 /// no key behind.
 async fn run(scenario: fn(LabArgs) -> Scenario, mode: LockMode) -> Report {
+    run_fenced(scenario, mode, false).await
+}
+
+async fn run_fenced(scenario: fn(LabArgs) -> Scenario, mode: LockMode, fencing: bool) -> Report {
     let prefix = format!("test:{}:", uuid::Uuid::new_v4().simple());
+    let mysql =
+        std::env::var("TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into());
     let scenario = scenario(LabArgs {
         mode: Some(mode),
         redis_url: redis_url(),
         redis_prefix: prefix.clone(),
         lock_nodes: Vec::new(),
+        fencing,
+        database_url: format!("{mysql}/hmdp"),
     });
     let report = lab::run(&scenario).await.expect("the scenario runs");
     println!("{report}");
@@ -41,94 +49,137 @@ fn assert_kept(report: &Report) {
     assert!(report.overlaps.is_empty());
 }
 
-#[tokio::test]
-async fn misdelete_breaks_redis_naive() {
-    let report = run(Scenario::Misdelete, LockMode::RedisNaive).await;
-    assert_broken(&report, &["B", "C"]);
-    // Lock v1 cannot tell: its DEL removed B's key and it calls that a release.
-    assert_eq!(report.release_of("A"), Some(Release::Released));
+/// One test per row, for the scenarios judged by who overlapped: the
+/// scenario and the mode, then `broken(who was inside together)` or `kept`,
+/// then what each listed actor's release reported (`refused`: it never got
+/// the lock, so it never released), then words the verdict must contain.
+macro_rules! lab_verdicts {
+    (@verdict $report:ident, kept) => {
+        assert_kept(&$report)
+    };
+    (@verdict $report:ident, broken($($together:ident),+)) => {
+        assert_broken(&$report, &[$(stringify!($together)),+])
+    };
+    (@release refused) => {
+        None
+    };
+    (@release $release:ident) => {
+        Some(Release::$release)
+    };
+    ($(
+        $(#[$meta:meta])*
+        $name:ident: $scenario:ident, $mode:ident => $verdict:ident $(($($together:ident),+))?
+            $(, releases [$($who:ident: $release:ident),+])?
+            $(, mentions $words:literal)?;
+    )*) => {$(
+        $(#[$meta])*
+        #[tokio::test]
+        async fn $name() {
+            let report = run(Scenario::$scenario, LockMode::$mode).await;
+            lab_verdicts!(@verdict report, $verdict $(($($together),+))?);
+            $($(
+                assert_eq!(
+                    report.release_of(stringify!($who)),
+                    lab_verdicts!(@release $release),
+                    "what {}'s release reported (None: it was refused)",
+                    stringify!($who)
+                );
+            )+)?
+            $(assert!(report.verdict().contains($words), "{}", report.verdict());)?
+        }
+    )*};
+}
+
+lab_verdicts! {
+    /// Lock v1 cannot tell: its DEL removed B's key and it calls that a release.
+    misdelete_breaks_redis_naive: Misdelete, RedisNaive => broken(B, C),
+        releases [A: Released];
+    misdelete_is_kept_by_redis_owner: Misdelete, RedisOwner => kept,
+        releases [A: NotOwner, B: Released, C: refused];
+    misdelete_is_kept_by_redis_lua: Misdelete, RedisLua => kept,
+        releases [A: NotOwner, C: refused];
+
+    /// A's check passed before its lease ran out; the DEL after it hit B's key.
+    check_then_delete_breaks_redis_owner: CheckThenDelete, RedisOwner => broken(B, C),
+        releases [A: Released, B: NotOwner];
+    check_then_delete_is_kept_by_redis_lua: CheckThenDelete, RedisLua => kept,
+        releases [A: NotOwner, C: refused];
+    check_then_delete_breaks_redis_naive: CheckThenDelete, RedisNaive => broken(B, C);
+
+    lease_expiry_breaks_redis_naive: LeaseExpiry, RedisNaive => broken(A, B),
+        mentions "watchdog";
+    /// A works three leases long: by its release B's lease has run out too.
+    lease_expiry_breaks_redis_owner: LeaseExpiry, RedisOwner => broken(A, B),
+        releases [A: Expired], mentions "watchdog";
+    /// A works three leases long: by its release B's lease has run out too.
+    lease_expiry_breaks_redis_lua: LeaseExpiry, RedisLua => broken(A, B),
+        releases [A: Expired], mentions "watchdog";
+    lease_expiry_is_kept_by_the_leaseless_local_lock: LeaseExpiry, Local => kept,
+        releases [B: refused];
+    lease_expiry_is_kept_by_the_reentrant_watchdog: LeaseExpiry, Reentrant => kept,
+        releases [A: Released, B: refused];
+
+    failover_gives_a_replicated_lock_to_two_holders: Failover, Reentrant => broken(A, B);
+    failover_of_one_node_is_kept_by_multi: Failover, Multi => kept;
+    failover_of_one_node_is_kept_by_redlock: Failover, Redlock => kept;
 }
 
 #[tokio::test]
-async fn misdelete_is_kept_by_redis_owner() {
-    let report = run(Scenario::Misdelete, LockMode::RedisOwner).await;
+async fn reentrancy_blocks_redis_lua_on_itself() {
+    let report = run(Scenario::Reentrancy, LockMode::RedisLua).await;
+    assert_eq!(report.exit_code(), 1, "{}", report.verdict());
+    assert!(report.overlaps.is_empty());
+    assert_eq!(report.failures, ["A is blocked by its own lock"]);
+}
+
+#[tokio::test]
+async fn reentrancy_is_kept_by_reentrant() {
+    let report = run(Scenario::Reentrancy, LockMode::Reentrant).await;
     assert_kept(&report);
-    assert_eq!(report.release_of("A"), Some(Release::NotOwner));
-    assert_eq!(report.release_of("B"), Some(Release::Released));
-    assert_eq!(report.release_of("C"), None, "C was refused");
-}
-
-#[tokio::test]
-async fn misdelete_is_kept_by_redis_lua() {
-    let report = run(Scenario::Misdelete, LockMode::RedisLua).await;
-    assert_kept(&report);
-    assert_eq!(report.release_of("A"), Some(Release::NotOwner));
-    assert_eq!(report.release_of("C"), None, "C was refused");
-}
-
-#[tokio::test]
-async fn check_then_delete_breaks_redis_owner() {
-    let report = run(Scenario::CheckThenDelete, LockMode::RedisOwner).await;
-    assert_broken(&report, &["B", "C"]);
-    // A's check passed before its lease ran out; the DEL after it hit B's key.
-    assert_eq!(report.release_of("A"), Some(Release::Released));
-    assert_eq!(report.release_of("B"), Some(Release::NotOwner));
-}
-
-#[tokio::test]
-async fn check_then_delete_is_kept_by_redis_lua() {
-    let report = run(Scenario::CheckThenDelete, LockMode::RedisLua).await;
-    assert_kept(&report);
-    assert_eq!(report.release_of("A"), Some(Release::NotOwner));
-    assert_eq!(report.release_of("C"), None, "C was refused");
-}
-
-#[tokio::test]
-async fn check_then_delete_breaks_redis_naive() {
-    let report = run(Scenario::CheckThenDelete, LockMode::RedisNaive).await;
-    assert_broken(&report, &["B", "C"]);
-}
-
-#[tokio::test]
-async fn lease_expiry_breaks_redis_naive() {
-    let report = run(Scenario::LeaseExpiry, LockMode::RedisNaive).await;
-    assert_broken(&report, &["A", "B"]);
-    assert!(
-        report.verdict().contains("watchdog"),
-        "{}",
-        report.verdict()
+    let releases: Vec<_> = report.releases.iter().map(|(who, r)| (*who, *r)).collect();
+    assert_eq!(
+        releases,
+        [("A", Release::StillHeld(1)), ("A", Release::Released)]
     );
 }
 
 #[tokio::test]
-async fn lease_expiry_breaks_redis_owner() {
-    let report = run(Scenario::LeaseExpiry, LockMode::RedisOwner).await;
-    assert_broken(&report, &["A", "B"]);
-    assert_eq!(report.release_of("A"), Some(Release::NotOwner));
-    assert!(
-        report.verdict().contains("watchdog"),
-        "{}",
-        report.verdict()
-    );
-}
-
-#[tokio::test]
-async fn lease_expiry_breaks_redis_lua() {
-    let report = run(Scenario::LeaseExpiry, LockMode::RedisLua).await;
-    assert_broken(&report, &["A", "B"]);
-    assert_eq!(report.release_of("A"), Some(Release::NotOwner));
-    assert!(
-        report.verdict().contains("watchdog"),
-        "{}",
-        report.verdict()
-    );
-}
-
-#[tokio::test]
-async fn lease_expiry_is_kept_by_the_leaseless_local_lock() {
-    let report = run(Scenario::LeaseExpiry, LockMode::Local).await;
+async fn retry_hands_the_lock_over_on_the_release_message() {
+    let report = run(Scenario::Retry, LockMode::Reentrant).await;
     assert_kept(&report);
-    assert_eq!(report.release_of("B"), None, "B was refused");
+    assert_eq!(report.release_of("B"), Some(Release::Released), "B got in");
+    assert_eq!(report.release_of("C"), None, "C did not wait");
+    let handed_over = report
+        .events
+        .iter()
+        .find(|event| event.what.starts_with("hand-off latency"))
+        .expect("latency printed");
+    let release = report
+        .events
+        .iter()
+        .find(|event| event.who == "A" && event.what.starts_with("releases"))
+        .unwrap();
+    assert!(handed_over.at - release.at < std::time::Duration::from_millis(100));
+}
+
+#[tokio::test]
+async fn gc_pause_lets_a_stale_redis_lua_holder_commit() {
+    let report = run(Scenario::GcPause, LockMode::RedisLua).await;
+    assert_eq!(report.exit_code(), 1, "{}", report.verdict());
+    assert!(
+        report.to_string().contains("user 1 has 2 order(s)"),
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn gc_pause_is_kept_by_fencing_even_with_redis_lua() {
+    let report = run_fenced(Scenario::GcPause, LockMode::RedisLua, true).await;
+    assert_kept(&report);
+    let text = report.to_string();
+    assert!(text.contains("user 1 has 1 order(s)"), "{text}");
+    assert!(text.contains("A      is rolled back"), "{text}");
+    assert!(text.contains("B      commits order"), "{text}");
 }
 
 /// Runs the built `hmdp lab ...`; returns its exit code and output.
@@ -170,6 +221,10 @@ fn each_scenario_tells_its_story_in_its_help() {
         ("misdelete", "lock v1"),
         ("check-then-delete", "lock v2"),
         ("lease-expiry", "watchdog"),
+        ("reentrancy", "reentrant lock"),
+        ("retry", "subscription"),
+        ("failover", "MultiLock"),
+        ("gc-pause", "fencing"),
     ] {
         let (code, out) = hmdp_lab(&[scenario, "--help"]);
         assert_eq!(code, 0);

@@ -2,6 +2,7 @@
 //! keeps, and the lab's verdict for each scenario and mode. One binary.
 
 mod contract;
+mod fencing;
 mod helpers;
 mod lab;
 mod quorum;

@@ -225,3 +225,165 @@ async fn the_watchdog_stops_at_the_maximum_hold_time() {
     assert!(held.ensure_held().await.is_err());
     assert_eq!(held.release().await.unwrap(), Release::Expired);
 }
+
+#[tokio::test]
+async fn redis_unreachable_past_the_lease_signals_the_lock_lost() {
+    const LEASE: Duration = Duration::from_millis(300);
+    let mut server = hmdp::redis_server::RedisServer::start().unwrap();
+    let lock = ReentrantLock::new(
+        redis::Client::open(server.url()).unwrap(),
+        hmdp::startup::connect_redis(&server.url(), Duration::from_millis(100)).unwrap(),
+        watchdog(LEASE, Duration::ZERO),
+    );
+    let held = lock.acquire(&key("unreachable")).await.unwrap().unwrap();
+    held.ensure_held().await.expect("held");
+
+    server.kill();
+    sleep(LEASE / 2).await;
+    held.ensure_held().await.expect("the lease is not over yet");
+    sleep(LEASE).await;
+    assert!(
+        held.ensure_held().await.is_err(),
+        "lost once the lease ran out"
+    );
+}
+
+/// Many waiters on many keys share the process's one subscription connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_waiters_share_one_subscription_connection() {
+    let server = hmdp::redis_server::RedisServer::start().unwrap();
+    let lock = Arc::new(ReentrantLock::new(
+        redis::Client::open(server.url()).unwrap(),
+        hmdp::startup::connect_redis(&server.url(), Duration::from_secs(10)).unwrap(),
+        watchdog(Duration::from_secs(30), Duration::from_secs(5)),
+    ));
+    let keys: Vec<String> = (0..5).map(|i| format!("lock:order:{i}")).collect();
+    let mut holds = Vec::new();
+    for key in &keys {
+        holds.push(lock.acquire(key).await.unwrap().unwrap());
+    }
+    let waiters: Vec<_> = (0..20)
+        .map(|i| {
+            let (lock, key) = (lock.clone(), keys[i % keys.len()].clone());
+            tokio::spawn(async move {
+                let held = lock.acquire(&key).await.unwrap().expect("served");
+                held.release().await.unwrap()
+            })
+        })
+        .collect();
+    sleep(Duration::from_millis(300)).await;
+
+    let mut redis = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(clients.lines().count(), 1, "{clients}");
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(
+        channels.len(),
+        keys.len(),
+        "one channel per key: {channels:?}"
+    );
+
+    for held in holds {
+        held.release().await.unwrap();
+    }
+    for waiter in join_all(waiters).await {
+        assert!(waiter.unwrap().is_clean());
+    }
+}
+
+/// The subscription connection drops while a waiter waits on a lock with a
+/// 30 s lease: the waiter still gets in promptly after the release.
+#[tokio::test]
+async fn a_waiter_survives_the_subscription_connection_dropping() {
+    let server = hmdp::redis_server::RedisServer::start().unwrap();
+    let lock = Arc::new(ReentrantLock::new(
+        redis::Client::open(server.url()).unwrap(),
+        hmdp::startup::connect_redis(&server.url(), Duration::from_secs(10)).unwrap(),
+        watchdog(Duration::from_secs(30), Duration::from_secs(10)),
+    ));
+    let held = lock.acquire("lock:order:1").await.unwrap().unwrap();
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire("lock:order:1").await.unwrap() }
+    });
+    sleep(Duration::from_millis(200)).await;
+
+    let mut redis = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(killed, 1);
+    sleep(Duration::from_millis(500)).await;
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(channels, ["{lock:order:1}:released"], "resubscribed");
+
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let taken = waiter.await.unwrap().expect("served within its wait");
+    assert!(
+        released.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        released.elapsed()
+    );
+    taken.release().await.unwrap();
+}
+
+/// A caller that gives up while its acquisition is in flight (a timeout, a
+/// client gone) leaves no lock behind for the 30 s lease.
+#[tokio::test]
+async fn an_acquisition_abandoned_in_flight_gives_the_key_back() {
+    let server = hmdp::redis_server::RedisServer::start().unwrap();
+    let lock = ReentrantLock::new(
+        redis::Client::open(server.url()).unwrap(),
+        hmdp::startup::connect_redis(&server.url(), Duration::from_secs(10)).unwrap(),
+        watchdog(Duration::from_secs(30), Duration::ZERO),
+    );
+    let warm = lock.acquire("lock:order:0").await.unwrap().unwrap();
+    warm.release().await.unwrap();
+    let mut redis = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    // Writes stall on the server, so the acquisition is surely in flight.
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(300)
+        .arg("WRITE")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+
+    let abandoned =
+        tokio::time::timeout(Duration::from_millis(100), lock.acquire("lock:order:1")).await;
+    assert!(abandoned.is_err(), "gave up while the script was stalled");
+    sleep(Duration::from_millis(500)).await;
+    let exists: bool = redis.exists("lock:order:1").await.unwrap();
+    assert!(!exists, "the abandoned hold was given back");
+}

@@ -1,0 +1,58 @@
+//! Graceful shutdown: SIGTERM during load stops accepting, lets every
+//! in-flight purchase finish and release its lock, and exits 0.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use serde_json::Value;
+
+use crate::helpers::{spawn_app, NodeProcess};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_in_flight_purchases_and_exits_zero() {
+    const USERS: usize = 20;
+    let app = spawn_app(&[]).await;
+    let voucher = app.create_open_seckill(100).await;
+    let tokens = app.login_many(USERS).await;
+    let mut node = NodeProcess::start(&app, &["--lock=reentrant", "--chaos-hold-ms=1500"]).await;
+
+    let client = reqwest::Client::new();
+    let in_flight = join_all(tokens.iter().map(|token| {
+        client
+            .post(format!("{}/voucher-order/seckill/{voucher}", node.address))
+            .header("authorization", token)
+            .send()
+    }));
+    let terminate = async {
+        // Every purchase is inside its critical section by now.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        node.terminate();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // A fresh connection after SIGTERM is not served.
+        reqwest::Client::new()
+            .get(format!("{}/health", node.address))
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+    };
+    let (responses, late) = tokio::join!(in_flight, terminate);
+
+    assert!(late.is_err(), "the node stopped accepting: {late:?}");
+    for response in responses {
+        let response = response.expect("in-flight request answered");
+        assert_eq!(response.status(), 200);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["success"], true, "{body}");
+    }
+    let status = node.wait_exit(Duration::from_secs(10)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exit status {status:?}"
+    );
+
+    let audit = app.audit(voucher).await;
+    assert_eq!((audit.orders, audit.duplicate_users), (USERS as i64, 0));
+    assert!(audit.stock_balances(100));
+    let locks = app.lock_keys().await;
+    assert!(locks.is_empty(), "every lock released: {locks:?}");
+}

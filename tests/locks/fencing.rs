@@ -1,0 +1,88 @@
+//! Fencing tokens (`--fencing`): minted per acquisition, never backwards for
+//! a key, kept by a re-entering holder, and held in a counter that expires.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hmdp::lock::{Fenced, Holder, OrderLock, ReentrantLock, ReentrantOptions};
+use redis::AsyncCommands;
+
+use crate::helpers::redis_url;
+
+fn fenced() -> Fenced {
+    let url = redis_url();
+    let redis = hmdp::startup::connect_redis(&url, Duration::from_secs(10)).unwrap();
+    let lock = ReentrantLock::new(
+        redis::Client::open(url.as_str()).unwrap(),
+        redis.clone(),
+        ReentrantOptions {
+            lease: None,
+            watchdog_lease: Duration::from_secs(30),
+            max_hold: None,
+            wait: Duration::ZERO,
+        },
+    );
+    Fenced::new(Arc::new(lock), redis)
+}
+
+async fn token(lock: &Fenced, holder: Holder, key: &str) -> (u64, Box<dyn hmdp::lock::HeldLock>) {
+    let held = lock
+        .acquire_as(holder, key)
+        .await
+        .unwrap()
+        .expect("free key");
+    (held.fencing_token().expect("fenced"), held)
+}
+
+#[tokio::test]
+async fn tokens_grow_per_acquisition_and_survive_a_lost_counter() {
+    let lock = fenced();
+    let key = format!("test:{}:lock:order:1", uuid::Uuid::new_v4().simple());
+    let mut redis = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+
+    let holder = Holder::new();
+    let (first, outer) = token(&lock, holder, &key).await;
+    let (again, inner) = token(&lock, holder, &key).await;
+    assert_eq!(again, first, "a re-entering holder keeps its token");
+    inner.release().await.unwrap();
+    outer.release().await.unwrap();
+
+    let (second, held) = token(&lock, Holder::new(), &key).await;
+    assert!(second > first, "{second} > {first}");
+    held.ensure_held().await.expect("the newest token");
+    let counter = format!("{key}:fence");
+    let ttl: i64 = redis.pttl(&counter).await.unwrap();
+    assert!(ttl > 0, "the counter expires: {ttl}");
+    held.release().await.unwrap();
+
+    // A failover or an expiry loses the counter: tokens still move forward.
+    let _: () = redis.del(&counter).await.unwrap();
+    let (third, held) = token(&lock, Holder::new(), &key).await;
+    assert!(third > second, "{third} > {second}");
+    held.release().await.unwrap();
+    let _: () = redis.del(&counter).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_holder_outdated_by_a_newer_token_knows_it() {
+    let lock = fenced();
+    let key = format!("test:{}:lock:order:1", uuid::Uuid::new_v4().simple());
+    let (_, stale) = token(&lock, Holder::new(), &key).await;
+    // Its lock is gone (say, expired) and someone else acquires.
+    let mut redis = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis.del(&key).await.unwrap();
+    let (_, newer) = token(&lock, Holder::new(), &key).await;
+
+    assert!(stale.ensure_held().await.is_err(), "outdated");
+    newer.ensure_held().await.expect("the newest holder");
+    newer.release().await.unwrap();
+    let _: () = redis.del(format!("{key}:fence")).await.unwrap();
+}
