@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 use hmdp::bench::{self, BenchDbArgs, BenchLockArgs};
 use hmdp::cluster::demo::{self, DemoSettings};
+use hmdp::cluster::soak::{self, SoakSettings};
 use hmdp::config::{ServeSettings, StoreSettings};
 use hmdp::lab;
 use hmdp::loadtest::{self, tokens::TokensSettings, LoadtestSettings};
@@ -33,6 +34,9 @@ enum Command {
     Loadtest(Box<LoadtestSettings>),
     /// Two nodes behind nginx, one load test per lock mode, side by side.
     Demo(Box<DemoSettings>),
+    /// Run the two-node cluster under load for minutes with a fault every
+    /// interval (a node SIGKILLed, Redis restarted) and verify every sale.
+    Soak(Box<SoakSettings>),
     /// Reproduce one lock failure of the course with a timeline and a verdict.
     ///
     /// Runs against the configured Redis in a key namespace of its own, removed
@@ -66,6 +70,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Tokens(settings) => loadtest::tokens::run(*settings).await?,
         Command::Loadtest(settings) => loadtest::run_command(*settings).await?,
         Command::Demo(settings) => demo::run(*settings).await?,
+        Command::Soak(settings) => soak::run(*settings).await?,
         Command::BenchLock(args) => {
             bench::bench_lock(*args).await?;
         }

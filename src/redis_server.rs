@@ -13,6 +13,10 @@ pub struct RedisServer {
     port: u16,
     child: Option<Child>,
     extra_args: Vec<String>,
+    /// The server's working directory: replication writes RDB files even
+    /// with saving off, and they belong in a directory removed with the
+    /// server, not wherever the caller runs.
+    dir: tempfile::TempDir,
 }
 
 /// A TCP port that was free a moment ago (the OS picks it).
@@ -33,6 +37,7 @@ impl RedisServer {
             port: free_port()?,
             child: None,
             extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
+            dir: tempfile::Builder::new().prefix("hmdp-redis-").tempdir()?,
         };
         server.spawn()?;
         Ok(server)
@@ -69,6 +74,8 @@ impl RedisServer {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
             .args(&self.extra_args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -141,7 +141,7 @@ pub async fn run(settings: DemoSettings) -> anyhow::Result<()> {
 }
 
 /// Resolves on Ctrl-C (SIGINT) or SIGTERM.
-async fn shutdown_signal() -> &'static str {
+pub(super) async fn shutdown_signal() -> &'static str {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     tokio::select! {
@@ -196,7 +196,13 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
                 tokens.len(),
                 settings.per_user
             );
-            let voucher = create_voucher(&client, &cluster, settings.stock).await?;
+            let voucher = create_voucher(
+                &client,
+                &cluster.url(),
+                &cluster.spec().admin_token,
+                settings.stock,
+            )
+            .await?;
             let plan = Plan {
                 target: cluster.url(),
                 voucher,
@@ -242,14 +248,15 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
 }
 
 /// Creates a seckill voucher on sale now, through nginx, as an admin would.
-async fn create_voucher(
+pub(super) async fn create_voucher(
     client: &reqwest::Client,
-    cluster: &Cluster,
+    target: &str,
+    admin_token: &str,
     stock: i32,
 ) -> anyhow::Result<i64> {
     let body: serde_json::Value = client
-        .post(format!("{}/voucher/seckill", cluster.url()))
-        .header("x-admin-token", &cluster.spec().admin_token)
+        .post(format!("{target}/voucher/seckill"))
+        .header("x-admin-token", admin_token)
         .json(&json!({
             "shopId": 1,
             "title": "100元代金券",

@@ -6,6 +6,7 @@ pub mod demo;
 pub mod nginx;
 mod node;
 mod sandbox;
+pub mod soak;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -131,10 +132,17 @@ impl Cluster {
     /// Restarts both nodes, on the same ports, with other flags (another
     /// lock mode); nginx keeps running and reconnects to them.
     pub async fn restart_nodes(&mut self, node_flags: &[String]) -> anyhow::Result<()> {
-        for node in &mut self.nodes {
-            node.start(&self.spec, node_flags, &self.client).await?;
+        for index in 0..self.nodes.len() {
+            self.start_node(index, node_flags).await?;
         }
         Ok(())
+    }
+
+    /// (Re)starts one node on its port, e.g. after [`Cluster::kill_node`].
+    pub async fn start_node(&mut self, index: usize, node_flags: &[String]) -> anyhow::Result<()> {
+        self.nodes[index]
+            .start(&self.spec, node_flags, &self.client)
+            .await
     }
 
     /// Kills one node with SIGKILL, as a crash would.

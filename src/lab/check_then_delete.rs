@@ -2,62 +2,21 @@
 //! deletes with `DEL`, two commands; a lease that runs out between them lets
 //! the `DEL` delete the next holder's lock (fixed by lock v3's Lua script).
 //!
-//! Timeline (lease 400 ms, every acquisition tries once):
-//! A works until 300 ms and releases; the lab stalls that release right
-//! before its deleting command until 600 ms (for lock v2: after the `GET`
-//! found A's own token). A's key expires at 400 ms; B takes the lock at
-//! 500 ms and works until 800 ms. A's release resumes at 600 ms, then C tries
-//! at 700 ms: if A's release freed B's key, C enters beside B.
-
-use std::time::Duration;
-
-use anyhow::Context;
+//! The [`late_release`](super::late_release) story with the pause inside the
+//! release: A works until 300 ms and releases; the lab stalls that release
+//! right before its deleting command until 600 ms (for lock v2: after the
+//! `GET` found A's own token). A's key expires at 400 ms and B takes the
+//! lock; A's `DEL`, checked too early, deletes B's key and C enters beside B.
 
 use super::harness::Lab;
+use super::late_release::{self, Pause};
 
-const LEASE: Duration = Duration::from_millis(400);
+/// A releases shortly before its 400 ms lease runs out, so its owner check
+/// still passes.
+const WORK_UNTIL: u64 = 300;
 
 pub(super) async fn run(lab: &Lab) -> anyhow::Result<String> {
-    let lock = lab.lock(LEASE, Duration::ZERO)?;
-    let a = async {
-        let held = lab
-            .acquire("A", &*lock)
-            .await?
-            .context("A found the key busy")?;
-        lab.enter("A");
-        lab.at(300).await;
-        lab.leave("A");
-        lab.stall_next_release("A", 600);
-        lab.release("A", held).await?;
-        anyhow::Ok(())
-    };
-    let b = async {
-        lab.at(500).await;
-        if let Some(held) = lab.acquire("B", &*lock).await? {
-            lab.enter("B");
-            lab.at(800).await;
-            lab.leave("B");
-            lab.release("B", held).await?;
-        }
-        Ok(())
-    };
-    let c = async {
-        lab.at(700).await;
-        if let Some(held) = lab.acquire("C", &*lock).await? {
-            lab.enter("C");
-            lab.at(850).await;
-            lab.leave("C");
-            lab.release("C", held).await?;
-        }
-        Ok(())
-    };
-    let redis = async {
-        lab.at(450).await;
-        lab.observe_key().await?;
-        lab.at(650).await;
-        lab.observe_key().await
-    };
-    tokio::try_join!(a, b, c, redis)?;
+    late_release::play(lab, WORK_UNTIL, Pause::InsideRelease).await?;
 
     Ok(if lab.broken() {
         "A's owner check passed before its lease ran out, and the DEL that followed \

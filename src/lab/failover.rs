@@ -50,11 +50,7 @@ async fn replicated(lab: &Lab) -> anyhow::Result<String> {
     let on_master = lab.lock_on(&master.url(), &[], LEASE, Duration::ZERO)?;
     link.hold_back();
     lab.say("redis", "replication to the replica is held back");
-    let a = lab
-        .acquire("A", &*on_master)
-        .await?
-        .context("A found the key busy")?;
-    lab.enter("A");
+    let a = lab.acquire_and_enter("A", &*on_master).await?;
     let (on_master_now, on_replica_now) = (
         has_key(&master, lab.key()).await?,
         has_key(&replica, lab.key()).await?,
@@ -78,11 +74,7 @@ async fn replicated(lab: &Lab) -> anyhow::Result<String> {
     );
 
     let on_replica = lab.lock_on(&replica.url(), &[], LEASE, Duration::ZERO)?;
-    if let Some(held) = lab.acquire("B", &*on_replica).await? {
-        lab.enter("B");
-        lab.leave("B");
-        lab.release("B", held).await?;
-    }
+    lab.visit("B", &*on_replica, None).await?;
     lab.leave("A");
     // A's lock died with the master; its release has nowhere to go.
     drop(a);

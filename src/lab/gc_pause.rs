@@ -86,10 +86,7 @@ pub(super) async fn run(lab: &Lab, database: &LabDatabase) -> anyhow::Result<Str
         let outcome = prompt.purchase(USER, voucher).await;
         say_outcome(lab, "B", outcome);
     };
-    let redis = async {
-        lab.at(start + B_STARTS - 50).await;
-        lab.observe_key().await
-    };
+    let redis = lab.observe_key_at([start + B_STARTS - 50]);
     let ((), (), observed) = tokio::join!(a, b, redis);
     observed?;
 

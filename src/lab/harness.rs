@@ -17,7 +17,9 @@ use futures::FutureExt;
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use tokio::time::Instant;
+use uuid::Uuid;
 
+use super::LabArgs;
 use crate::config::{LockMode, LockSettings};
 use crate::keys::Keys;
 use crate::lock::{self, Faults, HeldLock, Holder, OrderLock, Release};
@@ -93,21 +95,18 @@ pub struct Lab {
 }
 
 impl Lab {
-    pub(super) fn new(
-        mode: LockMode,
-        redis: ConnectionManager,
-        redis_url: String,
-        lock_nodes: Vec<String>,
-        fencing: bool,
-        namespace: String,
-    ) -> Self {
+    /// A stage for `mode` on `redis` (already reached), the rest as `args`
+    /// asks. The scenario clock starts here.
+    pub(super) fn new(mode: LockMode, redis: ConnectionManager, args: &LabArgs) -> Self {
+        // A fresh namespace per run, so runs never see each other's keys.
+        let namespace = format!("{}lab:{}:", args.redis_prefix, Uuid::new_v4());
         let key = Keys::new(namespace.clone()).order_lock(1);
         Lab {
             mode,
             redis,
-            redis_url,
-            lock_nodes,
-            fencing,
+            redis_url: args.redis_url.clone(),
+            lock_nodes: args.lock_nodes.clone(),
+            fencing: args.fencing,
             namespace,
             key,
             lease: Mutex::new(None),
@@ -237,6 +236,53 @@ impl Lab {
         Ok(held)
     }
 
+    /// `who` takes the lock and enters the critical section. The lock must be
+    /// free: the scenario's story starts from this holder, so a refusal is an
+    /// error of the run, not a verdict.
+    pub async fn acquire_and_enter(
+        &self,
+        who: Actor,
+        lock: &dyn OrderLock,
+    ) -> anyhow::Result<Box<dyn HeldLock>> {
+        self.acquire_and_enter_as(who, Holder::new(), lock).await
+    }
+
+    /// Like [`Lab::acquire_and_enter`], as `holder`.
+    pub async fn acquire_and_enter_as(
+        &self,
+        who: Actor,
+        holder: Holder,
+        lock: &dyn OrderLock,
+    ) -> anyhow::Result<Box<dyn HeldLock>> {
+        let held = self
+            .acquire_as(who, holder, lock)
+            .await?
+            .with_context(|| format!("{who} found the key busy"))?;
+        self.enter(who);
+        Ok(held)
+    }
+
+    /// `who` tries the lock once; if it gets in, it works until `until_ms`
+    /// on the clock (or leaves at once when `None`), then releases. Whether
+    /// it got in: a refusal is part of the story, the verdict judges it.
+    pub async fn visit(
+        &self,
+        who: Actor,
+        lock: &dyn OrderLock,
+        until_ms: Option<u64>,
+    ) -> anyhow::Result<bool> {
+        let Some(held) = self.acquire(who, lock).await? else {
+            return Ok(false);
+        };
+        self.enter(who);
+        if let Some(until_ms) = until_ms {
+            self.at(until_ms).await;
+        }
+        self.leave(who);
+        self.release(who, held).await?;
+        Ok(true)
+    }
+
     /// `who` starts the work the lock guards. Entering beside someone else
     /// is the failure every scenario watches for.
     pub fn enter(&self, who: Actor) {
@@ -309,9 +355,22 @@ impl Lab {
         *self.stall.lock().expect("stall poisoned") = Some((who, until_ms));
     }
 
-    /// Puts the state of the lock key in Redis on the timeline, for the
-    /// modes that keep the lock in that one key.
-    pub async fn observe_key(&self) -> anyhow::Result<()> {
+    /// Puts the state of the lock key in Redis on the timeline at each of
+    /// `times_ms` on the clock, for the modes that keep the lock in that one
+    /// key.
+    pub async fn observe_key_at(
+        &self,
+        times_ms: impl IntoIterator<Item = u64>,
+    ) -> anyhow::Result<()> {
+        for ms in times_ms {
+            self.at(ms).await;
+            self.observe_key().await?;
+        }
+        Ok(())
+    }
+
+    /// The lock key's state at this moment, on the timeline.
+    async fn observe_key(&self) -> anyhow::Result<()> {
         if !self.one_redis_key() {
             return Ok(());
         }

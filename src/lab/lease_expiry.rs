@@ -10,8 +10,6 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
-
 use super::harness::Lab;
 
 const LEASE: Duration = Duration::from_millis(400);
@@ -19,11 +17,7 @@ const LEASE: Duration = Duration::from_millis(400);
 pub(super) async fn run(lab: &Lab) -> anyhow::Result<String> {
     let lock = lab.lock(LEASE, Duration::ZERO)?;
     let a = async {
-        let held = lab
-            .acquire("A", &*lock)
-            .await?
-            .context("A found the key busy")?;
-        lab.enter("A");
+        let held = lab.acquire_and_enter("A", &*lock).await?;
         lab.say("A", "works for 1200 ms, three times its 400 ms lease");
         lab.at(1200).await;
         lab.leave("A");
@@ -32,20 +26,9 @@ pub(super) async fn run(lab: &Lab) -> anyhow::Result<String> {
     };
     let b = async {
         lab.at(500).await;
-        if let Some(held) = lab.acquire("B", &*lock).await? {
-            lab.enter("B");
-            lab.at(800).await;
-            lab.leave("B");
-            lab.release("B", held).await?;
-        }
-        Ok(())
+        lab.visit("B", &*lock, Some(800)).await
     };
-    let redis = async {
-        lab.at(450).await;
-        lab.observe_key().await?;
-        lab.at(1100).await;
-        lab.observe_key().await
-    };
+    let redis = lab.observe_key_at([450, 1100]);
     tokio::try_join!(a, b, redis)?;
 
     Ok(if lab.broken() {

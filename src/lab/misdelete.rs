@@ -1,62 +1,19 @@
 //! `hmdp lab misdelete`: lock v1's release deletes another holder's lock
 //! (the course's 误删 problem, fixed by lock v2's owner check).
 //!
-//! Timeline (lease 400 ms, every acquisition tries once):
-//! A takes the lock and finishes its work by 50 ms, then a GC pause stalls it
-//! before its release until 600 ms. Its key expires at 400 ms; B takes the
-//! lock at 500 ms and works until 800 ms. A's release at 600 ms, then C's
-//! attempt at 700 ms: if A's release freed B's key, C enters beside B.
-
-use std::time::Duration;
-
-use anyhow::Context;
+//! The [`late_release`](super::late_release) story with the pause before the
+//! release: A finishes its work by 50 ms, then a GC pause stalls it until
+//! 600 ms, past its 400 ms lease and after B took the lock. Lock v1's plain
+//! DEL then deletes B's key, and C enters beside B.
 
 use super::harness::Lab;
+use super::late_release::{self, Pause};
 
-const LEASE: Duration = Duration::from_millis(400);
+/// A's work is short: the GC pause, not the work, outlasts its lease.
+const WORK_UNTIL: u64 = 50;
 
 pub(super) async fn run(lab: &Lab) -> anyhow::Result<String> {
-    let lock = lab.lock(LEASE, Duration::ZERO)?;
-    let a = async {
-        let held = lab
-            .acquire("A", &*lock)
-            .await?
-            .context("A found the key busy")?;
-        lab.enter("A");
-        lab.at(50).await;
-        lab.leave("A");
-        lab.say("A", "is stalled by a GC pause before it can release");
-        lab.at(600).await;
-        lab.release("A", held).await?;
-        anyhow::Ok(())
-    };
-    let b = async {
-        lab.at(500).await;
-        if let Some(held) = lab.acquire("B", &*lock).await? {
-            lab.enter("B");
-            lab.at(800).await;
-            lab.leave("B");
-            lab.release("B", held).await?;
-        }
-        Ok(())
-    };
-    let c = async {
-        lab.at(700).await;
-        if let Some(held) = lab.acquire("C", &*lock).await? {
-            lab.enter("C");
-            lab.at(850).await;
-            lab.leave("C");
-            lab.release("C", held).await?;
-        }
-        Ok(())
-    };
-    let redis = async {
-        lab.at(450).await;
-        lab.observe_key().await?;
-        lab.at(650).await;
-        lab.observe_key().await
-    };
-    tokio::try_join!(a, b, c, redis)?;
+    late_release::play(lab, WORK_UNTIL, Pause::BeforeRelease).await?;
 
     Ok(if lab.broken() {
         "A's late release deleted B's lock without checking whose it was, so C got in \

@@ -2,15 +2,18 @@
 //! course walks through, each run against a real Redis with the purchase's
 //! own lock implementations, printed as a timeline with a one-line verdict.
 //!
-//! One file per scenario; [`harness`] holds what they share. A scenario is an
-//! async function that builds its locks through the [`Lab`], plays its actors
-//! on the lab's clock and explains the outcome; the verdict itself comes from
-//! who was seen inside the critical section together.
+//! One file per scenario; [`harness`] holds what they share, and
+//! [`late_release`] the story `misdelete` and `check-then-delete` both tell.
+//! A scenario is an async function that builds its locks through the
+//! [`Lab`], plays its actors on the lab's clock and explains the outcome; the
+//! verdict itself comes from who was seen inside the critical section
+//! together.
 
 mod check_then_delete;
 mod failover;
 mod gc_pause;
 mod harness;
+mod late_release;
 mod lease_expiry;
 mod misdelete;
 mod reentrancy;
@@ -20,7 +23,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use uuid::Uuid;
 
 use crate::config::LockMode;
 use crate::startup;
@@ -191,15 +193,7 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
         Scenario::GcPause(_) => Some(gc_pause::LabDatabase::create(&args.database_url).await?),
         _ => None,
     };
-    let namespace = format!("{}lab:{}:", args.redis_prefix, Uuid::new_v4());
-    let lab = Lab::new(
-        mode,
-        redis,
-        args.redis_url.clone(),
-        args.lock_nodes.clone(),
-        args.fencing,
-        namespace,
-    );
+    let lab = Lab::new(mode, redis, args);
     let explanation = match scenario {
         Scenario::Misdelete(_) => misdelete::run(&lab).await,
         Scenario::CheckThenDelete(_) => check_then_delete::run(&lab).await,

@@ -11,8 +11,6 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
-
 use super::harness::Lab;
 use crate::lock::Holder;
 
@@ -22,11 +20,7 @@ const WAIT: Duration = Duration::from_millis(300);
 pub(super) async fn run(lab: &Lab) -> anyhow::Result<String> {
     let lock = lab.lock(LEASE, WAIT)?;
     let a = Holder::new();
-    let outer = lab
-        .acquire_as("A", a, &*lock)
-        .await?
-        .context("A found the key busy")?;
-    lab.enter("A");
+    let outer = lab.acquire_and_enter_as("A", a, &*lock).await?;
     lab.say(
         "A",
         "calls a nested step that locks the same user again, as the same holder",
@@ -43,11 +37,7 @@ pub(super) async fn run(lab: &Lab) -> anyhow::Result<String> {
         }
     };
     // The outer hold must still keep everyone else out.
-    if let Some(held) = lab.acquire("B", &*lock).await? {
-        lab.enter("B");
-        lab.leave("B");
-        lab.release("B", held).await?;
-    }
+    lab.visit("B", &*lock, None).await?;
     lab.leave("A");
     lab.release("A", outer).await?;
 

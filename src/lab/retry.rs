@@ -11,7 +11,6 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use anyhow::Context;
 use tokio::time::Instant;
 
 use super::harness::Lab;
@@ -24,11 +23,7 @@ pub(super) async fn run(lab: &Lab) -> anyhow::Result<String> {
     let patient = lab.lock(LEASE, WAIT)?;
     let release_started = Mutex::new(None);
     let a = async {
-        let held = lab
-            .acquire("A", &*impatient)
-            .await?
-            .context("A found the key busy")?;
-        lab.enter("A");
+        let held = lab.acquire_and_enter("A", &*impatient).await?;
         lab.at(300).await;
         lab.leave("A");
         *release_started.lock().expect("poisoned") = Some(Instant::now());
@@ -38,11 +33,7 @@ pub(super) async fn run(lab: &Lab) -> anyhow::Result<String> {
     let c = async {
         lab.at(100).await;
         lab.say("C", "tries without waiting, like hmdp's tryLock()");
-        if let Some(held) = lab.acquire("C", &*impatient).await? {
-            lab.enter("C");
-            lab.leave("C");
-            lab.release("C", held).await?;
-        } else {
+        if !lab.visit("C", &*impatient, None).await? {
             lab.say("C", "gets 不允许重复下单！ at once");
         }
         Ok(())

@@ -49,104 +49,79 @@ fn assert_kept(report: &Report) {
     assert!(report.overlaps.is_empty());
 }
 
-#[tokio::test]
-async fn misdelete_breaks_redis_naive() {
-    let report = run(Scenario::Misdelete, LockMode::RedisNaive).await;
-    assert_broken(&report, &["B", "C"]);
-    // Lock v1 cannot tell: its DEL removed B's key and it calls that a release.
-    assert_eq!(report.release_of("A"), Some(Release::Released));
+/// One test per row, for the scenarios judged by who overlapped: the
+/// scenario and the mode, then `broken(who was inside together)` or `kept`,
+/// then what each listed actor's release reported (`refused`: it never got
+/// the lock, so it never released), then words the verdict must contain.
+macro_rules! lab_verdicts {
+    (@verdict $report:ident, kept) => {
+        assert_kept(&$report)
+    };
+    (@verdict $report:ident, broken($($together:ident),+)) => {
+        assert_broken(&$report, &[$(stringify!($together)),+])
+    };
+    (@release refused) => {
+        None
+    };
+    (@release $release:ident) => {
+        Some(Release::$release)
+    };
+    ($(
+        $(#[$meta:meta])*
+        $name:ident: $scenario:ident, $mode:ident => $verdict:ident $(($($together:ident),+))?
+            $(, releases [$($who:ident: $release:ident),+])?
+            $(, mentions $words:literal)?;
+    )*) => {$(
+        $(#[$meta])*
+        #[tokio::test]
+        async fn $name() {
+            let report = run(Scenario::$scenario, LockMode::$mode).await;
+            lab_verdicts!(@verdict report, $verdict $(($($together),+))?);
+            $($(
+                assert_eq!(
+                    report.release_of(stringify!($who)),
+                    lab_verdicts!(@release $release),
+                    "what {}'s release reported (None: it was refused)",
+                    stringify!($who)
+                );
+            )+)?
+            $(assert!(report.verdict().contains($words), "{}", report.verdict());)?
+        }
+    )*};
 }
 
-#[tokio::test]
-async fn misdelete_is_kept_by_redis_owner() {
-    let report = run(Scenario::Misdelete, LockMode::RedisOwner).await;
-    assert_kept(&report);
-    assert_eq!(report.release_of("A"), Some(Release::NotOwner));
-    assert_eq!(report.release_of("B"), Some(Release::Released));
-    assert_eq!(report.release_of("C"), None, "C was refused");
-}
+lab_verdicts! {
+    /// Lock v1 cannot tell: its DEL removed B's key and it calls that a release.
+    misdelete_breaks_redis_naive: Misdelete, RedisNaive => broken(B, C),
+        releases [A: Released];
+    misdelete_is_kept_by_redis_owner: Misdelete, RedisOwner => kept,
+        releases [A: NotOwner, B: Released, C: refused];
+    misdelete_is_kept_by_redis_lua: Misdelete, RedisLua => kept,
+        releases [A: NotOwner, C: refused];
 
-#[tokio::test]
-async fn misdelete_is_kept_by_redis_lua() {
-    let report = run(Scenario::Misdelete, LockMode::RedisLua).await;
-    assert_kept(&report);
-    assert_eq!(report.release_of("A"), Some(Release::NotOwner));
-    assert_eq!(report.release_of("C"), None, "C was refused");
-}
+    /// A's check passed before its lease ran out; the DEL after it hit B's key.
+    check_then_delete_breaks_redis_owner: CheckThenDelete, RedisOwner => broken(B, C),
+        releases [A: Released, B: NotOwner];
+    check_then_delete_is_kept_by_redis_lua: CheckThenDelete, RedisLua => kept,
+        releases [A: NotOwner, C: refused];
+    check_then_delete_breaks_redis_naive: CheckThenDelete, RedisNaive => broken(B, C);
 
-#[tokio::test]
-async fn check_then_delete_breaks_redis_owner() {
-    let report = run(Scenario::CheckThenDelete, LockMode::RedisOwner).await;
-    assert_broken(&report, &["B", "C"]);
-    // A's check passed before its lease ran out; the DEL after it hit B's key.
-    assert_eq!(report.release_of("A"), Some(Release::Released));
-    assert_eq!(report.release_of("B"), Some(Release::NotOwner));
-}
+    lease_expiry_breaks_redis_naive: LeaseExpiry, RedisNaive => broken(A, B),
+        mentions "watchdog";
+    /// A works three leases long: by its release B's lease has run out too.
+    lease_expiry_breaks_redis_owner: LeaseExpiry, RedisOwner => broken(A, B),
+        releases [A: Expired], mentions "watchdog";
+    /// A works three leases long: by its release B's lease has run out too.
+    lease_expiry_breaks_redis_lua: LeaseExpiry, RedisLua => broken(A, B),
+        releases [A: Expired], mentions "watchdog";
+    lease_expiry_is_kept_by_the_leaseless_local_lock: LeaseExpiry, Local => kept,
+        releases [B: refused];
+    lease_expiry_is_kept_by_the_reentrant_watchdog: LeaseExpiry, Reentrant => kept,
+        releases [A: Released, B: refused];
 
-#[tokio::test]
-async fn check_then_delete_is_kept_by_redis_lua() {
-    let report = run(Scenario::CheckThenDelete, LockMode::RedisLua).await;
-    assert_kept(&report);
-    assert_eq!(report.release_of("A"), Some(Release::NotOwner));
-    assert_eq!(report.release_of("C"), None, "C was refused");
-}
-
-#[tokio::test]
-async fn check_then_delete_breaks_redis_naive() {
-    let report = run(Scenario::CheckThenDelete, LockMode::RedisNaive).await;
-    assert_broken(&report, &["B", "C"]);
-}
-
-#[tokio::test]
-async fn lease_expiry_breaks_redis_naive() {
-    let report = run(Scenario::LeaseExpiry, LockMode::RedisNaive).await;
-    assert_broken(&report, &["A", "B"]);
-    assert!(
-        report.verdict().contains("watchdog"),
-        "{}",
-        report.verdict()
-    );
-}
-
-#[tokio::test]
-async fn lease_expiry_breaks_redis_owner() {
-    let report = run(Scenario::LeaseExpiry, LockMode::RedisOwner).await;
-    assert_broken(&report, &["A", "B"]);
-    // A works three leases long: by its release B's lease has run out too.
-    assert_eq!(report.release_of("A"), Some(Release::Expired));
-    assert!(
-        report.verdict().contains("watchdog"),
-        "{}",
-        report.verdict()
-    );
-}
-
-#[tokio::test]
-async fn lease_expiry_breaks_redis_lua() {
-    let report = run(Scenario::LeaseExpiry, LockMode::RedisLua).await;
-    assert_broken(&report, &["A", "B"]);
-    // A works three leases long: by its release B's lease has run out too.
-    assert_eq!(report.release_of("A"), Some(Release::Expired));
-    assert!(
-        report.verdict().contains("watchdog"),
-        "{}",
-        report.verdict()
-    );
-}
-
-#[tokio::test]
-async fn lease_expiry_is_kept_by_the_leaseless_local_lock() {
-    let report = run(Scenario::LeaseExpiry, LockMode::Local).await;
-    assert_kept(&report);
-    assert_eq!(report.release_of("B"), None, "B was refused");
-}
-
-#[tokio::test]
-async fn lease_expiry_is_kept_by_the_reentrant_watchdog() {
-    let report = run(Scenario::LeaseExpiry, LockMode::Reentrant).await;
-    assert_kept(&report);
-    assert_eq!(report.release_of("A"), Some(Release::Released));
-    assert_eq!(report.release_of("B"), None, "B was refused");
+    failover_gives_a_replicated_lock_to_two_holders: Failover, Reentrant => broken(A, B);
+    failover_of_one_node_is_kept_by_multi: Failover, Multi => kept;
+    failover_of_one_node_is_kept_by_redlock: Failover, Redlock => kept;
 }
 
 #[tokio::test]
@@ -185,24 +160,6 @@ async fn retry_hands_the_lock_over_on_the_release_message() {
         .find(|event| event.who == "A" && event.what.starts_with("releases"))
         .unwrap();
     assert!(handed_over.at - release.at < std::time::Duration::from_millis(100));
-}
-
-#[tokio::test]
-async fn failover_gives_a_replicated_lock_to_two_holders() {
-    let report = run(Scenario::Failover, LockMode::Reentrant).await;
-    assert_broken(&report, &["A", "B"]);
-}
-
-#[tokio::test]
-async fn failover_of_one_node_is_kept_by_multi() {
-    let report = run(Scenario::Failover, LockMode::Multi).await;
-    assert_kept(&report);
-}
-
-#[tokio::test]
-async fn failover_of_one_node_is_kept_by_redlock() {
-    let report = run(Scenario::Failover, LockMode::Redlock).await;
-    assert_kept(&report);
 }
 
 #[tokio::test]

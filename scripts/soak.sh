@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The soak: two nodes behind nginx under load for 10 minutes (by default),
+# a fault every minute (a node SIGKILLed and restarted, or Redis restarted
+# empty), then every sale's invariants verified. Not part of CI: it takes
+# the full ten minutes. Extra arguments go to `hmdp soak` (see --help).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/services.sh
+cargo build --release --locked
+RUST_LOG="${RUST_LOG:-warn}" target/release/hmdp soak "$@"
