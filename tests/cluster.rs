@@ -293,3 +293,32 @@ async fn the_tokens_and_loadtest_commands_log_in_fire_verify_and_write_json() {
         assert!(result["served_by"][node].as_u64().unwrap() > 0, "{result}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_serves_the_api_under_api_too_and_keeps_the_request_id() {
+    let test = TestCluster::start(LockMode::Reentrant, 0, 1).await;
+    let get = |path: &str| {
+        test.client
+            .get(format!("{}{path}", test.cluster.url()))
+            .header("authorization", &test.tokens[0])
+            .header("x-request-id", "client-chosen-id")
+    };
+
+    for path in ["/user/me", "/api/user/me"] {
+        let response = get(path).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        assert_eq!(response.headers()["x-request-id"], "client-chosen-id");
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(body["success"], true, "{path}: {body}");
+        assert!(!body["data"]["id"].is_null(), "{path}: {body}");
+    }
+    let generated = test
+        .client
+        .get(format!("{}/api/health", test.cluster.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(generated.status(), 200);
+    let id = generated.headers()["x-request-id"].to_str().unwrap();
+    assert_eq!(id.len(), 32, "nginx's $request_id: {id}");
+}

@@ -81,6 +81,12 @@ fn compose_has_the_five_services_with_health_checks() {
         assert!(test.as_sequence().is_some(), "{name} has no health check");
     }
     assert!(str_of(&service(&compose, "mysql")["image"]).starts_with("mysql:8"));
+    // sqlx is built without TLS and RSA, so caching_sha2_password cannot log in.
+    let mysql_command = format!("{:?}", service(&compose, "mysql")["command"]);
+    assert!(
+        mysql_command.contains("mysql_native_password"),
+        "{mysql_command}"
+    );
     assert!(str_of(&service(&compose, "redis")["image"]).starts_with("redis:7"));
 }
 

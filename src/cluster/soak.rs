@@ -123,12 +123,15 @@ async fn soak(
     );
 
     let tally = Arc::new(Mutex::new(Tally::default()));
+    let front_door = FrontDoor {
+        url: cluster.url(),
+        admin_token: cluster.spec().admin_token.clone(),
+        redis_url: sandbox.redis_url.clone(),
+        keys: Keys::new(sandbox.redis_prefix.clone()),
+    };
     let load = tokio::spawn(load_loop(
         settings.clone(),
-        cluster.url(),
-        cluster.spec().admin_token.clone(),
-        sandbox.redis_url.clone(),
-        Keys::new(sandbox.redis_prefix.clone()),
+        front_door,
         sandbox.store(4)?,
         until,
         tally.clone(),
@@ -164,27 +167,34 @@ async fn soak(
     report(settings, &tally, &faults, started.elapsed())
 }
 
-/// Runs sales back to back until `until`: log the users in, create a
-/// voucher, fire the purchases, audit the voucher.
-#[allow(clippy::too_many_arguments)]
-async fn load_loop(
-    settings: SoakSettings,
-    target: String,
+/// How the load side reaches the cluster: as a user and an admin would,
+/// through nginx, reading login codes from Redis.
+struct FrontDoor {
+    url: String,
     admin_token: String,
     redis_url: String,
     keys: Keys,
+}
+
+/// Runs sales back to back until `until`: log the users in, create a
+/// voucher, fire the purchases, audit the voucher.
+async fn load_loop(
+    settings: SoakSettings,
+    door: FrontDoor,
     store: Store,
     until: Instant,
     tally: Arc<Mutex<Tally>>,
 ) -> anyhow::Result<()> {
     let client = loadtest::http_client(settings.concurrency)?;
-    let redis = crate::startup::connect_redis(&redis_url, Duration::from_secs(2))?;
-    let login = Login::new(client.clone(), &target, redis, keys);
+    let redis = crate::startup::connect_redis(&door.redis_url, Duration::from_secs(2))?;
+    let login = Login::new(client.clone(), &door.url, redis, door.keys);
+    let target = door.url;
     while Instant::now() < until {
         let round = async {
             let tokens = login.users(0, settings.users, 32).await?;
             let voucher =
-                loadtest::create_voucher(&client, &target, &admin_token, settings.stock).await?;
+                loadtest::create_voucher(&client, &target, &door.admin_token, settings.stock)
+                    .await?;
             let plan = Plan {
                 target: target.clone(),
                 voucher,
