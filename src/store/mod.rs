@@ -12,13 +12,16 @@ use std::time::Duration;
 use anyhow::Context;
 use sqlx::migrate::MigrateDatabase;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
-use sqlx::{MySql, MySqlPool};
+use sqlx::{Connection, MySql, MySqlPool};
 
 pub use fence::record_fence;
 pub use invariants::VoucherAudit;
 pub use order::{count_user_orders, insert_order, take_stock, NewOrder, VoucherOrder};
 pub use user::User;
 pub use voucher::{NewSeckillVoucher, NewVoucher, SeckillVoucher, Voucher};
+
+/// A pooled connection idle at least this long is pinged before use.
+const PING_IF_IDLE_FOR: Duration = Duration::from_millis(200);
 
 /// hmdp's schema, embedded at compile time.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -42,6 +45,19 @@ impl Store {
         let pool = MySqlPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(acquire_timeout)
+            // sqlx pings every connection it hands out: one more round trip
+            // on every purchase, where a connection was in use a moment ago.
+            // Only a connection idle for a while (MySQL may have dropped it)
+            // is pinged, and a dead one is replaced before use.
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= PING_IF_IDLE_FOR {
+                        conn.ping().await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_lazy_with(options);
         Ok(Store { pool })
     }
