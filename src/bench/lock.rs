@@ -25,7 +25,7 @@ use crate::lock::{Faults, OrderLock};
 use crate::startup::connect_redis;
 
 /// Hand-offs measured after a hot-key run.
-const HANDOFF_ROUNDS: usize = 200;
+const HANDOFF_ROUNDS: usize = 500;
 /// How long the holder keeps the key once the waiter has started waiting:
 /// long enough for the waiter to have tried once and gone to sleep.
 const HANDOFF_HOLD: Duration = Duration::from_millis(3);
