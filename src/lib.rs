@@ -7,7 +7,7 @@ pub mod api;
 pub mod auth;
 /// `bench-lock` and `bench-db`: the lock and the transaction measured alone.
 pub mod bench;
-/// Two nodes and nginx as local child processes; `hmdp demo`.
+/// Two nodes and nginx as local child processes; `hmdp demo`, `hmdp cluster`.
 pub mod cluster;
 /// Flags, environment and defaults of every command.
 pub mod config;

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use hmdp::bench::{self, BenchDbArgs, BenchLockArgs};
 use hmdp::cluster::demo::{self, DemoSettings};
 use hmdp::cluster::soak::{self, SoakSettings};
+use hmdp::cluster::up::{self, ClusterSettings};
 use hmdp::config::{ServeSettings, StoreSettings};
 use hmdp::lab;
 use hmdp::loadtest::{self, tokens::TokensSettings, LoadtestSettings};
@@ -34,6 +35,8 @@ enum Command {
     Loadtest(Box<LoadtestSettings>),
     /// Two nodes behind nginx, one load test per lock mode, side by side.
     Demo(Box<DemoSettings>),
+    /// Two nodes behind nginx, left running for outside load tools until Ctrl-C.
+    Cluster(Box<ClusterSettings>),
     /// Run the two-node cluster under load for minutes with a fault every
     /// interval (a node SIGKILLed, Redis restarted) and verify every sale.
     Soak(Box<SoakSettings>),
@@ -52,10 +55,26 @@ enum Command {
     BenchDb(Box<BenchDbArgs>),
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     hmdp::telemetry::init();
-    match Cli::parse().command {
+    let command = Cli::parse().command;
+    // bench-lock runs its tasks as an actix worker runs requests: on one
+    // current-thread runtime. There the tasks sharing the multiplexed Redis
+    // connection all queue their next command before its writer task runs,
+    // and the commands leave in one write; on the multi-thread scheduler a
+    // woken writer runs at once (the LIFO slot) and every command costs a
+    // write of its own.
+    let runtime = match command {
+        Command::BenchLock(_) => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    }
+    .enable_all()
+    .build()?;
+    runtime.block_on(run(command))
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Serve(settings) => {
             let app = Application::build(*settings).await?;
             app.run_until_stopped().await?;
@@ -70,6 +89,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Tokens(settings) => loadtest::tokens::run(*settings).await?,
         Command::Loadtest(settings) => loadtest::run_command(*settings).await?,
         Command::Demo(settings) => demo::run(*settings).await?,
+        Command::Cluster(settings) => up::run(*settings).await?,
         Command::Soak(settings) => soak::run(*settings).await?,
         Command::BenchLock(args) => {
             bench::bench_lock(*args).await?;

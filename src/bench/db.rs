@@ -1,5 +1,5 @@
 //! `hmdp bench-db`: the bare purchase transaction (count this user's orders,
-//! conditional stock update, insert) straight on MySQL, distinct users, no
+//! insert, conditional stock update) straight on MySQL, distinct users, no
 //! HTTP and no lock: the ceiling of synchronous ordering on this database.
 
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -105,8 +105,11 @@ pub async fn run(args: BenchDbArgs) -> anyhow::Result<BenchDbResult> {
 async fn purchase_transaction(db: &Store, order: NewOrder) -> Result<(), sqlx::Error> {
     let mut tx = db.pool().begin().await?;
     let existing = store::count_user_orders(&mut tx, order.user_id, order.voucher_id).await?;
-    if existing == 0 && store::take_stock(&mut tx, order.voucher_id).await? {
+    if existing == 0 {
         store::insert_order(&mut tx, order).await?;
+        if !store::take_stock(&mut tx, order.voucher_id).await? {
+            return tx.rollback().await;
+        }
     }
     tx.commit().await
 }

@@ -119,7 +119,7 @@ where
     }
 }
 
-fn new_histogram() -> Histogram<u64> {
+pub(crate) fn new_histogram() -> Histogram<u64> {
     // 1 µs .. 60 s at 3 significant digits.
     Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
 }

@@ -196,7 +196,7 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
                 tokens.len(),
                 settings.per_user
             );
-            let voucher = create_voucher(
+            let voucher = loadtest::create_voucher(
                 &client,
                 &cluster.url(),
                 &cluster.spec().admin_token,
@@ -245,39 +245,6 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
         bail!("not as expected: {}", unexpected.join(", "));
     }
     Ok(())
-}
-
-/// Creates a seckill voucher on sale now, through nginx, as an admin would.
-pub(super) async fn create_voucher(
-    client: &reqwest::Client,
-    target: &str,
-    admin_token: &str,
-    stock: i32,
-) -> anyhow::Result<i64> {
-    let body: serde_json::Value = client
-        .post(format!("{target}/voucher/seckill"))
-        .header("x-admin-token", admin_token)
-        .json(&json!({
-            "shopId": 1,
-            "title": "100元代金券",
-            "subTitle": "周一至周日均可使用",
-            "rules": "全场通用",
-            "payValue": 8000,
-            "actualValue": 10000,
-            "type": 1,
-            "stock": stock,
-            "beginTime": "2020-01-01T00:00:00",
-            "endTime": "2037-12-31T23:59:59",
-        }))
-        .send()
-        .await?
-        .json()
-        .await
-        .context("creating the voucher")?;
-    body["data"]
-        .as_str()
-        .and_then(|id| id.parse().ok())
-        .with_context(|| format!("voucher not created: {body}"))
 }
 
 /// The side-by-side table, one row per mode.

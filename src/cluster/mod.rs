@@ -7,6 +7,7 @@ pub mod nginx;
 mod node;
 mod sandbox;
 pub mod soak;
+pub mod up;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -136,6 +137,11 @@ impl Cluster {
             self.start_node(index, node_flags).await?;
         }
         Ok(())
+    }
+
+    /// Process ids of the running nodes.
+    pub fn node_pids(&self) -> Vec<u32> {
+        self.nodes.iter().filter_map(Node::pid).collect()
     }
 
     /// (Re)starts one node on its port, e.g. after [`Cluster::kill_node`].

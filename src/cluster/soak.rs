@@ -14,7 +14,7 @@ use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use tokio::sync::Mutex;
 
-use super::demo::{create_voucher, node_flags, shutdown_signal};
+use super::demo::{node_flags, shutdown_signal};
 use super::{Cluster, ClusterSpec, Sandbox, NODE_IDS};
 use crate::config::{LockMode, StoreSettings};
 use crate::keys::Keys;
@@ -193,7 +193,8 @@ async fn load_loop(
         let round = async {
             let tokens = login.users(0, settings.users, 32).await?;
             let voucher =
-                create_voucher(&client, &target, &door.admin_token, settings.stock).await?;
+                loadtest::create_voucher(&client, &target, &door.admin_token, settings.stock)
+                    .await?;
             let plan = Plan {
                 target: target.clone(),
                 voucher,

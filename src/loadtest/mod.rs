@@ -13,11 +13,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use futures::future::join_all;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -35,9 +36,24 @@ pub struct LoadtestSettings {
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     pub target: String,
 
-    /// The seckill voucher to buy.
-    #[arg(long)]
-    pub voucher: i64,
+    /// The seckill voucher to buy (required unless --workload creates one).
+    #[arg(long, required_unless_present = "workload")]
+    pub voucher: Option<i64>,
+
+    /// A named workload on a fresh voucher created through the admin API:
+    /// `sale` (stock = --users, one purchase per user: committed orders/s) or
+    /// `storm` (stock = a tenth of --users, --per-user purchases per user at
+    /// once: requests/s, nearly all of them rejected).
+    #[arg(long, value_enum, conflicts_with = "voucher")]
+    pub workload: Option<Workload>,
+
+    /// Stock of the --workload voucher, instead of the workload's own.
+    #[arg(long, requires = "workload")]
+    pub stock: Option<i32>,
+
+    /// Admin token of the nodes, to create the --workload voucher.
+    #[arg(long, env = "HMDP_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
 
     /// Distinct users (logged in first unless --tokens is given).
     #[arg(long, default_value_t = 500)]
@@ -66,6 +82,28 @@ pub struct LoadtestSettings {
     /// MySQL for --verify; Redis (URL and prefix) for logging users in.
     #[command(flatten)]
     pub store: StoreSettings,
+}
+
+/// The load test's named workloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    /// Stock S, S users, one purchase each: every request should commit.
+    Sale,
+    /// U users x K simultaneous purchases of a stock of U / 10: a tenth of
+    /// the users get one order, every other request is turned away (a
+    /// duplicate while the user's lock is held, sold out after).
+    Storm,
+}
+
+impl Workload {
+    /// The stock of the workload's voucher for `users` users.
+    pub fn stock(self, users: usize) -> usize {
+        match self {
+            Workload::Sale => users,
+            Workload::Storm => users.div_ceil(10),
+        }
+    }
 }
 
 /// An HTTP client for many small requests to one host: connections are kept
@@ -238,6 +276,40 @@ fn transport_failure(error: &reqwest::Error) -> String {
     }
 }
 
+/// Creates a seckill voucher on sale now through the admin API of `target`
+/// (nginx or one node), as an admin would; returns its id.
+pub async fn create_voucher(
+    client: &reqwest::Client,
+    target: &str,
+    admin_token: &str,
+    stock: i32,
+) -> anyhow::Result<i64> {
+    let body: serde_json::Value = client
+        .post(format!("{}/voucher/seckill", target.trim_end_matches('/')))
+        .header("x-admin-token", admin_token)
+        .json(&json!({
+            "shopId": 1,
+            "title": "100元代金券",
+            "subTitle": "周一至周日均可使用",
+            "rules": "全场通用",
+            "payValue": 8000,
+            "actualValue": 10000,
+            "type": 1,
+            "stock": stock,
+            "beginTime": "2020-01-01T00:00:00",
+            "endTime": "2037-12-31T23:59:59",
+        }))
+        .send()
+        .await?
+        .json()
+        .await
+        .context("creating the voucher")?;
+    body["data"]
+        .as_str()
+        .and_then(|id| id.parse().ok())
+        .with_context(|| format!("voucher not created: {body}"))
+}
+
 /// Reads one token per line, skipping blank lines.
 pub fn read_tokens(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
     let text =
@@ -278,6 +350,26 @@ pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
                 .await?
         }
     };
+    let per_user = match settings.workload {
+        Some(Workload::Sale) => 1,
+        _ => settings.per_user,
+    };
+    let voucher = match (settings.voucher, settings.workload) {
+        (Some(voucher), _) => voucher,
+        (None, None) => bail!("give --voucher or --workload"),
+        (None, Some(workload)) => {
+            let token = settings
+                .admin_token
+                .as_deref()
+                .context("--workload creates a voucher: give --admin-token (HMDP_ADMIN_TOKEN)")?;
+            let stock = match settings.stock {
+                Some(stock) => stock,
+                None => i32::try_from(workload.stock(tokens.len()))
+                    .context("too many users for one voucher")?,
+            };
+            create_voucher(&client, &settings.target, token, stock).await?
+        }
+    };
     let store = if settings.verify {
         Some(Store::connect_lazy(
             &settings.store.database_url,
@@ -290,19 +382,19 @@ pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
     let before = match &store {
         Some(store) => Some(
             store
-                .audit_voucher(settings.voucher)
+                .audit_voucher(voucher)
                 .await
-                .with_context(|| format!("reading voucher {} before the run", settings.voucher))?,
+                .with_context(|| format!("reading voucher {voucher} before the run"))?,
         ),
         None => None,
     };
 
     let plan = Plan {
         target: settings.target.clone(),
-        voucher: settings.voucher,
-        per_user: settings.per_user,
+        voucher,
+        per_user,
         concurrency: settings.concurrency,
-        progress: progress_bar((tokens.len() * settings.per_user) as u64),
+        progress: progress_bar((tokens.len() * per_user) as u64),
         tokens,
     };
     let measured = run(&client, &plan).await;
@@ -310,7 +402,7 @@ pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
     let mut report = Report::new(&plan, &measured);
     if let (Some(store), Some(before)) = (&store, before) {
         let after = store
-            .audit_voucher(settings.voucher)
+            .audit_voucher(voucher)
             .await
             .context("reading the voucher after the run")?;
         report.add_audit(before.supply(), &after);

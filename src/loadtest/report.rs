@@ -43,6 +43,8 @@ pub struct Report {
     pub requests: u64,
     pub elapsed_s: f64,
     pub rps: f64,
+    /// Purchases answered with an order id, per second: committed orders/s.
+    pub orders_per_s: f64,
     pub latency_ms: Latency,
     /// Answers by outcome: `OK`, an `errorCode`, `HTTP_<status>`, or a
     /// transport failure.
@@ -72,6 +74,8 @@ impl Report {
             requests: measured.requests,
             elapsed_s,
             rps: measured.requests as f64 / elapsed_s.max(1e-9),
+            orders_per_s: measured.outcomes.get("OK").copied().unwrap_or(0) as f64
+                / elapsed_s.max(1e-9),
             latency_ms: Latency::of(&measured.latency_us),
             outcomes: measured.outcomes.clone(),
             served_by: measured.served_by.clone(),
@@ -119,6 +123,7 @@ impl Report {
             "requests     {} ({} users x {}) in {:.2} s: {:.0} req/s",
             self.requests, self.users, self.per_user, self.elapsed_s, self.rps
         );
+        let _ = writeln!(out, "ordered      {:.0} orders/s", self.orders_per_s);
         let _ = writeln!(
             out,
             "latency ms   p50 {:.1} · p90 {:.1} · p99 {:.1} · max {:.1}",

@@ -267,6 +267,7 @@ async fn release_on(
                 .arg(owner)
                 .arg(lease.as_millis() as u64)
                 .arg(RELEASE_LATCH.as_millis() as u64)
+                .arg(1)
                 .invoke_async(&mut redis.clone())
                 .await;
             match released {

@@ -14,10 +14,11 @@
 //!   runs out, marks the hold lost, and [`HeldLock::ensure_held`] then stops
 //!   the work under it from committing.
 //! - Release is idempotent per guard: a retry after a lost reply gets the
-//!   first attempt's answer (`lua/reentrant_unlock.lua`).
+//!   first attempt's answer, from a latch when holds remain, from the lease
+//!   when the first attempt took the last one (`lua/reentrant_unlock.lua`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Duration;
 
@@ -44,6 +45,8 @@ static RENEW: LazyLock<Script> =
 /// before it is forgotten.
 const RELEASE_LATCH: Duration = Duration::from_secs(10);
 const RELEASE_ATTEMPTS: u32 = 3;
+/// Numbers the releases of this process, for their idempotency latches.
+static NEXT_RELEASE: AtomicU64 = AtomicU64::new(1);
 /// While releases are not being delivered (subscription down), waiters poll.
 const POLL: Duration = Duration::from_millis(50);
 /// A failed renewal is retried this often until the lease runs out.
@@ -112,6 +115,15 @@ struct Hold {
     valid_until: Mutex<Instant>,
     renewal: Mutex<Option<JoinHandle<()>>>,
     registry: Arc<Registry>,
+}
+
+impl Hold {
+    /// Whether the key is surely still ours: no renewal found it gone and
+    /// the lease has not run out by our (conservative) clock.
+    fn lease_running(&self) -> bool {
+        !self.lost.load(Ordering::SeqCst)
+            && Instant::now() < *self.valid_until.lock().expect("hold poisoned")
+    }
 }
 
 impl Drop for Hold {
@@ -239,7 +251,13 @@ impl ReentrantLock {
         Box::new(ReentrantHold {
             inner: inner.clone(),
             hold,
-            release_id: uuid::Uuid::new_v4().simple().to_string(),
+            // Unique per key: the owner is unique, the counter tells its
+            // releases apart. (A random id would cost a getrandom call per hold.)
+            release_id: format!(
+                "{}:{}",
+                inner.owner(holder),
+                NEXT_RELEASE.fetch_add(1, Ordering::Relaxed)
+            ),
             released: false,
         })
     }
@@ -327,6 +345,7 @@ impl HeldLock for ReentrantHold {
             &hold.owner,
             hold.lease,
             &self.release_id,
+            hold.lease_running(),
         )
         .await
     }
@@ -357,7 +376,8 @@ impl Drop for ReentrantHold {
             let hold = self.hold.clone();
             let release_id = std::mem::take(&mut self.release_id);
             runtime.spawn(async move {
-                match release(&redis, &hold.key, &hold.owner, hold.lease, &release_id).await {
+                let lease_running = hold.lease_running();
+                match release(&redis, &hold.key, &hold.owner, hold.lease, &release_id, lease_running).await {
                     Ok(outcome) if outcome.is_clean() => {}
                     Ok(outcome) => tracing::warn!(?outcome, key = %hold.key, "dropped lock guard: release was not clean"),
                     Err(error) => tracing::warn!(%error, key = %hold.key, "dropped lock guard: release failed"),
@@ -368,13 +388,15 @@ impl Drop for ReentrantHold {
 }
 
 /// Gives back one hold, retrying (with the same release id) when the reply
-/// is lost, so the answer is the first attempt's.
+/// is lost, so the answer is the first attempt's. `lease_running`: the key
+/// is surely still ours as this starts (see [`answer`]).
 async fn release(
     redis: &ConnectionManager,
     key: &str,
     owner: &str,
     lease: Duration,
     release_id: &str,
+    lease_running: bool,
 ) -> Result<Release, LockError> {
     let mut attempt = 1;
     loop {
@@ -385,13 +407,11 @@ async fn release(
             .arg(owner)
             .arg(lease.as_millis() as u64)
             .arg(RELEASE_LATCH.as_millis() as u64)
+            .arg(attempt)
             .invoke_async(&mut redis.clone())
             .await;
         match result {
-            Ok(-1) => return Ok(Release::Expired),
-            Ok(-2) => return Ok(Release::NotOwner),
-            Ok(0) => return Ok(Release::Released),
-            Ok(left) => return Ok(Release::StillHeld(u32::try_from(left).unwrap_or(u32::MAX))),
+            Ok(code) => return answer(code, attempt > 1 && lease_running),
             Err(error) if attempt < RELEASE_ATTEMPTS && is_transient(&error) => {
                 tracing::debug!(%error, attempt, "lock release reply lost; retrying");
                 tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
@@ -399,6 +419,22 @@ async fn release(
             }
             Err(error) => return Err(error.into()),
         }
+    }
+}
+
+/// What the unlock script's `code` means. `retried_in_lease`: this was a
+/// retry, and the lease was still running when the first attempt was sent.
+/// Then nobody else could have removed our hold (short of Redis losing the
+/// key), so a key found gone or someone else's means the first attempt
+/// released it and only its reply was lost.
+fn answer(code: i64, retried_in_lease: bool) -> Result<Release, LockError> {
+    match code {
+        -1 | -2 if retried_in_lease => Ok(Release::Released),
+        -1 => Ok(Release::Expired),
+        -2 => Ok(Release::NotOwner),
+        0 => Ok(Release::Released),
+        left if left > 0 => Ok(Release::StillHeld(u32::try_from(left).unwrap_or(u32::MAX))),
+        other => Err(LockError::UnexpectedReply(other)),
     }
 }
 
@@ -427,7 +463,8 @@ impl Drop for Undo {
         );
         runtime.spawn(async move {
             let release_id = uuid::Uuid::new_v4().simple().to_string();
-            let undone = release(&redis, &key, &owner, lease, &release_id).await;
+            // Whether the acquisition took the key at all is unknown.
+            let undone = release(&redis, &key, &owner, lease, &release_id, false).await;
             tracing::debug!(?undone, %key, "undid an abandoned acquisition");
         });
     }
@@ -520,7 +557,13 @@ async fn renew(
 mod tests {
     use super::*;
 
-    async fn unlock(redis: &mut ConnectionManager, key: &str, owner: &str, id: &str) -> i64 {
+    async fn unlock(
+        redis: &mut ConnectionManager,
+        key: &str,
+        owner: &str,
+        id: &str,
+        attempt: u32,
+    ) -> i64 {
         UNLOCK
             .key(key)
             .key(sibling(key, "released"))
@@ -528,13 +571,14 @@ mod tests {
             .arg(owner)
             .arg(10_000)
             .arg(RELEASE_LATCH.as_millis() as u64)
+            .arg(attempt)
             .invoke_async(redis)
             .await
             .unwrap()
     }
 
     #[tokio::test]
-    async fn a_retried_release_gets_the_first_answer_not_a_false_not_owner() {
+    async fn a_retried_release_of_a_reentered_hold_does_not_take_a_second_hold() {
         let url =
             std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into());
         let mut redis = crate::startup::connect_redis(&url, Duration::from_secs(10)).unwrap();
@@ -551,18 +595,24 @@ mod tests {
         }
 
         assert_eq!(take(&mut redis, &key, "a:1").await, 1);
-        assert_eq!(unlock(&mut redis, &key, "a:1", "r1").await, 0);
-        // B takes the key before A's retry, sent because A's reply was lost.
-        assert_eq!(take(&mut redis, &key, "b:1").await, 1);
+        assert_eq!(take(&mut redis, &key, "a:1").await, 1, "re-entered");
+        assert_eq!(unlock(&mut redis, &key, "a:1", "r1", 1).await, 1);
+        // A's reply was lost, so A sends the same release again.
         assert_eq!(
-            unlock(&mut redis, &key, "a:1", "r1").await,
-            0,
-            "the first answer"
+            unlock(&mut redis, &key, "a:1", "r1", 2).await,
+            1,
+            "the first answer, not a second hold taken away"
         );
         assert_eq!(
-            unlock(&mut redis, &key, "a:1", "r2").await,
+            unlock(&mut redis, &key, "a:1", "r2", 1).await,
+            0,
+            "the last hold"
+        );
+        assert_eq!(take(&mut redis, &key, "b:1").await, 1, "the key is free");
+        assert_eq!(
+            unlock(&mut redis, &key, "a:1", "r2", 2).await,
             -2,
-            "a new release"
+            "a retry of the last hold's release finds B's key"
         );
 
         let _: () = redis::cmd("DEL")
@@ -572,5 +622,15 @@ mod tests {
             .query_async(&mut redis)
             .await
             .unwrap();
+    }
+
+    #[test]
+    fn a_retry_within_the_lease_that_finds_the_key_gone_or_taken_was_released() {
+        assert_eq!(answer(-2, true).unwrap(), Release::Released);
+        assert_eq!(answer(-1, true).unwrap(), Release::Released);
+        assert_eq!(answer(-2, false).unwrap(), Release::NotOwner);
+        assert_eq!(answer(-1, false).unwrap(), Release::Expired);
+        assert_eq!(answer(2, true).unwrap(), Release::StillHeld(2));
+        assert!(answer(-3, false).is_err());
     }
 }

@@ -1,6 +1,6 @@
 //! The purchase use case, synchronous like hmdp's `seckillVoucher`:
 //! voucher exists → sale window → stock → per-user lock → transaction
-//! (count this user's orders, take stock, insert the order) → commit →
+//! (count this user's orders, insert the order, take stock) → commit →
 //! release. The lock is taken before the transaction begins and released
 //! after it ends, never inside it; which lock runs is not this module's concern.
 
@@ -93,20 +93,21 @@ impl Seckill {
         outcome
     }
 
-    /// Inserts the order under a fresh id. The id worker's counter lives in
-    /// Redis: if Redis restarted empty within the same second as earlier
-    /// orders, the counter starts over and an id can repeat. The duplicate
-    /// key fails only that statement, so we draw the next id and try again.
+    /// Inserts the order under `id`, drawn before the transaction. The id
+    /// worker's counter lives in Redis: if Redis restarted empty within the
+    /// same second as earlier orders, the counter starts over and an id can
+    /// repeat. The duplicate key fails only that statement, so we draw the
+    /// next id and try again.
     async fn insert_order(
         &self,
         tx: &mut sqlx::MySqlConnection,
+        mut id: i64,
         user_id: u64,
         voucher_id: i64,
     ) -> Result<i64, Error> {
         const ATTEMPTS: usize = 8;
         let mut attempt = 1;
         loop {
-            let id = self.ids.next_id("order").await?;
             let order = NewOrder {
                 id,
                 user_id,
@@ -121,6 +122,7 @@ impl Seckill {
                         "order id reused after an id counter reset; drawing another"
                     );
                     attempt += 1;
+                    id = self.ids.next_id("order").await?;
                 }
                 other => return other.map(|()| id).map_err(Error::from),
             }
@@ -164,31 +166,51 @@ impl Seckill {
 
     /// The transaction run under the per-user lock. Any early return drops the
     /// transaction, which rolls it back.
+    ///
+    /// The order id is drawn from Redis while the transaction opens and runs
+    /// its first statements, not between the stock update and the insert:
+    /// that round trip would otherwise add to every purchase and, worse, to
+    /// the time the voucher's stock row stays locked, which every purchase of
+    /// the voucher queues for. A purchase that ends up refused leaves a gap
+    /// in the counter, which ids allow.
     async fn create_order(
         &self,
         user_id: u64,
         voucher_id: i64,
         held: &dyn HeldLock,
     ) -> Result<i64, Error> {
-        let mut tx = self.store.pool().begin().await?;
-        if let Some(token) = held.fencing_token() {
-            // First statement: a newer holder's token means ours is stale,
-            // and the row lock orders this user's purchases by token.
-            if !store::record_fence(&mut tx, user_id, token).await? {
-                metrics::FENCING_REJECTIONS.inc();
-                return Err(LockError::Lost("a newer holder's fencing token already wrote").into());
+        let id = self.ids.next_id("order");
+        let checks = async {
+            let mut tx = self.store.pool().begin().await?;
+            if let Some(token) = held.fencing_token() {
+                // First statement: a newer holder's token means ours is stale,
+                // and the row lock orders this user's purchases by token.
+                if !store::record_fence(&mut tx, user_id, token).await? {
+                    metrics::FENCING_REJECTIONS.inc();
+                    return Err(
+                        LockError::Lost("a newer holder's fencing token already wrote").into(),
+                    );
+                }
             }
-        }
-        if store::count_user_orders(&mut tx, user_id, voucher_id).await? > 0 {
-            return Err(Rejection::AlreadyOrdered.into());
-        }
+            if store::count_user_orders(&mut tx, user_id, voucher_id).await? > 0 {
+                return Err(Rejection::AlreadyOrdered.into());
+            }
+            Ok::<_, Error>(tx)
+        };
+        let (id, tx) = tokio::join!(id, checks);
+        let mut tx = tx?;
+        let id = id?;
         if !self.chaos_hold.is_zero() {
             tokio::time::sleep(self.chaos_hold).await;
         }
+        // The order row first, the stock last: the `UPDATE` locks the
+        // voucher's one stock row until the commit, and every purchase of
+        // the voucher queues for that lock, so only the commit may follow it.
+        // (Sold out: the insert rolls back with the rest.)
+        let id = self.insert_order(&mut tx, id, user_id, voucher_id).await?;
         if !store::take_stock(&mut tx, voucher_id).await? {
             return Err(Rejection::SoldOut.into());
         }
-        let id = self.insert_order(&mut tx, user_id, voucher_id).await?;
         // A holder that learnt it lost the lock rolls back instead.
         held.ensure_held().await?;
         tx.commit().await?;
