@@ -98,7 +98,7 @@ impl Sessions {
             }
         }
         let code = format!("{:06}", rand::rng().random_range(0..1_000_000));
-        let _: () = redis::pipe()
+        let stored: redis::RedisResult<()> = redis::pipe()
             .set_ex(
                 self.keys.login_code(phone.as_str()),
                 &code,
@@ -108,7 +108,14 @@ impl Sessions {
             .del(self.keys.login_code_failures(phone.as_str()))
             .ignore()
             .query_async(&mut redis)
-            .await?;
+            .await;
+        if let Err(error) = stored {
+            // No code was stored: do not make the phone wait for a code it
+            // never got (best effort: Redis may be the thing that failed).
+            let _: redis::RedisResult<()> =
+                redis.del(self.keys.login_code_limit(phone.as_str())).await;
+            return Err(error.into());
+        }
         Ok(code)
     }
 

@@ -28,8 +28,10 @@ pub struct StoreSettings {
     #[arg(long, env = "HMDP_DB_POOL", default_value_t = 32)]
     pub db_pool: u32,
 
-    /// How long a Redis or MySQL call may take before the request fails with
-    /// 503 UNAVAILABLE instead of hanging.
+    /// How long a Redis call, a Redis or MySQL connection attempt, or a wait
+    /// for a free MySQL connection may take before the request fails with
+    /// 503 UNAVAILABLE instead of hanging. (A MySQL statement already sent is
+    /// not cut off: a dead server is noticed when its connection drops.)
     #[arg(long, env = "HMDP_BACKEND_TIMEOUT_MS", default_value_t = 2000)]
     pub backend_timeout_ms: u64,
 }
@@ -68,6 +70,11 @@ impl std::fmt::Display for LockMode {
     }
 }
 
+/// Upper bounds of the lock durations: far beyond any sane setting, and far
+/// from where `Instant + Duration` could overflow.
+const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+const HOUR_MS: u64 = 60 * 60 * 1000;
+
 /// How purchases are locked.
 #[derive(Debug, Clone, Args)]
 pub struct LockSettings {
@@ -81,23 +88,26 @@ pub struct LockSettings {
 
     /// Lease of a lock in milliseconds (simple Redis locks: 10000). For
     /// `reentrant` an explicit lease turns the watchdog off.
-    #[arg(long, env = "HMDP_LOCK_LEASE_MS")]
+    #[arg(long, env = "HMDP_LOCK_LEASE_MS", value_parser = clap::value_parser!(u64).range(1..=DAY_MS))]
     pub lock_lease_ms: Option<u64>,
 
     /// `reentrant` without an explicit lease: the lease the watchdog keeps
     /// renewing, every third of it, while the holder lives.
-    #[arg(long, env = "HMDP_LOCK_WATCHDOG_MS", default_value_t = 30_000)]
+    #[arg(long, env = "HMDP_LOCK_WATCHDOG_MS", default_value_t = 30_000,
+          value_parser = clap::value_parser!(u64).range(30..=DAY_MS))]
     pub lock_watchdog_ms: u64,
 
     /// `reentrant`: the watchdog stops renewing after a holder has held the
     /// lock this long, so a stuck holder cannot keep a user locked forever;
     /// 0 renews for as long as the holder lives.
-    #[arg(long, env = "HMDP_LOCK_MAX_HOLD_MS", default_value_t = 300_000)]
+    #[arg(long, env = "HMDP_LOCK_MAX_HOLD_MS", default_value_t = 300_000,
+          value_parser = clap::value_parser!(u64).range(0..=DAY_MS))]
     pub lock_max_hold_ms: u64,
 
     /// How long a purchase waits for a busy per-user lock; 0 fails at once
     /// with "不允许重复下单！" (hmdp's `tryLock()`).
-    #[arg(long, env = "HMDP_LOCK_WAIT_MS", default_value_t = 0)]
+    #[arg(long, env = "HMDP_LOCK_WAIT_MS", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=HOUR_MS))]
     pub lock_wait_ms: u64,
 
     /// Check a fencing token inside the purchase transaction.
@@ -162,4 +172,43 @@ pub struct ServeSettings {
     /// HTTP worker threads (default: one per core).
     #[arg(long, env = "HMDP_WORKERS")]
     pub workers: Option<usize>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::LockSettings;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        lock: LockSettings,
+    }
+
+    fn parses(args: &[&str]) -> bool {
+        Flags::try_parse_from(std::iter::once("hmdp").chain(args.iter().copied())).is_ok()
+    }
+
+    #[test]
+    fn lock_durations_outside_their_range_are_refused() {
+        assert!(parses(&[
+            "--lock-lease-ms=300",
+            "--lock-watchdog-ms=300",
+            "--lock-wait-ms=2000"
+        ]));
+        assert!(
+            !parses(&["--lock-lease-ms=0"]),
+            "a zero lease deletes the key at once"
+        );
+        assert!(
+            !parses(&["--lock-watchdog-ms=2"]),
+            "renewing every 0 ms spins"
+        );
+        assert!(
+            !parses(&["--lock-wait-ms=18446744073709551615"]),
+            "Instant overflow"
+        );
+        assert!(!parses(&["--lock-lease-ms=-5"]));
+    }
 }

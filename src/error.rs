@@ -101,9 +101,11 @@ impl From<Rejection> for Error {
     }
 }
 
-/// MySQL errors that mean "busy, try again", not "broken": too many
-/// connections (1040), lock wait timeout (1205), deadlock victim (1213).
-const MYSQL_BUSY_ERRORS: [u16; 3] = [1040, 1205, 1213];
+/// MySQL errors that mean "unavailable for now, try again", not "broken":
+/// too many connections (1040), server shutting down (1053), lock wait
+/// timeout (1205), deadlock victim (1213), read-only server (1290), MariaDB's
+/// connection killed (1927), MySQL's disconnected for inactivity (4031).
+const MYSQL_BUSY_ERRORS: [u16; 7] = [1040, 1053, 1205, 1213, 1290, 1927, 4031];
 
 impl From<sqlx::Error> for Error {
     fn from(error: sqlx::Error) -> Self {
@@ -112,6 +114,7 @@ impl From<sqlx::Error> for Error {
             | sqlx::Error::PoolTimedOut
             | sqlx::Error::PoolClosed
             | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_)
             | sqlx::Error::WorkerCrashed => true,
             sqlx::Error::Database(db) => db
                 .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
@@ -129,7 +132,20 @@ impl From<sqlx::Error> for Error {
 impl From<redis::RedisError> for Error {
     fn from(error: redis::RedisError) -> Self {
         crate::metrics::REDIS_ERRORS.inc();
-        if error.is_io_error()
+        // A server that is loading, read-only after a failover, without its
+        // master or its cluster is unavailable for now, not broken.
+        let server_busy = matches!(
+            error.kind(),
+            redis::ErrorKind::Server(
+                redis::ServerErrorKind::BusyLoading
+                    | redis::ServerErrorKind::ReadOnly
+                    | redis::ServerErrorKind::MasterDown
+                    | redis::ServerErrorKind::TryAgain
+                    | redis::ServerErrorKind::ClusterDown
+            )
+        );
+        if server_busy
+            || error.is_io_error()
             || error.is_timeout()
             || error.is_connection_dropped()
             || error.is_connection_refusal()

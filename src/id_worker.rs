@@ -1,18 +1,18 @@
 //! hmdp's Redis id worker: globally unique, roughly time-ordered 64-bit ids.
 //!
 //! Layout: `(seconds since 2022-01-01 UTC) << 32 | INCR icr:{business}:{yyyy:MM:dd}`.
-//! The per-day counter gives 2^32 ids per second-of-day bucket across all nodes
+//! The per-day counter gives 2^32 ids per day across all nodes
 //! sharing one Redis, without coordination between the nodes.
 
 use chrono::{DateTime, Utc};
 use redis::aio::ConnectionManager;
-use redis::AsyncCommands;
 
 use crate::keys::Keys;
 
 /// 2022-01-01T00:00:00Z, hmdp's `BEGIN_TIMESTAMP`.
 pub const EPOCH_SECONDS: i64 = 1_640_995_200;
 const COUNT_BITS: u32 = 32;
+const COUNTER_TTL_SECS: i64 = 2 * 24 * 60 * 60;
 
 /// Mints ids from a Redis counter.
 #[derive(Clone)]
@@ -32,7 +32,14 @@ impl IdWorker {
         let key = self
             .keys
             .id_counter(business, &now.format("%Y:%m:%d").to_string());
-        let count: i64 = self.redis.clone().incr(key, 1).await?;
+        // One round trip: the counter and its expiry. A day's counter is
+        // only needed during that day; two days leave room for clock skew.
+        let (count,): (i64,) = redis::pipe()
+            .incr(&key, 1)
+            .expire(&key, COUNTER_TTL_SECS)
+            .ignore()
+            .query_async(&mut self.redis.clone())
+            .await?;
         Ok(compose(now, count))
     }
 }

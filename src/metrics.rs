@@ -99,7 +99,13 @@ pub async fn record_http(
     let route = request
         .match_pattern()
         .unwrap_or_else(|| "unmatched".to_owned());
-    let method = request.method().as_str().to_owned();
+    // Clients may send any method token; only the standard ones become
+    // labels, so made-up methods cannot grow the series without bound.
+    let method = match request.method().as_str() {
+        known @ ("GET" | "POST" | "PUT" | "DELETE" | "HEAD" | "OPTIONS" | "PATCH") => known,
+        _ => "OTHER",
+    }
+    .to_owned();
     let response = next.call(request).await?;
     let status = response.status().as_u16().to_string();
     HTTP_REQUESTS

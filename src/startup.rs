@@ -78,7 +78,11 @@ impl Application {
             .with_context(|| format!("cannot listen on {}:{}", settings.host, settings.port))?;
         let port = listener.local_addr()?.port();
         let node_id = settings.node_id.clone().unwrap_or_else(|| {
-            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
+            // The kernel's hostname: `$HOSTNAME` is a shell variable that is
+            // usually not exported to children.
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|name| name.trim().to_owned())
+                .unwrap_or_else(|_| "localhost".into());
             format!("{host}:{port}")
         });
         let admin_token = settings.admin_token.clone().unwrap_or_else(|| {

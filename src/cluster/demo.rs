@@ -44,7 +44,7 @@ pub struct DemoSettings {
     /// (lock held, transaction open), standing in for a GC pause or slow SQL.
     /// It widens the window in which a user's two requests on two nodes
     /// overlap, so the local lock's failure shows in practically every run
-    /// on any machine (here it showed in 50 runs of 50, and in 10 of 10 at 0 ms).
+    /// on any machine (here it showed in 70 runs of 70, and in 20 of 20 at 0 ms).
     #[arg(long, default_value_t = 20)]
     pub chaos_hold_ms: u64,
 

@@ -45,9 +45,24 @@ pub async fn run(settings: ClusterSettings) -> anyhow::Result<()> {
         "cluster",
     )
     .await?;
-    let spec = ClusterSpec::in_sandbox(exe, &sandbox);
+    let outcome = tokio::select! {
+        outcome = serve(&settings, exe, &sandbox) => outcome,
+        signal = shutdown_signal() => {
+            eprintln!("{signal}: stopping");
+            Ok(())
+        }
+    };
+    // The cluster went with the `serve` future; now the data goes too.
+    drop(sandbox);
+    outcome
+}
+
+/// Starts the cluster and keeps it until the future is dropped: a signal
+/// during start-up stops the children as surely as one afterwards.
+async fn serve(settings: &ClusterSettings, exe: PathBuf, sandbox: &Sandbox) -> anyhow::Result<()> {
+    let spec = ClusterSpec::in_sandbox(exe, sandbox);
     let cluster = Cluster::start(spec, &node_flags(settings.lock, settings.chaos_hold_ms)).await?;
-    let env = describe(&cluster, &sandbox);
+    let env = describe(&cluster, sandbox);
     if let Some(path) = &settings.env_file {
         std::fs::write(path, &env).with_context(|| format!("writing {}", path.display()))?;
     }
@@ -56,11 +71,7 @@ pub async fn run(settings: ClusterSettings) -> anyhow::Result<()> {
         "two nodes ({}) behind nginx; Ctrl-C stops them",
         settings.lock
     );
-    let signal = shutdown_signal().await;
-    eprintln!("{signal}: stopping");
-    drop(cluster);
-    drop(sandbox);
-    Ok(())
+    std::future::pending().await
 }
 
 /// The cluster as shell variable assignments.

@@ -41,7 +41,12 @@ impl Store {
         acquire_timeout: Duration,
     ) -> anyhow::Result<Self> {
         let options = MySqlConnectOptions::from_str(database_url)
-            .with_context(|| format!("invalid DATABASE_URL `{database_url}`"))?;
+            .with_context(|| format!("invalid DATABASE_URL `{database_url}`"))?
+            // Keep the server's own time zone: hmdp's datetimes are local
+            // wall-clock times, both those the API writes (`beginTime`) and
+            // those MySQL fills in (`createTime`). Only naive datetimes are
+            // read and written, so no UTC conversion is ever assumed.
+            .timezone(None);
         let pool = MySqlPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(acquire_timeout)

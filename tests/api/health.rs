@@ -51,3 +51,23 @@ async fn metrics_count_requests_and_purchases() {
         assert!(text.contains(expected), "missing {expected} in:\n{text}");
     }
 }
+
+#[tokio::test]
+async fn made_up_methods_share_one_metrics_label() {
+    let app = spawn_app(&[]).await;
+    for method in ["FOOBAR", "BREW", "X-ANYTHING"] {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let response = app
+            .client
+            .request(method, app.url("/health"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 404);
+    }
+    let text = app.get("/metrics", None).await.text().await.unwrap();
+    assert!(text.contains("method=\"OTHER\""), "{text}");
+    for made_up in ["FOOBAR", "BREW", "X-ANYTHING"] {
+        assert!(!text.contains(made_up), "{made_up} became a label");
+    }
+}

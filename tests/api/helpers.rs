@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures::future::join_all;
+use hmdp::cluster::Sandbox;
 use hmdp::config::ServeSettings;
 use hmdp::redis_server::free_port;
 use hmdp::startup::Application;
@@ -38,8 +39,9 @@ pub struct TestApp {
     pub store: Store,
     pub redis: redis::aio::ConnectionManager,
     pub prefix: String,
-    database: String,
-    redis_url: String,
+    /// The test's database and Redis namespace, removed when the app is
+    /// dropped; declared last so it goes after the connections above.
+    sandbox: Sandbox,
 }
 
 /// Starts a node with the test's own database, Redis prefix and admin token;
@@ -50,15 +52,23 @@ pub async fn spawn_app(flags: &[&str]) -> TestApp {
     if std::env::var_os("TEST_LOG").is_some() {
         hmdp::telemetry::init();
     }
-    let id = uuid::Uuid::new_v4().simple().to_string();
-    let database = format!("hmdp_test_{id}");
-    let prefix = format!("test:{id}:");
+    let node_redis_url = flags
+        .iter()
+        .find_map(|flag| flag.strip_prefix("--redis-url="))
+        .map_or_else(redis_url, str::to_owned);
+    let sandbox = Sandbox::create(
+        &format!("{}/hmdp", mysql_server_url()),
+        &node_redis_url,
+        "test",
+    )
+    .await
+    .expect("test database and Redis namespace");
     let defaults = [
         "--port=0".to_owned(),
         "--host=127.0.0.1".into(),
-        format!("--database-url={}/{database}", mysql_server_url()),
-        format!("--redis-url={}", redis_url()),
-        format!("--redis-prefix={prefix}"),
+        format!("--database-url={}", sandbox.database_url),
+        format!("--redis-url={node_redis_url}"),
+        format!("--redis-prefix={}", sandbox.redis_prefix),
         format!("--admin-token={ADMIN_TOKEN}"),
         "--db-pool=16".into(),
         "--backend-timeout-ms=10000".into(),
@@ -75,26 +85,23 @@ pub async fn spawn_app(flags: &[&str]) -> TestApp {
         .chain(flags.iter().map(|flag| flag.to_string()))
         .collect();
     let settings = Flags::try_parse_from(args).expect("valid test flags").serve;
-    let database_url = settings.store.database_url.clone();
-    let node_redis_url = settings.store.redis_url.clone();
     let app = Application::build(settings).await.expect("node starts");
     let address = format!("http://127.0.0.1:{}", app.port());
     tokio::spawn(app.run_until_stopped());
     TestApp {
         address,
         client: reqwest::Client::new(),
-        store: Store::connect_lazy(&database_url, 4, Duration::from_secs(10)).unwrap(),
+        store: sandbox.store(4).unwrap(),
         redis: hmdp::startup::connect_redis(&node_redis_url, Duration::from_secs(10)).unwrap(),
-        prefix,
-        database,
-        redis_url: node_redis_url,
+        prefix: sandbox.redis_prefix.clone(),
+        sandbox,
     }
 }
 
 impl TestApp {
     /// The test database, for a second node (or process) to share.
     pub fn database_url(&self) -> String {
-        format!("{}/{}", mysql_server_url(), self.database)
+        self.sandbox.database_url.clone()
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -255,46 +262,6 @@ pub fn seckill_body(stock: i64, begin: &str, end: &str) -> Value {
         "beginTime": begin,
         "endTime": end,
     })
-}
-
-impl Drop for TestApp {
-    /// Drops the test database and the test's Redis keys. Runs on its own
-    /// thread and runtime because `Drop` cannot await.
-    fn drop(&mut self) {
-        let database = self.database.clone();
-        let pattern = format!("{}*", self.prefix);
-        let redis_url = self.redis_url.clone();
-        let cleanup = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                if let Ok(store) =
-                    Store::connect_lazy(&mysql_server_url(), 1, Duration::from_secs(5))
-                {
-                    let drop_sql = format!("DROP DATABASE IF EXISTS `{database}`");
-                    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(drop_sql))
-                        .execute(store.pool())
-                        .await;
-                }
-                if let Ok(client) = redis::Client::open(redis_url) {
-                    if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
-                        let mut keys: Vec<String> = Vec::new();
-                        if let Ok(mut iter) = conn.scan_match::<_, String>(&pattern).await {
-                            while let Some(Ok(key)) = iter.next_item().await {
-                                keys.push(key);
-                            }
-                        }
-                        if !keys.is_empty() {
-                            let _: redis::RedisResult<()> = conn.del(keys).await;
-                        }
-                    }
-                }
-            });
-        });
-        let _ = cleanup.join();
-    }
 }
 
 /// A second node in a process of its own, killed with SIGKILL when dropped.
