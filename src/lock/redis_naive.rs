@@ -7,7 +7,6 @@
 //! the second (`hmdp lab misdelete`).
 
 use async_trait::async_trait;
-use redis::AsyncCommands;
 
 use super::set_nx::{SetNxLock, Taken, Unlock};
 use super::{LockError, Release};
@@ -27,11 +26,6 @@ impl Unlock for DelUnlock {
     /// somebody else's: without the token check this lock cannot tell.
     async fn unlock(&self, mut taken: Taken) -> Result<Release, LockError> {
         taken.before_delete().await;
-        let deleted: u64 = taken.redis.del(&taken.key).await?;
-        Ok(if deleted == 1 {
-            Release::Released
-        } else {
-            Release::Expired
-        })
+        taken.delete().await
     }
 }

@@ -33,11 +33,6 @@ impl Unlock for GetThenDelUnlock {
         // The gap of lock v2: whatever happens to the key from here on, the
         // `DEL` below no longer checks who holds it.
         taken.before_delete().await;
-        let deleted: u64 = taken.redis.del(&taken.key).await?;
-        Ok(if deleted == 1 {
-            Release::Released
-        } else {
-            Release::Expired
-        })
+        taken.delete().await
     }
 }

@@ -137,6 +137,17 @@ impl SetNx {
 }
 
 impl Taken {
+    /// `DEL` without any check: `Released` when a key was removed (whoever's
+    /// it was: this step cannot tell), `Expired` when none was there.
+    pub async fn delete(&mut self) -> Result<Release, LockError> {
+        let deleted: u64 = redis::AsyncCommands::del(&mut self.redis, &self.key).await?;
+        Ok(if deleted == 1 {
+            Release::Released
+        } else {
+            Release::Expired
+        })
+    }
+
     /// Runs the fault injected before the deleting command, if any.
     pub async fn before_delete(&self) {
         if let Some(pause) = &self.faults.before_delete {
