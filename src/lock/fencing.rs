@@ -19,6 +19,7 @@ use redis::{AsyncCommands, Script};
 
 use super::{HeldLock, Holder, LockError, OrderLock, Release};
 use crate::config::LockMode;
+use crate::keys::sibling;
 use crate::metrics;
 
 static MINT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/fence.lua")));
@@ -54,30 +55,36 @@ impl Fenced {
         let Some(held) = held else {
             return Ok(None);
         };
-        // Minted by a script of its own, so the counter need not share the
-        // lock's hash slot; a plain suffix keeps it under the key's prefix.
-        let counter = format!("{key}:fence");
-        let minted: Result<u64, _> = MINT
+        // The script reads the lock key too, so the counter lives in the
+        // lock key's Cluster slot.
+        let counter = sibling(key, "fence");
+        let minted: Result<i64, _> = MINT
             .key(&counter)
+            .key(key)
             .arg(format!("{}:{}", self.process, holder.id()))
             .arg(COUNTER_RETENTION.as_millis() as u64)
+            .arg(held.owner_in_key().unwrap_or(""))
             .invoke_async(&mut self.redis.clone())
             .await;
-        match minted {
-            Ok(token) => Ok(Some(Box::new(FencedHold {
-                inner: held,
-                redis: self.redis.clone(),
-                counter,
-                token,
-            }))),
-            Err(error) => {
-                // Without a token the hold is useless to a fenced purchase.
-                if let Err(release) = held.release().await {
-                    tracing::warn!(error = %release, "cannot release an unfenced hold");
+        let failure = match minted {
+            Ok(token) => match u64::try_from(token) {
+                Ok(token) => {
+                    return Ok(Some(Box::new(FencedHold {
+                        inner: held,
+                        redis: self.redis.clone(),
+                        counter,
+                        token,
+                    })))
                 }
-                Err(error.into())
-            }
+                Err(_) => LockError::Lost("the lease ran out before a fencing token was minted"),
+            },
+            Err(error) => error.into(),
+        };
+        // Without a token the hold is useless to a fenced purchase.
+        if let Err(release) = held.release().await {
+            tracing::warn!(error = %release, "cannot release an unfenced hold");
         }
+        Err(failure)
     }
 }
 

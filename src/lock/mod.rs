@@ -133,6 +133,14 @@ pub trait HeldLock: Send + Sync {
         None
     }
 
+    /// How this hold appears in the lock's own Redis key, for a check made
+    /// in the same script as another step: the value of a `SET NX` key, the
+    /// field of a reentrant hash. `None` when the lock keeps no such key on
+    /// the main Redis (`none`, `local`, `multi`, `redlock`).
+    fn owner_in_key(&self) -> Option<&str> {
+        None
+    }
+
     /// The last check before committing work done under the lock:
     /// `Err(LockError::Lost)` when this hold is known to be gone. Modes that
     /// cannot tell (a plain lease nobody watches) always answer `Ok`.

@@ -336,6 +336,10 @@ struct ReentrantHold {
 
 #[async_trait]
 impl HeldLock for ReentrantHold {
+    fn owner_in_key(&self) -> Option<&str> {
+        Some(&self.hold.owner)
+    }
+
     async fn release(mut self: Box<Self>) -> Result<Release, LockError> {
         self.released = true;
         let hold = &self.hold;

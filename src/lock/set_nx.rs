@@ -67,6 +67,10 @@ impl<U: Unlock> HeldLock for SetNxHold<U> {
     async fn release(self: Box<Self>) -> Result<Release, LockError> {
         self.unlock.unlock(self.taken).await
     }
+
+    fn owner_in_key(&self) -> Option<&str> {
+        Some(&self.taken.token)
+    }
 }
 
 /// Pause between two attempts while waiting for a busy key. These locks have

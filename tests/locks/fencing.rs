@@ -54,7 +54,7 @@ async fn tokens_grow_per_acquisition_and_survive_a_lost_counter() {
     let (second, held) = token(&lock, Holder::new(), &key).await;
     assert!(second > first, "{second} > {first}");
     held.ensure_held().await.expect("the newest token");
-    let counter = format!("{key}:fence");
+    let counter = hmdp::keys::sibling(&key, "fence");
     let ttl: i64 = redis.pttl(&counter).await.unwrap();
     assert!(ttl > 0, "the counter expires: {ttl}");
     held.release().await.unwrap();
@@ -85,4 +85,47 @@ async fn a_holder_outdated_by_a_newer_token_knows_it() {
     newer.ensure_held().await.expect("the newest holder");
     newer.release().await.unwrap();
     let _: () = redis.del(format!("{key}:fence")).await.unwrap();
+}
+
+/// The mint checks, in the same script, that the acquisition still holds the
+/// lock key: a holder whose lease ran out before minting gets no token that
+/// could outdate the next holder's.
+#[tokio::test]
+async fn no_token_for_an_acquisition_that_no_longer_holds_the_key() {
+    let mint = redis::Script::new(include_str!("../../lua/fence.lua"));
+    let key = format!("test:{}:lock:order:1", uuid::Uuid::new_v4().simple());
+    let counter = hmdp::keys::sibling(&key, "fence");
+    let mut redis = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let minting = redis.clone();
+    let mint_as = |owner_in_key: &'static str| {
+        let mut invocation = mint.key(&counter);
+        invocation
+            .key(&key)
+            .arg(owner_in_key)
+            .arg(60_000)
+            .arg(owner_in_key);
+        let mut redis = minting.clone();
+        async move { invocation.invoke_async::<i64>(&mut redis).await.unwrap() }
+    };
+
+    assert_eq!(mint_as("a").await, -1, "the key is gone: no token");
+    let _: () = redis.set(&key, "a").await.unwrap();
+    assert!(mint_as("a").await > 0, "a string key holding the owner");
+    assert_eq!(mint_as("b").await, -1, "a string key holding someone else");
+    let _: () = redis.del(&key).await.unwrap();
+    let _: () = redis.hset(&key, "c", 1).await.unwrap();
+    assert!(
+        mint_as("c").await > 0,
+        "a reentrant hash with the owner's field"
+    );
+    assert_eq!(mint_as("d").await, -1, "a reentrant hash of someone else");
+    assert!(
+        mint_as("").await > 0,
+        "nothing to check for locks kept elsewhere"
+    );
+    let _: () = redis.del(&[&key, &counter]).await.unwrap();
 }
