@@ -341,9 +341,15 @@ impl HeldLock for ReentrantHold {
     }
 
     async fn release(mut self: Box<Self>) -> Result<Release, LockError> {
-        self.released = true;
         let hold = &self.hold;
-        release(
+        if Arc::strong_count(hold) == 1 {
+            // The last guard: stop the watchdog before the key goes, so a
+            // renewal in flight cannot find it gone and report a lost lock.
+            if let Some(renewal) = hold.renewal.lock().expect("hold poisoned").take() {
+                renewal.abort();
+            }
+        }
+        let outcome = release(
             &self.inner.redis,
             &hold.key,
             &hold.owner,
@@ -351,7 +357,11 @@ impl HeldLock for ReentrantHold {
             &self.release_id,
             hold.lease_running(),
         )
-        .await
+        .await;
+        // Only now: a release abandoned halfway (its future dropped) leaves
+        // `released` unset, and `Drop` retries it under the same release id.
+        self.released = true;
+        outcome
     }
 
     async fn ensure_held(&self) -> Result<(), LockError> {
