@@ -13,27 +13,17 @@
 //! timed out may still have landed), so no partial locks stay behind. Every
 //! round reports which nodes agreed.
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::future::join_all;
 use rand::RngExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::Script;
 use tokio::time::Instant;
 
+use super::reentrant::{answer, unlock_once, LOCK};
 use super::{HeldLock, Holder, LockError, OrderLock, Release};
 use crate::config::LockMode;
-use crate::keys::sibling;
-
-static LOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/reentrant_lock.lua")));
-static UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/reentrant_unlock.lua")));
-
-/// How long a release's answer is remembered for a retried release.
-const RELEASE_LATCH: Duration = Duration::from_secs(10);
 
 struct Node {
     /// The URL without credentials, for reports and logs.
@@ -260,21 +250,12 @@ async fn release_on(
     join_all(nodes.iter().map(|(name, redis)| {
         let release_id = &release_id;
         async move {
-            let released: Result<i64, _> = UNLOCK
-                .key(key)
-                .key(sibling(key, "released"))
-                .key(sibling(key, &format!("release:{release_id}")))
-                .arg(owner)
-                .arg(lease.as_millis() as u64)
-                .arg(RELEASE_LATCH.as_millis() as u64)
-                .arg(1)
-                .invoke_async(&mut redis.clone())
-                .await;
-            match released {
-                Ok(0) => Release::Released,
-                Ok(-2) => Release::NotOwner,
-                Ok(left) if left > 0 => Release::StillHeld(u32::try_from(left).unwrap_or(u32::MAX)),
-                Ok(_) => Release::Expired,
+            let released = unlock_once(redis, key, owner, lease, release_id, 1).await;
+            match released
+                .map_err(LockError::from)
+                .and_then(|code| answer(code, false))
+            {
+                Ok(release) => release,
                 Err(error) => {
                     tracing::warn!(node = %name, %error, "cannot release the lock on a node");
                     Release::Expired

@@ -34,7 +34,8 @@ use crate::config::{LockMode, LockSettings};
 use crate::keys::sibling;
 use crate::metrics;
 
-static LOCK: LazyLock<Script> =
+/// Shared with `multi`/`redlock`, which take the same hash lock on each node.
+pub(super) static LOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/reentrant_lock.lua")));
 static UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/reentrant_unlock.lua")));
@@ -414,16 +415,7 @@ async fn release(
 ) -> Result<Release, LockError> {
     let mut attempt = 1;
     loop {
-        let result: Result<i64, redis::RedisError> = UNLOCK
-            .key(key)
-            .key(sibling(key, "released"))
-            .key(sibling(key, &format!("release:{release_id}")))
-            .arg(owner)
-            .arg(lease.as_millis() as u64)
-            .arg(RELEASE_LATCH.as_millis() as u64)
-            .arg(attempt)
-            .invoke_async(&mut redis.clone())
-            .await;
+        let result = unlock_once(redis, key, owner, lease, release_id, attempt).await;
         match result {
             Ok(code) => return answer(code, attempt > 1 && lease_running),
             Err(error) if attempt < RELEASE_ATTEMPTS && is_transient(&error) => {
@@ -436,12 +428,35 @@ async fn release(
     }
 }
 
+/// One run of `lua/reentrant_unlock.lua` (shared with `multi`/`redlock`):
+/// gives back one hold of `owner` on `key`. `attempt` > 1 marks a retry,
+/// which may find the first attempt's latch.
+pub(super) async fn unlock_once(
+    redis: &ConnectionManager,
+    key: &str,
+    owner: &str,
+    lease: Duration,
+    release_id: &str,
+    attempt: u32,
+) -> redis::RedisResult<i64> {
+    UNLOCK
+        .key(key)
+        .key(sibling(key, "released"))
+        .key(sibling(key, &format!("release:{release_id}")))
+        .arg(owner)
+        .arg(lease.as_millis() as u64)
+        .arg(RELEASE_LATCH.as_millis() as u64)
+        .arg(attempt)
+        .invoke_async(&mut redis.clone())
+        .await
+}
+
 /// What the unlock script's `code` means. `retried_in_lease`: this was a
 /// retry, and the lease was still running when the first attempt was sent.
 /// Then nobody else could have removed our hold (short of Redis losing the
 /// key), so a key found gone or someone else's means the first attempt
 /// released it and only its reply was lost.
-fn answer(code: i64, retried_in_lease: bool) -> Result<Release, LockError> {
+pub(super) fn answer(code: i64, retried_in_lease: bool) -> Result<Release, LockError> {
     match code {
         -1 | -2 if retried_in_lease => Ok(Release::Released),
         -1 => Ok(Release::Expired),
@@ -578,15 +593,7 @@ mod tests {
         id: &str,
         attempt: u32,
     ) -> i64 {
-        UNLOCK
-            .key(key)
-            .key(sibling(key, "released"))
-            .key(sibling(key, &format!("release:{id}")))
-            .arg(owner)
-            .arg(10_000)
-            .arg(RELEASE_LATCH.as_millis() as u64)
-            .arg(attempt)
-            .invoke_async(redis)
+        unlock_once(redis, key, owner, Duration::from_secs(10), id, attempt)
             .await
             .unwrap()
     }
