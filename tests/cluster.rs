@@ -100,13 +100,13 @@ impl TestCluster {
     }
 
     async fn run(&self, plan: &Plan, stock: i64) -> Report {
-        run(&self.client, &self.store, plan, stock).await
+        run(&self.store, plan, stock).await
     }
 }
 
 /// Runs the plan and audits the voucher, as `loadtest --verify` does.
-async fn run(client: &reqwest::Client, store: &Store, plan: &Plan, stock: i64) -> Report {
-    let measured = loadtest::run(client, plan).await;
+async fn run(store: &Store, plan: &Plan, stock: i64) -> Report {
+    let measured = loadtest::run(plan).await.unwrap();
     let mut report = Report::new(plan, &measured);
     report.add_audit(stock, &store.audit_voucher(plan.voucher).await.unwrap());
     println!("{}", report.table());
@@ -183,13 +183,8 @@ async fn a_killed_node_leaves_the_survivor_serving_and_the_stock_balanced() {
     let total = plan.requests();
 
     // Kill node1 once about a quarter of the requests are answered.
-    let TestCluster {
-        cluster,
-        client,
-        store,
-        ..
-    } = &mut test;
-    let (report, ()) = tokio::join!(run(client, store, &plan, STOCK), async {
+    let TestCluster { cluster, store, .. } = &mut test;
+    let (report, ()) = tokio::join!(run(store, &plan, STOCK), async {
         while plan.progress.position() < total / 4 {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }

@@ -211,7 +211,7 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
                 concurrency: settings.concurrency,
                 progress: loadtest::progress_bar((tokens.len() * settings.per_user) as u64),
             };
-            let measured = loadtest::run(&client, &plan).await;
+            let measured = loadtest::run(&plan).await?;
             let audit = store.audit_voucher(voucher).await?;
             let mut report = Report::new(&plan, &measured);
             report.add_audit(settings.stock.into(), &audit);

@@ -203,7 +203,7 @@ async fn load_loop(
                 concurrency: settings.concurrency,
                 progress: loadtest::progress_bar(0),
             };
-            let measured = loadtest::run(&client, &plan).await;
+            let measured = loadtest::run(&plan).await?;
             anyhow::Ok((voucher, measured))
         };
         match round.await {

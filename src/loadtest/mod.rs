@@ -3,6 +3,7 @@
 //! concurrency over reused connections; latency percentiles, outcomes by
 //! `errorCode`, requests per serving node, and the invariant audit.
 
+mod lanes;
 mod report;
 pub mod tokens;
 
@@ -16,16 +17,17 @@ use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use futures::future::join_all;
 use hdrhistogram::Histogram;
+use hyper::header::HeaderValue;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::config::StoreSettings;
 use crate::keys::Keys;
 use crate::store::Store;
 
+use lanes::Lanes;
 pub use report::{Latency, Report};
 use tokens::Login;
 
@@ -181,28 +183,25 @@ struct ResultBody {
 }
 
 /// Runs the plan: every user's purchases fire together once enough of the
-/// concurrency budget is free for all of them.
-pub async fn run(client: &reqwest::Client, plan: &Plan) -> Measured {
-    let url = Arc::new(format!(
-        "{}/voucher-order/seckill/{}",
-        plan.target.trim_end_matches('/'),
-        plan.voucher
-    ));
-    let budget = Arc::new(Semaphore::new(plan.concurrency.max(1)));
+/// concurrency budget is free for all of them. Fails only on a `target`
+/// that is not an `http://` URL; failed requests are outcomes.
+pub async fn run(plan: &Plan) -> anyhow::Result<Measured> {
+    let lanes = Arc::new(Lanes::new(
+        &plan.target,
+        &format!("/voucher-order/seckill/{}", plan.voucher),
+        plan.concurrency,
+    )?);
     // A user needing more permits than exist would wait forever.
     let burst = plan.per_user.min(plan.concurrency.max(1)) as u32;
     let started = Instant::now();
     let mut users = JoinSet::new();
     for token in &plan.tokens {
-        let (client, url, budget, token) =
-            (client.clone(), url.clone(), budget.clone(), token.clone());
-        let (per_user, bar) = (plan.per_user, plan.progress.clone());
+        let token = HeaderValue::from_str(token)
+            .with_context(|| format!("token {token:?} is not a header value"))?;
+        let (lanes, per_user, bar) = (lanes.clone(), plan.per_user, plan.progress.clone());
         users.spawn(async move {
-            let _permits = budget
-                .acquire_many_owned(burst)
-                .await
-                .expect("the semaphore is never closed");
-            let shots = (0..per_user).map(|_| shoot(&client, &url, &token, &bar));
+            let _permits = lanes.reserve(burst).await;
+            let shots = (0..per_user).map(|_| shoot(&lanes, &token, &bar));
             join_all(shots).await
         });
     }
@@ -221,58 +220,41 @@ pub async fn run(client: &reqwest::Client, plan: &Plan) -> Measured {
         }
     }
     plan.progress.finish_and_clear();
-    Measured {
+    Ok(Measured {
         requests,
         elapsed: started.elapsed(),
         latency_us,
         outcomes,
         served_by,
-    }
+    })
 }
 
-async fn shoot(client: &reqwest::Client, url: &str, token: &str, bar: &ProgressBar) -> Shot {
+async fn shoot(lanes: &Lanes, token: &HeaderValue, bar: &ProgressBar) -> Shot {
     let started = Instant::now();
-    let answer = async {
-        let response = client
-            .post(url)
-            .header("authorization", token)
-            .send()
-            .await?;
-        let status = response.status();
-        let node = response
-            .headers()
-            .get("x-served-by")
-            .and_then(|value| value.to_str().ok())
-            .unwrap_or("-")
-            .to_owned();
-        let body = response.bytes().await?;
-        let outcome = match serde_json::from_slice::<ResultBody>(&body) {
-            Ok(ResultBody { success: true, .. }) => "OK".to_owned(),
-            Ok(ResultBody {
-                error_code: Some(code),
-                ..
-            }) => code,
-            _ => format!("HTTP_{}", status.as_u16()),
-        };
-        Ok::<_, reqwest::Error>((outcome, node))
-    }
-    .await;
+    let answer = lanes.post(token).await;
+    let latency = started.elapsed();
     bar.inc(1);
-    let (outcome, node) = answer.unwrap_or_else(|error| (transport_failure(&error), "-".into()));
+    let (outcome, node) = match answer {
+        Ok(answer) => {
+            let outcome = match serde_json::from_slice::<ResultBody>(&answer.body) {
+                Ok(ResultBody { success: true, .. }) => "OK".to_owned(),
+                Ok(ResultBody {
+                    error_code: Some(code),
+                    ..
+                }) => code,
+                _ => format!("HTTP_{}", answer.status.as_u16()),
+            };
+            (outcome, answer.node.unwrap_or_else(|| "-".into()))
+        }
+        Err(error) => {
+            tracing::debug!(%error, "purchase request failed");
+            (error.outcome().to_owned(), "-".into())
+        }
+    };
     Shot {
-        latency: started.elapsed(),
+        latency,
         outcome,
         node,
-    }
-}
-
-fn transport_failure(error: &reqwest::Error) -> String {
-    if error.is_timeout() {
-        "TIMEOUT".into()
-    } else if error.is_connect() {
-        "CONNECT_ERROR".into()
-    } else {
-        "TRANSPORT_ERROR".into()
     }
 }
 
@@ -397,7 +379,7 @@ pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
         progress: progress_bar((tokens.len() * per_user) as u64),
         tokens,
     };
-    let measured = run(&client, &plan).await;
+    let measured = run(&plan).await?;
 
     let mut report = Report::new(&plan, &measured);
     if let (Some(store), Some(before)) = (&store, before) {

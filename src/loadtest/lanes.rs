@@ -1,0 +1,185 @@
+//! The load generator's connections: at most `concurrency` keep-alive
+//! HTTP/1.1 connections to one target, each carrying one request at a time.
+//!
+//! Built on hyper's connection API rather than a general client: the
+//! generator shares the machine's cores with the nginx, nodes, Redis and
+//! MySQL it measures, so every request parsing its URL, looking up a pool
+//! and arming its own timers would be CPU taken from the system under test.
+//! Here the request line is fixed once and a connection is a `Vec` pop.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::header::{HeaderValue, AUTHORIZATION, HOST};
+use hyper::{Method, Request, StatusCode, Uri};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::sync::{Semaphore, SemaphorePermit};
+
+/// Longest wait for one answer; a request past it counts as `TIMEOUT`.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Keep-alive connections to one `http://host:port`, shared by the shots of
+/// a run; the semaphore is the run's concurrency budget.
+pub struct Lanes {
+    /// `host:port` to connect to.
+    address: String,
+    host: HeaderValue,
+    /// The path every request of the run goes to.
+    path: Uri,
+    idle: Mutex<Vec<SendRequest<Empty<Bytes>>>>,
+    budget: Semaphore,
+}
+
+/// What came back: the status, the serving node (`x-served-by`) and the body.
+pub struct Answer {
+    pub status: StatusCode,
+    pub node: Option<String>,
+    pub body: Bytes,
+}
+
+/// Why no answer came back.
+#[derive(Debug, thiserror::Error)]
+pub enum ShotError {
+    #[error("cannot connect: {0}")]
+    Connect(std::io::Error),
+    #[error("no answer within {ANSWER_TIMEOUT:?}")]
+    Timeout,
+    #[error("transport: {0}")]
+    Transport(#[from] hyper::Error),
+}
+
+impl ShotError {
+    /// The outcome label of the load report.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            ShotError::Connect(_) => "CONNECT_ERROR",
+            ShotError::Timeout => "TIMEOUT",
+            ShotError::Transport(_) => "TRANSPORT_ERROR",
+        }
+    }
+}
+
+impl Lanes {
+    /// Lanes to `path` under `target` (`http://host[:port]`; no TLS: the
+    /// generator talks to nginx or a node on the local network).
+    pub fn new(target: &str, path: &str, concurrency: usize) -> anyhow::Result<Lanes> {
+        let uri: Uri = target
+            .parse()
+            .with_context(|| format!("--target {target} is not a URL"))?;
+        if uri.scheme_str() != Some("http") {
+            bail!("--target {target}: only http:// targets are supported");
+        }
+        let authority = uri
+            .authority()
+            .with_context(|| format!("--target {target} has no host"))?;
+        let base = uri.path().trim_end_matches('/');
+        Ok(Lanes {
+            address: format!(
+                "{}:{}",
+                authority.host(),
+                authority.port_u16().unwrap_or(80)
+            ),
+            host: HeaderValue::from_str(authority.as_str())?,
+            path: format!("{base}{path}").parse().context("request path")?,
+            idle: Mutex::new(Vec::new()),
+            budget: Semaphore::new(concurrency.max(1)),
+        })
+    }
+
+    /// The concurrency budget: `n` requests may go out at once.
+    pub async fn reserve(&self, n: u32) -> SemaphorePermit<'_> {
+        self.budget
+            .acquire_many(n)
+            .await
+            .expect("the semaphore is never closed")
+    }
+
+    /// One `POST` with `authorization: token` and no body, on an idle
+    /// connection or a new one. Call it under a `reserve` permit.
+    pub async fn post(&self, token: &HeaderValue) -> Result<Answer, ShotError> {
+        tokio::time::timeout(ANSWER_TIMEOUT, self.exchange(token))
+            .await
+            .unwrap_or(Err(ShotError::Timeout))
+    }
+
+    async fn exchange(&self, token: &HeaderValue) -> Result<Answer, ShotError> {
+        let mut sender = match self.checkout() {
+            Some(sender) => sender,
+            None => self.connect().await?,
+        };
+        let mut request = Request::new(Empty::new());
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = self.path.clone();
+        let headers = request.headers_mut();
+        headers.insert(HOST, self.host.clone());
+        headers.insert(AUTHORIZATION, token.clone());
+        let response = sender.send_request(request).await?;
+        let status = response.status();
+        let node = response
+            .headers()
+            .get("x-served-by")
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned);
+        let body = response.into_body().collect().await?.to_bytes();
+        // A connection the server closed (or is closing) is not reused.
+        if !sender.is_closed() {
+            self.idle.lock().expect("lanes poisoned").push(sender);
+        }
+        Ok(Answer { status, node, body })
+    }
+
+    fn checkout(&self) -> Option<SendRequest<Empty<Bytes>>> {
+        let mut idle = self.idle.lock().expect("lanes poisoned");
+        while let Some(sender) = idle.pop() {
+            if !sender.is_closed() {
+                return Some(sender);
+            }
+        }
+        None
+    }
+
+    async fn connect(&self) -> Result<SendRequest<Empty<Bytes>>, ShotError> {
+        let stream = TcpStream::connect(&self.address)
+            .await
+            .map_err(ShotError::Connect)?;
+        stream.set_nodelay(true).map_err(ShotError::Connect)?;
+        let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
+        // The connection task ends when its sender is dropped or the peer
+        // closes; its error is the request's error, reported there.
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(sender)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Lanes;
+
+    #[test]
+    fn a_target_is_a_plain_http_base_url() {
+        let lanes =
+            Lanes::new("http://127.0.0.1:8080/api/", "/voucher-order/seckill/7", 4).unwrap();
+        assert_eq!(lanes.address, "127.0.0.1:8080");
+        assert_eq!(lanes.host, "127.0.0.1:8080");
+        assert_eq!(lanes.path, "/api/voucher-order/seckill/7");
+        assert_eq!(
+            Lanes::new("http://localhost", "/x", 1).unwrap().address,
+            "localhost:80"
+        );
+        for bad in [
+            "https://127.0.0.1:8443",
+            "127.0.0.1:8080",
+            "not a url",
+            "http:///x",
+        ] {
+            assert!(Lanes::new(bad, "/x", 1).is_err(), "{bad}");
+        }
+    }
+}
