@@ -84,8 +84,21 @@ impl Seckill {
             return Err(Rejection::SoldOut.into());
         }
 
-        let held = self.acquire(user_id).await?;
-        let outcome = self.create_order(user_id, voucher_id, held.as_ref()).await;
+        // The order id is drawn alongside the lock: both Redis commands are
+        // queued on the shared connection before its writer runs, so they
+        // leave in one write and come back in one read — the id costs no
+        // round trip of its own, and none while the voucher's stock row is
+        // locked. A purchase refused after this leaves a gap in the
+        // counter, which ids allow.
+        let (held, id) = tokio::join!(self.acquire(user_id), self.ids.next_id("order"));
+        let held = held?;
+        let outcome = match id {
+            Ok(id) => {
+                self.create_order(id, user_id, voucher_id, held.as_ref())
+                    .await
+            }
+            Err(error) => Err(error.into()),
+        };
         self.release_logged(held).await;
         if matches!(outcome, Err(Error::Rejected(Rejection::SoldOut))) {
             voucher.mark_sold_out();
@@ -93,7 +106,7 @@ impl Seckill {
         outcome
     }
 
-    /// Inserts the order under `id`, drawn before the transaction. The id
+    /// Inserts the order under `id`, drawn with the lock. The id
     /// worker's counter lives in Redis: if Redis restarted empty within the
     /// same second as earlier orders, the counter starts over and an id can
     /// repeat. The duplicate key fails only that statement, so we draw the
@@ -164,42 +177,27 @@ impl Seckill {
         }
     }
 
-    /// The transaction run under the per-user lock. Any early return drops the
-    /// transaction, which rolls it back.
-    ///
-    /// The order id is drawn from Redis while the transaction opens and runs
-    /// its first statements, not between the stock update and the insert:
-    /// that round trip would otherwise add to every purchase and, worse, to
-    /// the time the voucher's stock row stays locked, which every purchase of
-    /// the voucher queues for. A purchase that ends up refused leaves a gap
-    /// in the counter, which ids allow.
+    /// The transaction run under the per-user lock, placing order `id`. Any
+    /// early return drops the transaction, which rolls it back.
     async fn create_order(
         &self,
+        id: i64,
         user_id: u64,
         voucher_id: i64,
         held: &dyn HeldLock,
     ) -> Result<i64, Error> {
-        let id = self.ids.next_id("order");
-        let checks = async {
-            let mut tx = self.store.pool().begin().await?;
-            if let Some(token) = held.fencing_token() {
-                // First statement: a newer holder's token means ours is stale,
-                // and the row lock orders this user's purchases by token.
-                if !store::record_fence(&mut tx, user_id, token).await? {
-                    metrics::FENCING_REJECTIONS.inc();
-                    return Err(
-                        LockError::Lost("a newer holder's fencing token already wrote").into(),
-                    );
-                }
+        let mut tx = self.store.pool().begin().await?;
+        if let Some(token) = held.fencing_token() {
+            // First statement: a newer holder's token means ours is stale,
+            // and the row lock orders this user's purchases by token.
+            if !store::record_fence(&mut tx, user_id, token).await? {
+                metrics::FENCING_REJECTIONS.inc();
+                return Err(LockError::Lost("a newer holder's fencing token already wrote").into());
             }
-            if store::count_user_orders(&mut tx, user_id, voucher_id).await? > 0 {
-                return Err(Rejection::AlreadyOrdered.into());
-            }
-            Ok::<_, Error>(tx)
-        };
-        let (id, tx) = tokio::join!(id, checks);
-        let mut tx = tx?;
-        let id = id?;
+        }
+        if store::count_user_orders(&mut tx, user_id, voucher_id).await? > 0 {
+            return Err(Rejection::AlreadyOrdered.into());
+        }
         if !self.chaos_hold.is_zero() {
             tokio::time::sleep(self.chaos_hold).await;
         }
