@@ -5,13 +5,16 @@
 #   redis-benchmark -c 1 / -c 50   EVALSHA of lua/unlock.lua: the Redis ceiling
 #   hmdp bench-lock                redis-lua and reentrant: 50 tasks on distinct
 #                                  keys, 1 task, 50 tasks on one hot key
+#   benches/peers/                 the 50-task distinct-key loop with redis-py's
+#                                  asyncio Lock and node-redlock, once each
 #   hmdp bench-db                  the bare purchase transaction, best of a few
 #                                  concurrencies: the MySQL ceiling
 #   hmdp cluster + wrk             nginx -> /health of two nodes: the HTTP ceiling
 #   hmdp loadtest --workload       `sale` and `storm` through nginx, two nodes,
 #                                  `reentrant`; then the nodes' peak RSS
 #
-# and prints the six ratios of the performance targets with PASS/FAIL. Each
+# and prints the six ratios of the performance targets with PASS/FAIL, then
+# where hmdp's locks stand among lock libraries on the same Redis. Each
 # ratio is measured ROUNDS times, its two sides run back to back, and the
 # median is judged: on a shared machine a burst of someone else's work can
 # halve one side of a single pair.
@@ -20,7 +23,10 @@
 # missing. Knobs (environment): DURATION (s per benchmark, default 3), ROUNDS
 # (default 3), USERS (load-test users, default 4000), PER_USER (storm
 # purchases per user, 5), OUT (directory for the JSON results, default a
-# temporary one).
+# temporary one), PEERS (0 skips the other lock libraries; they are installed
+# by benches/peers/setup.sh into PEERS_DIR, default
+# ${XDG_CACHE_HOME:-$HOME/.cache}/hmdp-bench-peers, and skipped with a message
+# where python3, node or the network is missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +34,8 @@ DURATION=${DURATION:-3}
 ROUNDS=${ROUNDS:-3}
 USERS=${USERS:-4000}
 PER_USER=${PER_USER:-5}
+PEERS=${PEERS:-1}
+export PEERS_DIR=${PEERS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hmdp-bench-peers}
 OUT=${OUT:-$(mktemp -d -t hmdp-bench-XXXXXX)}
 mkdir -p "$OUT"
 REDIS_HOST=127.0.0.1
@@ -67,10 +75,12 @@ bench_lock() { # mode, concurrency, keys, json, extra flags...
 }
 
 # --- Redis ceiling against hmdp's locks, alternating.
+RB50_ALL="" # each round's redis-benchmark -c 50, for the lock libraries' table
 for round in $(seq 1 "$ROUNDS"); do
   say "round $round: redis-benchmark EVALSHA lua/unlock.lua, then bench-lock"
   RB50=$(redis_bench 50 $((30000 * DURATION)))
   RB50_RPS=$(cut -d, -f2 <<<"$RB50")
+  RB50_ALL="$RB50_ALL $RB50_RPS"
   echo "redis-benchmark -c 50: $RB50_RPS requests/s"
   for mode in redis-lua reentrant; do
     bench_lock "$mode" 50 distinct "$OUT/lock-$mode-50-$round.json"
@@ -92,6 +102,36 @@ for round in $(seq 1 "$ROUNDS"); do
   keep 3 "$(printf '%.3f' "$(num .handoff_round_trips "$hot")")" \
     "$(printf '%.3f/%.3f ms' "$(num .handoff_p50_ms "$hot")" "$(num .acquire_p50_ms "$hot")")"
 done
+
+# --- Other lock libraries on the same Redis: bench-lock's first loop (50
+# tasks, distinct keys, acquire then release) with redis-py's asyncio Lock and
+# node-redlock, once each. They place hmdp among lock libraries and are judged
+# by no target, so a peer that cannot be installed or run is skipped with a
+# message: it never fails the run.
+declare -A PEER # name -> its result JSON, for the peers that ran
+peer() { # name, setup.sh target, command...
+  local name=$1 target=$2 json=$OUT/peer-$1.json
+  shift 2
+  if ! benches/peers/setup.sh "$target"; then
+    echo "$name: skipped (not installed, see above)"
+    return 0
+  fi
+  # The time-out only guards against a peer that hangs (say, on a Redis that
+  # stopped answering); its run takes a warm-up second and DURATION.
+  if timeout $((DURATION + 60)) "$@" --host $REDIS_HOST --port $REDIS_PORT \
+    --concurrency 50 --duration "$DURATION" >"$json" &&
+    jq -e '.pairs_per_s > 0' "$json" >/dev/null 2>&1; then
+    PEER[$name]=$json
+    jq -r '"\(.library): \(.pairs_per_s | round) pairs/s  p50 \(.p50_ms * 1000 | round / 1000) ms  p99 \(.p99_ms * 1000 | round / 1000) ms  (\(.pairs) pairs, \(.busy) busy)"' "$json"
+  else
+    echo "$name: skipped (its run failed, see above)"
+  fi
+}
+if [ "$PEERS" != 0 ]; then
+  say "lock libraries on the same Redis: redis-py Lock, node-redlock (50 tasks, distinct keys)"
+  peer redis-py python "$PEERS_DIR/venv/bin/python" benches/peers/redis_py_lock.py
+  peer node-redlock node node benches/peers/node_redlock.mjs --modules "$PEERS_DIR/node"
+fi
 
 # --- MySQL ceiling: the bare transaction at a few concurrencies, best kept.
 say "bench-db"
@@ -181,8 +221,8 @@ verdict() { # value, op, target
   fi
 }
 row() { # label, name, op, target
-  # shellcheck disable=SC2086
   local value
+  # shellcheck disable=SC2086 # the rounds' ratios, one word each
   value=$(median ${R[$2]})
   printf '%-55s %6.2f %s %-4s %s  (rounds:%s; %s)\n' "$1" "$value" "$3" "$4" \
     "$(verdict "$value" "$3" "$4")" "${R[$2]}" "${D[$2]}"
@@ -199,3 +239,31 @@ row "5  storm requests/s / nginx -> /health requests/s" 5 ">=" 0.5
 R[6]=$(awk -v kb="$RSS_KB" 'BEGIN { printf "%.1f", kb / 1024 }')
 D[6]="VmHWM after warm-up, sales and storms"
 row "6  peak RSS of a node, MiB" 6 "<=" 64
+
+# --- Where hmdp's locks stand among lock libraries: pairs/s of the same loop
+# on the same Redis, next to the Redis ceiling of ratio 1 (one EVALSHA per
+# request, where a pair is at least two commands).
+lib_row() { # label, pairs/s, p50 ms, p99 ms
+  printf '%-45s %9.0f pairs/s  %5.2f x ceiling  p50 %7.3f ms  p99 %7.3f ms\n' \
+    "$1" "$2" "$(ratio "$2" "$CEILING")" "$3" "$4"
+}
+# shellcheck disable=SC2086
+CEILING=$(median $RB50_ALL)
+say "lock libraries on the same Redis, 50 tasks, distinct keys (hmdp and the ceiling: median of $ROUNDS rounds; the others: one run)"
+for mode in redis-lua reentrant; do
+  files=("$OUT/lock-$mode-50-"*.json)
+  # shellcheck disable=SC2046
+  lib_row "hmdp $mode" "$(median $(jq -r .pairs_per_s "${files[@]}"))" \
+    "$(median $(jq -r .p50_ms "${files[@]}"))" "$(median $(jq -r .p99_ms "${files[@]}"))"
+done
+for name in redis-py node-redlock; do
+  if [ "$PEERS" = 0 ]; then
+    printf '%-45s skipped (PEERS=0)\n' "$name"
+  elif [ -n "${PEER[$name]:-}" ]; then
+    json=${PEER[$name]}
+    lib_row "$(num .library "$json")" "$(num .pairs_per_s "$json")" "$(num .p50_ms "$json")" "$(num .p99_ms "$json")"
+  else
+    printf '%-45s skipped (see its section above)\n' "$name"
+  fi
+done
+printf '%-45s %9.0f requests/s (the ceiling)\n' "redis-benchmark -c 50 EVALSHA" "$CEILING"
