@@ -144,6 +144,11 @@ impl Cluster {
         self.nodes.iter().filter_map(Node::pid).collect()
     }
 
+    /// Process id of nginx (`None` once it has been reaped).
+    pub fn nginx_pid(&self) -> Option<u32> {
+        self.nginx.id()
+    }
+
     /// (Re)starts one node on its port, e.g. after [`Cluster::kill_node`].
     pub async fn start_node(&mut self, index: usize, node_flags: &[String]) -> anyhow::Result<()> {
         self.nodes[index]

@@ -25,7 +25,7 @@ pub struct ClusterSettings {
 
     /// Once everything answers, write `NAME=value` lines here (nginx's URL,
     /// the sandbox's `DATABASE_URL`, `HMDP_REDIS_PREFIX`, `HMDP_ADMIN_TOKEN`,
-    /// the nodes' process ids) for a shell to source.
+    /// the process ids of the nodes and of nginx) for a shell to source.
     #[arg(long)]
     pub env_file: Option<PathBuf>,
 
@@ -88,5 +88,8 @@ fn describe(cluster: &Cluster, sandbox: &Sandbox) -> String {
     let _ = writeln!(out, "HMDP_REDIS_PREFIX={}", sandbox.redis_prefix);
     let _ = writeln!(out, "HMDP_ADMIN_TOKEN={}", cluster.spec().admin_token);
     let _ = writeln!(out, "HMDP_NODE_PIDS=\"{}\"", pids.join(" "));
+    if let Some(pid) = cluster.nginx_pid() {
+        let _ = writeln!(out, "HMDP_NGINX_PID={pid}");
+    }
     out
 }
