@@ -291,8 +291,13 @@ impl OrderLock for ReentrantLock {
             Attempt::Busy(busy_for) => busy_for,
         };
         // Subscribe first, then retry: a release that lands in between is
-        // either seen by the retry or delivered to the listener.
-        let patience = busy_for.map_or(deadline, |busy| deadline.min(Instant::now() + busy));
+        // either seen by the retry or delivered to the listener. The wait for
+        // Redis to confirm the subscription lasts one poll at most: while it
+        // is unconfirmed (the subscription connection cannot be opened, say)
+        // releases may go unseen, and the loop below polls instead.
+        let patience = busy_for
+            .map_or(deadline, |busy| deadline.min(Instant::now() + busy))
+            .min(Instant::now() + POLL);
         let listener = self
             .inner
             .events

@@ -355,6 +355,39 @@ async fn a_waiter_survives_the_subscription_connection_dropping() {
     taken.release().await.unwrap();
 }
 
+/// The subscription connection cannot be opened at all (its server refuses
+/// connections): a waiter polls instead of sleeping until its deadline or
+/// the holder's lease, and still gets in soon after the release.
+#[tokio::test]
+async fn a_waiter_polls_when_no_subscription_can_be_opened() {
+    let server = hmdp::redis_server::RedisServer::start().unwrap();
+    let refused = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("redis://{}", listener.local_addr().unwrap())
+    };
+    let lock = Arc::new(ReentrantLock::new(
+        redis::Client::open(refused).unwrap(),
+        hmdp::startup::connect_redis(&server.url(), Duration::from_secs(10)).unwrap(),
+        watchdog(Duration::from_secs(30), Duration::from_secs(10)),
+    ));
+    let held = lock.acquire("lock:order:1").await.unwrap().unwrap();
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire("lock:order:1").await.unwrap() }
+    });
+    sleep(Duration::from_millis(300)).await;
+
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let taken = waiter.await.unwrap().expect("served within its wait");
+    assert!(
+        released.elapsed() < Duration::from_millis(1000),
+        "{:?}",
+        released.elapsed()
+    );
+    taken.release().await.unwrap();
+}
+
 /// A caller that gives up while its acquisition is in flight (a timeout, a
 /// client gone) leaves no lock behind for the 30 s lease.
 #[tokio::test]
