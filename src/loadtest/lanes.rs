@@ -161,6 +161,7 @@ impl Lanes {
 #[cfg(test)]
 mod tests {
     use super::Lanes;
+    use hyper::header::HeaderValue;
 
     #[test]
     fn a_target_is_a_plain_http_base_url() {
@@ -181,5 +182,29 @@ mod tests {
         ] {
             assert!(Lanes::new(bad, "/x", 1).is_err(), "{bad}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_refused_or_dropped_connection_is_an_outcome_not_a_failure() {
+        let token = HeaderValue::from_static("token");
+        let refused = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap()
+        };
+        let lanes = Lanes::new(&format!("http://{refused}"), "/x", 1).unwrap();
+        let error = lanes.post(&token).await.err().expect("nothing listens");
+        assert_eq!(error.outcome(), "CONNECT_ERROR");
+
+        // A server that accepts, then closes without answering.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                drop(socket);
+            }
+        });
+        let lanes = Lanes::new(&format!("http://{address}"), "/x", 1).unwrap();
+        let error = lanes.post(&token).await.err().expect("no answer");
+        assert_eq!(error.outcome(), "TRANSPORT_ERROR");
     }
 }
