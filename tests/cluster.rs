@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use hmdp::cluster::demo::node_flags;
+use hmdp::cluster::node_flags;
 use hmdp::cluster::{Cluster, ClusterSpec, Sandbox, NODE_IDS};
 use hmdp::config::LockMode;
 use hmdp::keys::Keys;

@@ -10,7 +10,7 @@ use clap::Args;
 use serde::Serialize;
 use serde_json::json;
 
-use super::{Cluster, ClusterSpec, Sandbox, NODE_IDS};
+use super::{node_flags, until_signal, Cluster, ClusterSpec, Sandbox, NODE_IDS};
 use crate::config::{LockMode, StoreSettings};
 use crate::keys::Keys;
 use crate::loadtest::{self, tokens::Login, Plan, Report};
@@ -131,31 +131,12 @@ pub async fn run(settings: DemoSettings) -> anyhow::Result<()> {
         "demo",
     )
     .await?;
-    let outcome = tokio::select! {
-        outcome = demo(&settings, exe, &sandbox) => outcome,
-        signal = shutdown_signal() => Err(anyhow!("interrupted by {signal}: nodes and nginx stopped")),
-    };
+    let outcome = until_signal(demo(&settings, exe, &sandbox))
+        .await
+        .unwrap_or_else(|signal| Err(anyhow!("interrupted by {signal}: nodes and nginx stopped")));
     // The cluster was dropped with the demo future; now the data goes too.
     drop(sandbox);
     outcome
-}
-
-/// Resolves on Ctrl-C (SIGINT) or SIGTERM.
-pub(super) async fn shutdown_signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => "Ctrl-C",
-        _ = term.recv() => "SIGTERM",
-    }
-}
-
-/// The flags each node gets for one mode.
-pub fn node_flags(mode: LockMode, chaos_hold_ms: u64) -> Vec<String> {
-    vec![
-        format!("--lock={mode}"),
-        format!("--chaos-hold-ms={chaos_hold_ms}"),
-    ]
 }
 
 async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyhow::Result<()> {

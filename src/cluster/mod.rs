@@ -17,8 +17,33 @@ use anyhow::{bail, Context};
 use tempfile::TempDir;
 use tokio::process::Child;
 
+use crate::config::LockMode;
+
 use node::{log_tail, Node};
 pub use sandbox::Sandbox;
+
+/// Runs `work` to its end unless Ctrl-C (SIGINT) or SIGTERM comes first:
+/// then `work` is dropped, and with it every child process it started, and
+/// the signal's name comes back instead.
+pub async fn until_signal<T>(
+    work: impl std::future::Future<Output = T>,
+) -> Result<T, &'static str> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        outcome = work => Ok(outcome),
+        _ = tokio::signal::ctrl_c() => Err("Ctrl-C"),
+        _ = term.recv() => Err("SIGTERM"),
+    }
+}
+
+/// The flags each node gets for one mode.
+pub fn node_flags(mode: LockMode, chaos_hold_ms: u64) -> Vec<String> {
+    vec![
+        format!("--lock={mode}"),
+        format!("--chaos-hold-ms={chaos_hold_ms}"),
+    ]
+}
 
 /// Ids of the two nodes, as they answer in `x-served-by`.
 pub const NODE_IDS: [&str; 2] = ["node1", "node2"];

@@ -14,7 +14,7 @@ use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use tokio::sync::Mutex;
 
-use super::demo::{node_flags, shutdown_signal};
+use super::{node_flags, until_signal};
 use super::{Cluster, ClusterSpec, Sandbox, NODE_IDS};
 use crate::config::{LockMode, StoreSettings};
 use crate::keys::Keys;
@@ -85,10 +85,13 @@ pub async fn run(settings: SoakSettings) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find the hmdp executable")?;
     let redis = RedisServer::start()?;
     let sandbox = Sandbox::create(&settings.store.database_url, &redis.url(), "soak").await?;
-    let outcome = tokio::select! {
-        outcome = soak(&settings, exe, &sandbox, redis) => outcome,
-        signal = shutdown_signal() => Err(anyhow!("interrupted by {signal}: nodes, nginx and Redis stopped")),
-    };
+    let outcome = until_signal(soak(&settings, exe, &sandbox, redis))
+        .await
+        .unwrap_or_else(|signal| {
+            Err(anyhow!(
+                "interrupted by {signal}: nodes, nginx and Redis stopped"
+            ))
+        });
     drop(sandbox);
     outcome
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
-use super::demo::{node_flags, shutdown_signal};
+use super::{node_flags, until_signal};
 use super::{Cluster, ClusterSpec, Sandbox};
 use crate::config::{LockMode, StoreSettings};
 
@@ -45,13 +45,12 @@ pub async fn run(settings: ClusterSettings) -> anyhow::Result<()> {
         "cluster",
     )
     .await?;
-    let outcome = tokio::select! {
-        outcome = serve(&settings, exe, &sandbox) => outcome,
-        signal = shutdown_signal() => {
+    let outcome = until_signal(serve(&settings, exe, &sandbox))
+        .await
+        .unwrap_or_else(|signal| {
             eprintln!("{signal}: stopping");
             Ok(())
-        }
-    };
+        });
     // The cluster went with the `serve` future; now the data goes too.
     drop(sandbox);
     outcome
