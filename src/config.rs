@@ -28,10 +28,12 @@ pub struct StoreSettings {
     #[arg(long, env = "HMDP_DB_POOL", default_value_t = 32)]
     pub db_pool: u32,
 
-    /// How long a Redis call, a Redis or MySQL connection attempt, or a wait
-    /// for a free MySQL connection may take before the request fails with
-    /// 503 UNAVAILABLE instead of hanging. (A MySQL statement already sent is
-    /// not cut off: a dead server is noticed when its connection drops.)
+    /// How long a Redis call, a Redis or MySQL connection attempt, a wait
+    /// for a free MySQL connection, or (on a node) a MySQL statement's wait
+    /// for a row lock, in whole seconds rounded up, may take before the
+    /// request fails with 503 UNAVAILABLE instead of hanging. (A MySQL
+    /// statement that is running is not cut off: a dead server is noticed
+    /// when its connection drops.)
     #[arg(long, env = "HMDP_BACKEND_TIMEOUT_MS", default_value_t = 2000)]
     pub backend_timeout_ms: u64,
 }

@@ -57,7 +57,7 @@ impl Application {
         if !settings.no_migrate {
             store::create_database_if_missing(&settings.store.database_url).await?;
         }
-        let store = Store::connect_lazy(
+        let store = Store::for_requests(
             &settings.store.database_url,
             settings.store.db_pool,
             timeout,

@@ -48,7 +48,11 @@ impl Sandbox {
 
     async fn remove(database_url: &str, database: &str, redis_url: &str, prefix: &str) {
         if let Ok(store) = Store::connect_lazy(database_url, 1, Duration::from_secs(5)) {
-            let drop_sql = format!("DROP DATABASE IF EXISTS `{database}`");
+            // A transaction someone leaked on the database (a failed test's)
+            // holds a metadata lock that DROP would wait on for a year, MySQL's
+            // default: wait 10 s, then leave the database and say so.
+            let drop_sql =
+                format!("SET SESSION lock_wait_timeout = 10; DROP DATABASE IF EXISTS `{database}`");
             if let Err(error) = sqlx::raw_sql(sqlx::AssertSqlSafe(drop_sql))
                 .execute(store.pool())
                 .await

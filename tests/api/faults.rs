@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use hmdp::redis_server::{free_port, RedisServer};
 use serde_json::Value;
+use sqlx::Connection;
 
 use crate::helpers::{phone, spawn_app, TestApp};
 
@@ -127,6 +128,44 @@ async fn mysql_lost_mid_transaction_rolls_back_and_releases_the_lock() {
     let audit = app.audit(voucher).await;
     assert_eq!((audit.orders, audit.stock_left), (0, 10), "rolled back");
 
+    let retry = app.purchase(voucher, &token).await;
+    assert_eq!(retry["success"], true, "{retry}");
+}
+
+/// Something else holds the voucher's stock row (a frozen node mid-commit,
+/// an admin's open transaction): a purchase waits on that row lock no
+/// longer than the backend timeout, answers 503, keeps nothing, and the
+/// next purchase after the row is free succeeds. (MySQL's own limit on
+/// that wait, `innodb_lock_wait_timeout`, is 50 s.)
+#[tokio::test]
+async fn a_stock_row_held_elsewhere_answers_503_within_the_backend_timeout() {
+    let app = spawn_app(&["--lock=redis-lua", "--backend-timeout-ms=1000"]).await;
+    let voucher = app.create_open_seckill(10).await;
+    let token = app.login(&phone(1)).await;
+
+    // A connection of its own, not the pool's: if an assertion fails, it is
+    // closed on the way out and MySQL rolls its transaction back (a pooled
+    // one would keep the row, and the database's removal would wait on it).
+    let mut blocker = sqlx::MySqlConnection::connect(&app.database_url())
+        .await
+        .unwrap();
+    sqlx::raw_sql("BEGIN").execute(&mut blocker).await.unwrap();
+    sqlx::query("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ? FOR UPDATE")
+        .bind(voucher)
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    let (status, body, took) = timed_purchase(&app, voucher, &token).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["errorCode"], "UNAVAILABLE");
+    assert!(took < NO_HANG, "waited {took:?} on the row lock");
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+
+    let audit = app.audit(voucher).await;
+    assert_eq!((audit.orders, audit.stock_left), (0, 10), "rolled back");
     let retry = app.purchase(voucher, &token).await;
     assert_eq!(retry["success"], true, "{retry}");
 }
