@@ -14,7 +14,7 @@ use anyhow::{bail, Context};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http1::{self, SendRequest};
-use hyper::header::{HeaderValue, AUTHORIZATION, HOST};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONNECTION, HOST};
 use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
@@ -108,26 +108,52 @@ impl Lanes {
     }
 
     async fn exchange(&self, token: &HeaderValue) -> Result<Answer, ShotError> {
-        let mut sender = match self.checkout() {
-            Some(sender) => sender,
-            None => self.connect().await?,
-        };
         let mut request = Request::new(Empty::new());
         *request.method_mut() = Method::POST;
         *request.uri_mut() = self.path.clone();
         let headers = request.headers_mut();
         headers.insert(HOST, self.host.clone());
         headers.insert(AUTHORIZATION, token.clone());
-        let response = sender.send_request(request).await?;
+        // A kept connection can turn out to be closed when it is used (the
+        // server ended it after its last answer). A request it did not send
+        // goes out again on a new connection: no server saw it, so even a
+        // purchase is safe to resend. One that was sent is never resent.
+        let mut kept = self.checkout();
+        loop {
+            let fresh = kept.is_none();
+            let mut sender = match kept.take() {
+                Some(sender) => sender,
+                None => self.connect().await?,
+            };
+            match sender.try_send_request(request).await {
+                Ok(response) => return self.answer(sender, response).await,
+                Err(mut error) => match error.take_message() {
+                    Some(unsent) if !fresh => request = unsent,
+                    _ => return Err(ShotError::Transport(error.into_error())),
+                },
+            }
+        }
+    }
+
+    /// Reads the answer, then keeps the connection for the next request
+    /// unless the server said it closes it.
+    async fn answer(
+        &self,
+        sender: SendRequest<Empty<Bytes>>,
+        response: hyper::Response<hyper::body::Incoming>,
+    ) -> Result<Answer, ShotError> {
         let status = response.status();
+        let closing = response
+            .headers()
+            .get(CONNECTION)
+            .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"close"));
         let node = response
             .headers()
             .get("x-served-by")
             .and_then(|value| value.to_str().ok())
             .map(str::to_owned);
         let body = response.into_body().collect().await?.to_bytes();
-        // A connection the server closed (or is closing) is not reused.
-        if !sender.is_closed() {
+        if !closing && !sender.is_closed() {
             self.idle.lock().expect("lanes poisoned").push(sender);
         }
         Ok(Answer { status, node, body })
@@ -206,5 +232,56 @@ mod tests {
         let lanes = Lanes::new(&format!("http://{address}"), "/x", 1).unwrap();
         let error = lanes.post(&token).await.err().expect("no answer");
         assert_eq!(error.outcome(), "TRANSPORT_ERROR");
+    }
+
+    /// An HTTP server that answers every request with `{}`; on the first
+    /// connection it says `Connection: close` and closes after one answer,
+    /// as nginx does after `keepalive_requests`.
+    async fn closing_server() -> std::net::SocketAddr {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut first = true;
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let close_after_one = std::mem::take(&mut first);
+                tokio::spawn(async move {
+                    let mut buffer = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    loop {
+                        while !buffer.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match socket.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        buffer.clear();
+                        let connection = if close_after_one {
+                            "close"
+                        } else {
+                            "keep-alive"
+                        };
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: {connection}\r\n\r\n{{}}"
+                        );
+                        if socket.write_all(answer.as_bytes()).await.is_err() || close_after_one {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        address
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_server_closes_is_not_used_again() {
+        let address = closing_server().await;
+        let lanes = Lanes::new(&format!("http://{address}"), "/x", 1).unwrap();
+        let token = HeaderValue::from_static("token");
+        for attempt in 0..3 {
+            let answer = lanes.post(&token).await;
+            assert!(answer.is_ok(), "request {attempt}: {:?}", answer.err());
+        }
     }
 }
