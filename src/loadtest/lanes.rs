@@ -3,9 +3,9 @@
 //!
 //! Built on hyper's connection API rather than a general client: the
 //! generator shares the machine's cores with the nginx, nodes, Redis and
-//! MySQL it measures, so every request parsing its URL, looking up a pool
-//! and arming its own timers would be CPU taken from the system under test.
-//! Here the request line is fixed once and a connection is a `Vec` pop.
+//! MySQL it measures, so CPU spent per request on parsing a URL or looking
+//! up a shared pool is CPU taken from the system under test. Here the
+//! request line is fixed once and a connection is a `Vec` pop.
 
 use std::sync::Mutex;
 use std::time::Duration;
