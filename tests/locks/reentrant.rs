@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use hmdp::lock::{Holder, OrderLock, ReentrantLock, ReentrantOptions, Release};
+use hmdp::lock::{HeldLock, Holder, OrderLock, ReentrantLock, ReentrantOptions, Release};
 use redis::AsyncCommands;
+use tokio::task::JoinHandle;
 use tokio::time::{sleep, Instant};
 
 use crate::helpers::redis_url;
@@ -311,17 +312,7 @@ async fn all_waiters_share_one_subscription_connection() {
 #[tokio::test]
 async fn a_waiter_survives_the_subscription_connection_dropping() {
     let server = hmdp::redis_server::RedisServer::start().unwrap();
-    let lock = Arc::new(ReentrantLock::new(
-        redis::Client::open(server.url()).unwrap(),
-        hmdp::startup::connect_redis(&server.url(), Duration::from_secs(10)).unwrap(),
-        watchdog(Duration::from_secs(30), Duration::from_secs(10)),
-    ));
-    let held = lock.acquire("lock:order:1").await.unwrap().unwrap();
-    let waiter = tokio::spawn({
-        let lock = lock.clone();
-        async move { lock.acquire("lock:order:1").await.unwrap() }
-    });
-    sleep(Duration::from_millis(200)).await;
+    let (held, waiter) = held_with_a_waiter(&server, &server.url()).await;
 
     let mut redis = redis::Client::open(server.url())
         .unwrap()
@@ -344,15 +335,7 @@ async fn a_waiter_survives_the_subscription_connection_dropping() {
         .unwrap();
     assert_eq!(channels, ["{lock:order:1}:released"], "resubscribed");
 
-    let released = Instant::now();
-    held.release().await.unwrap();
-    let taken = waiter.await.unwrap().expect("served within its wait");
-    assert!(
-        released.elapsed() < Duration::from_millis(500),
-        "{:?}",
-        released.elapsed()
-    );
-    taken.release().await.unwrap();
+    release_and_expect_the_waiter_within(held, waiter, Duration::from_millis(500)).await;
 }
 
 /// The subscription connection cannot be opened at all (its server refuses
@@ -365,8 +348,18 @@ async fn a_waiter_polls_when_no_subscription_can_be_opened() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         format!("redis://{}", listener.local_addr().unwrap())
     };
+    let (held, waiter) = held_with_a_waiter(&server, &refused).await;
+    release_and_expect_the_waiter_within(held, waiter, Duration::from_millis(1000)).await;
+}
+
+/// `lock:order:1` held on `server` with a 30 s watchdog lease, and a task
+/// waiting up to 10 s for it, with release messages read from `pubsub_url`.
+async fn held_with_a_waiter(
+    server: &hmdp::redis_server::RedisServer,
+    pubsub_url: &str,
+) -> (Box<dyn HeldLock>, JoinHandle<Option<Box<dyn HeldLock>>>) {
     let lock = Arc::new(ReentrantLock::new(
-        redis::Client::open(refused).unwrap(),
+        redis::Client::open(pubsub_url).unwrap(),
         hmdp::startup::connect_redis(&server.url(), Duration::from_secs(10)).unwrap(),
         watchdog(Duration::from_secs(30), Duration::from_secs(10)),
     ));
@@ -375,16 +368,20 @@ async fn a_waiter_polls_when_no_subscription_can_be_opened() {
         let lock = lock.clone();
         async move { lock.acquire("lock:order:1").await.unwrap() }
     });
-    sleep(Duration::from_millis(300)).await;
+    sleep(Duration::from_millis(200)).await;
+    (held, waiter)
+}
 
+/// Releases `held`; the waiter must hold the key within `within` of that.
+async fn release_and_expect_the_waiter_within(
+    held: Box<dyn HeldLock>,
+    waiter: JoinHandle<Option<Box<dyn HeldLock>>>,
+    within: Duration,
+) {
     let released = Instant::now();
     held.release().await.unwrap();
     let taken = waiter.await.unwrap().expect("served within its wait");
-    assert!(
-        released.elapsed() < Duration::from_millis(1000),
-        "{:?}",
-        released.elapsed()
-    );
+    assert!(released.elapsed() < within, "{:?}", released.elapsed());
     taken.release().await.unwrap();
 }
 
