@@ -7,7 +7,7 @@ use std::time::Duration;
 use hmdp::lock::{Fenced, Holder, OrderLock, ReentrantLock, ReentrantOptions};
 use redis::AsyncCommands;
 
-use crate::helpers::redis_url;
+use crate::helpers::{connect, redis_url};
 
 fn fenced() -> Fenced {
     let url = redis_url();
@@ -38,11 +38,7 @@ async fn token(lock: &Fenced, holder: Holder, key: &str) -> (u64, Box<dyn hmdp::
 async fn tokens_grow_per_acquisition_and_survive_a_lost_counter() {
     let lock = fenced();
     let key = format!("test:{}:lock:order:1", uuid::Uuid::new_v4().simple());
-    let mut redis = redis::Client::open(redis_url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut redis = connect(&redis_url()).await;
 
     let holder = Holder::new();
     let (first, outer) = token(&lock, holder, &key).await;
@@ -73,11 +69,7 @@ async fn a_holder_outdated_by_a_newer_token_knows_it() {
     let key = format!("test:{}:lock:order:1", uuid::Uuid::new_v4().simple());
     let (_, stale) = token(&lock, Holder::new(), &key).await;
     // Its lock is gone (say, expired) and someone else acquires.
-    let mut redis = redis::Client::open(redis_url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut redis = connect(&redis_url()).await;
     let _: () = redis.del(&key).await.unwrap();
     let (_, newer) = token(&lock, Holder::new(), &key).await;
 
@@ -95,11 +87,7 @@ async fn no_token_for_an_acquisition_that_no_longer_holds_the_key() {
     let mint = redis::Script::new(include_str!("../../lua/fence.lua"));
     let key = format!("test:{}:lock:order:1", uuid::Uuid::new_v4().simple());
     let counter = hmdp::keys::sibling(&key, "fence");
-    let mut redis = redis::Client::open(redis_url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut redis = connect(&redis_url()).await;
     let minting = redis.clone();
     let mint_as = |owner_in_key: &'static str| {
         let mut invocation = mint.key(&counter);

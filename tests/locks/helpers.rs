@@ -13,6 +13,15 @@ pub fn redis_url() -> String {
     std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into())
 }
 
+/// A plain connection to `url`, for a test to look at or change the keys.
+pub async fn connect(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
 /// One mode under test, with a key namespace no other test touches.
 pub struct Subject {
     pub mode: LockMode,

@@ -9,7 +9,7 @@ use hmdp::lab::{self, LabArgs, Report, Scenario};
 use hmdp::lock::Release;
 use redis::AsyncCommands;
 
-use crate::helpers::redis_url;
+use crate::helpers::{connect, redis_url};
 
 /// Runs a scenario under a prefix of this test's own, and checks the run left
 /// no key behind.
@@ -32,8 +32,7 @@ async fn run_fenced(scenario: fn(LabArgs) -> Scenario, mode: LockMode, fencing: 
     let report = lab::run(&scenario).await.expect("the scenario runs");
     println!("{report}");
 
-    let client = redis::Client::open(redis_url()).unwrap();
-    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+    let mut redis = connect(&redis_url()).await;
     let left: Vec<String> = redis.keys(format!("{prefix}*")).await.unwrap();
     assert!(left.is_empty(), "keys left behind: {left:?}");
     report

@@ -7,6 +7,8 @@ use hmdp::lock::{Holder, QuorumLock, Release};
 use hmdp::redis_server::RedisServer;
 use redis::AsyncCommands;
 
+use crate::helpers::connect;
+
 const LEASE: Duration = Duration::from_secs(10);
 
 fn three_nodes() -> (Vec<RedisServer>, Vec<String>) {
@@ -16,11 +18,7 @@ fn three_nodes() -> (Vec<RedisServer>, Vec<String>) {
 }
 
 async fn exists_on(server: &RedisServer, key: &str) -> bool {
-    let mut redis = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut redis = connect(&server.url()).await;
     redis.exists(key).await.unwrap()
 }
 

@@ -11,7 +11,7 @@ use redis::AsyncCommands;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, Instant};
 
-use crate::helpers::redis_url;
+use crate::helpers::{connect, redis_url};
 
 fn lock(options: ReentrantOptions) -> ReentrantLock {
     let url = redis_url();
@@ -35,14 +35,6 @@ fn key(name: &str) -> String {
     format!("test:{}:lock:{name}", uuid::Uuid::new_v4().simple())
 }
 
-async fn redis() -> redis::aio::MultiplexedConnection {
-    redis::Client::open(redis_url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn a_holder_reenters_three_deep_and_needs_as_many_releases() {
     let lock = lock(watchdog(Duration::from_secs(30), Duration::ZERO));
@@ -53,7 +45,7 @@ async fn a_holder_reenters_three_deep_and_needs_as_many_releases() {
     let middle = lock.acquire_as(me, &key).await.unwrap().expect("re-entry");
     let inner = lock.acquire_as(me, &key).await.unwrap().expect("re-entry");
     assert!(lock.acquire(&key).await.unwrap().is_none(), "others wait");
-    let count: u32 = redis()
+    let count: u32 = connect(&redis_url())
         .await
         .hget(&key, lock_field(&key).await)
         .await
@@ -73,7 +65,7 @@ async fn a_holder_reenters_three_deep_and_needs_as_many_releases() {
 
 /// The single owner field of the lock hash.
 async fn lock_field(key: &str) -> String {
-    let fields: Vec<String> = redis().await.hkeys(key).await.unwrap();
+    let fields: Vec<String> = connect(&redis_url()).await.hkeys(key).await.unwrap();
     assert_eq!(fields.len(), 1, "{fields:?}");
     fields.into_iter().next().unwrap()
 }
@@ -183,7 +175,7 @@ async fn the_watchdog_keeps_a_lock_three_leases_long_and_stops_after_release() {
     while started.elapsed() < LEASE * 3 + LEASE / 2 {
         sleep(LEASE / 4).await;
         assert!(other.acquire(&key).await.unwrap().is_none(), "kept out");
-        let ttl: i64 = redis().await.pttl(&key).await.unwrap();
+        let ttl: i64 = connect(&redis_url()).await.pttl(&key).await.unwrap();
         assert!(ttl > 0, "lease renewed: {ttl}");
     }
     held.ensure_held().await.expect("still held");
@@ -192,7 +184,7 @@ async fn the_watchdog_keeps_a_lock_three_leases_long_and_stops_after_release() {
     sleep(Duration::from_millis(20)).await;
     assert_eq!(lock.renewing(), 0, "no renewal task left");
     sleep(LEASE).await;
-    let exists: bool = redis().await.exists(&key).await.unwrap();
+    let exists: bool = connect(&redis_url()).await.exists(&key).await.unwrap();
     assert!(!exists, "the key is gone and nothing renewed it");
 }
 
@@ -204,7 +196,7 @@ async fn a_renewal_that_finds_the_lock_gone_signals_it_lost() {
     let held = lock.acquire(&key).await.unwrap().unwrap();
     held.ensure_held().await.expect("held");
 
-    let _: () = redis().await.del(&key).await.unwrap();
+    let _: () = connect(&redis_url()).await.del(&key).await.unwrap();
     sleep(LEASE / 3 + Duration::from_millis(100)).await;
     assert!(held.ensure_held().await.is_err(), "the watchdog noticed");
     assert_eq!(lock.renewing(), 0, "and stopped");
@@ -221,7 +213,7 @@ async fn the_watchdog_stops_at_the_maximum_hold_time() {
     let key = key("stuck");
     let held = lock.acquire(&key).await.unwrap().unwrap();
     sleep(Duration::from_millis(400) + LEASE + Duration::from_millis(150)).await;
-    let exists: bool = redis().await.exists(&key).await.unwrap();
+    let exists: bool = connect(&redis_url()).await.exists(&key).await.unwrap();
     assert!(!exists, "renewal stopped and the lease ran out");
     assert!(held.ensure_held().await.is_err());
     assert_eq!(held.release().await.unwrap(), Release::Expired);
@@ -275,11 +267,7 @@ async fn all_waiters_share_one_subscription_connection() {
         .collect();
     sleep(Duration::from_millis(300)).await;
 
-    let mut redis = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut redis = connect(&server.url()).await;
     let clients: String = redis::cmd("CLIENT")
         .arg("LIST")
         .arg("TYPE")
@@ -314,11 +302,7 @@ async fn a_waiter_survives_the_subscription_connection_dropping() {
     let server = hmdp::redis_server::RedisServer::start().unwrap();
     let (held, waiter) = held_with_a_waiter(&server, &server.url()).await;
 
-    let mut redis = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut redis = connect(&server.url()).await;
     let killed: i64 = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")
@@ -397,11 +381,7 @@ async fn an_acquisition_abandoned_in_flight_gives_the_key_back() {
     );
     let warm = lock.acquire("lock:order:0").await.unwrap().unwrap();
     warm.release().await.unwrap();
-    let mut redis = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut redis = connect(&server.url()).await;
     // Writes stall on the server, so the acquisition is surely in flight.
     let _: () = redis::cmd("CLIENT")
         .arg("PAUSE")
