@@ -6,14 +6,12 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use hmdp::cluster::node_flags;
-use hmdp::cluster::{Cluster, ClusterSpec, Sandbox, NODE_IDS};
+use hmdp::cluster::{node_flags, Cluster, ClusterSpec, Sandbox, NODE_IDS};
 use hmdp::config::LockMode;
 use hmdp::keys::Keys;
 use hmdp::loadtest::tokens::Login;
 use hmdp::loadtest::{self, Plan, Report};
 use hmdp::store::Store;
-use serde_json::json;
 
 fn mysql_url() -> String {
     std::env::var("TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
@@ -69,23 +67,17 @@ impl TestCluster {
         }
     }
 
+    /// A voucher on sale now, created through nginx as the load test does.
     async fn create_voucher(&self, stock: i64) -> i64 {
-        let body: serde_json::Value = self
-            .client
-            .post(format!("{}/voucher/seckill", self.cluster.url()))
-            .header("x-admin-token", &self.cluster.spec().admin_token)
-            .json(&json!({
-                "shopId": 1, "title": "100元代金券", "payValue": 8000, "actualValue": 10000,
-                "type": 1, "stock": stock,
-                "beginTime": "2020-01-01T00:00:00", "endTime": "2037-12-31T23:59:59",
-            }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        body["data"].as_str().expect("voucher id").parse().unwrap()
+        let stock = i32::try_from(stock).unwrap();
+        loadtest::create_voucher(
+            &self.client,
+            &self.cluster.url(),
+            &self.cluster.spec().admin_token,
+            stock,
+        )
+        .await
+        .unwrap()
     }
 
     fn plan(&self, voucher: i64, users: usize, per_user: usize) -> Plan {
