@@ -84,11 +84,11 @@ impl Seckill {
             return Err(Rejection::SoldOut.into());
         }
 
-        // The order id is drawn alongside the lock: both Redis commands are
-        // queued on the shared connection before its writer runs, so they
-        // leave in one write and come back in one read — the id costs no
-        // round trip of its own, and none while the voucher's stock row is
-        // locked. A purchase refused after this leaves a gap in the
+        // The order id is drawn alongside the lock: with a Redis lock, both
+        // commands are queued on the shared connection before its writer
+        // runs, so they leave in one write and come back in one read — the
+        // id costs no round trip of its own, and none while the voucher's
+        // stock row is locked. A purchase refused after this leaves a gap in the
         // counter, which ids allow.
         let (held, id) = tokio::join!(self.acquire(user_id), self.ids.next_id("order"));
         let held = held?;

@@ -75,20 +75,9 @@ impl Store {
             // those MySQL fills in (`createTime`). Only naive datetimes are
             // read and written, so no UTC conversion is ever assumed.
             .timezone(None);
-        let pool = MySqlPoolOptions::new()
+        let mut pool = MySqlPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(acquire_timeout)
-            .after_connect(move |conn, _| {
-                Box::pin(async move {
-                    if let Some(secs) = lock_wait_secs {
-                        sqlx::query("SET SESSION innodb_lock_wait_timeout = ?")
-                            .bind(secs)
-                            .execute(conn)
-                            .await?;
-                    }
-                    Ok(())
-                })
-            })
             // sqlx pings every connection it hands out: one more round trip
             // on every purchase, where a connection was in use a moment ago.
             // Only a connection idle for a while (MySQL may have dropped it)
@@ -101,8 +90,19 @@ impl Store {
                     }
                     Ok(true)
                 })
-            })
-            .connect_lazy_with(options);
+            });
+        if let Some(secs) = lock_wait_secs {
+            pool = pool.after_connect(move |conn, _| {
+                Box::pin(async move {
+                    sqlx::query("SET SESSION innodb_lock_wait_timeout = ?")
+                        .bind(secs)
+                        .execute(conn)
+                        .await
+                        .map(drop)
+                })
+            });
+        }
+        let pool = pool.connect_lazy_with(options);
         Ok(Store { pool })
     }
 
