@@ -30,7 +30,7 @@ pub struct StoreSettings {
 
     /// How long a Redis call, a Redis or MySQL connection attempt, a wait
     /// for a free MySQL connection, or (on a node) a MySQL statement's wait
-    /// for a row lock, in whole seconds rounded up, may take before the
+    /// for a row or table lock, in whole seconds rounded up, may take before the
     /// request fails with 503 UNAVAILABLE instead of hanging. (A MySQL
     /// statement that is running is not cut off: a dead server is noticed
     /// when its connection drops.)

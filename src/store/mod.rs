@@ -44,10 +44,12 @@ impl Store {
     }
 
     /// A node's pool: as [`Store::connect_lazy`], and a statement waits for a
-    /// row lock no longer than `backend_timeout` (rounded up to whole
-    /// seconds, MySQL's unit) instead of MySQL's 50 s: a purchase queued
-    /// behind a stock row that a frozen node or an open admin transaction
-    /// holds answers 503 instead of hanging with its user's lock held.
+    /// lock no longer than `backend_timeout` (rounded up to whole seconds,
+    /// MySQL's unit): a row lock instead of MySQL's 50 s, a table's metadata
+    /// lock instead of a day or a year. A purchase queued behind a stock row
+    /// that a frozen node or an open admin transaction holds, or behind a
+    /// `LOCK TABLES` or an `ALTER TABLE`, answers 503 instead of hanging with
+    /// its user's lock held.
     pub fn for_requests(
         database_url: &str,
         max_connections: u32,
@@ -94,7 +96,8 @@ impl Store {
         if let Some(secs) = lock_wait_secs {
             pool = pool.after_connect(move |conn, _| {
                 Box::pin(async move {
-                    sqlx::query("SET SESSION innodb_lock_wait_timeout = ?")
+                    sqlx::query("SET SESSION innodb_lock_wait_timeout = ?, lock_wait_timeout = ?")
+                        .bind(secs)
                         .bind(secs)
                         .execute(conn)
                         .await

@@ -17,9 +17,13 @@ const NO_HANG: Duration = Duration::from_secs(5);
 
 async fn timed_purchase(app: &TestApp, voucher: i64, token: &str) -> (u16, Value, Duration) {
     let started = Instant::now();
-    let response = app
-        .post(&format!("/voucher-order/seckill/{voucher}"), Some(token))
-        .await;
+    // Cut off here, so a regression fails in seconds instead of hanging
+    // the suite for as long as MySQL waits.
+    let path = format!("/voucher-order/seckill/{voucher}");
+    let purchase = app.post(&path, Some(token));
+    let response = tokio::time::timeout(NO_HANG, purchase)
+        .await
+        .unwrap_or_else(|_| panic!("the purchase hung for more than {NO_HANG:?}"));
     let status = response.status().as_u16();
     let body = response.json().await.unwrap_or(Value::Null);
     (status, body, started.elapsed())
@@ -166,6 +170,43 @@ async fn a_stock_row_held_elsewhere_answers_503_within_the_backend_timeout() {
 
     let audit = app.audit(voucher).await;
     assert_eq!((audit.orders, audit.stock_left), (0, 10), "rolled back");
+    let retry = app.purchase(voucher, &token).await;
+    assert_eq!(retry["success"], true, "{retry}");
+}
+
+#[tokio::test]
+async fn a_table_locked_elsewhere_answers_503_within_the_backend_timeout() {
+    let app = spawn_app(&["--lock=redis-lua", "--backend-timeout-ms=1000"]).await;
+    let voucher = app.create_open_seckill(10).await;
+    let token = app.login(&phone(1)).await;
+    // The voucher is in the node's catalog: only the transaction needs
+    // the orders table.
+    let first = app.purchase(voucher, &token).await;
+    assert_eq!(first["success"], true, "{first}");
+    let token = app.login(&phone(2)).await;
+
+    // A table lock (an admin's `LOCK TABLES`, a long `ALTER TABLE`) is a
+    // metadata lock, which MySQL waits for up to `lock_wait_timeout`: a day
+    // by default, not the row lock's `innodb_lock_wait_timeout`. Its own
+    // connection, closed (and the lock with it) on the way out.
+    let mut blocker = sqlx::MySqlConnection::connect(&app.database_url())
+        .await
+        .unwrap();
+    sqlx::raw_sql("LOCK TABLES tb_voucher_order WRITE")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    let (status, body, took) = timed_purchase(&app, voucher, &token).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["errorCode"], "UNAVAILABLE");
+    assert!(took < NO_HANG, "waited {took:?} on the table lock");
+    sqlx::raw_sql("UNLOCK TABLES")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+
+    let audit = app.audit(voucher).await;
+    assert_eq!((audit.orders, audit.stock_left), (1, 9), "rolled back");
     let retry = app.purchase(voucher, &token).await;
     assert_eq!(retry["success"], true, "{retry}");
 }
