@@ -11,6 +11,9 @@
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the release channel (same hash slot as the lock)
 -- KEYS[3]  this release's latch (same slot)
+-- KEYS[4]  optional: the marker the take of this hold set (see
+--          reentrant_lock.lua); consumed here, and without it there is no
+--          hold of ours to give back on this node
 -- ARGV[1]  owner id
 -- ARGV[2]  lease in milliseconds, reset while holds remain
 -- ARGV[3]  how long the latch remembers the answer, in milliseconds
@@ -19,6 +22,19 @@
 -- Returns  n >= 0: released, n holds of this owner remain (0: key deleted)
 --          -1: the key was gone (lease expired)
 --          -2: another owner holds the key
+--          -3: no marker, yet the owner holds the key: those are other
+--              takes' holds (this one never landed here, or was given back
+--              already); nothing changed. Without the marker, a re-entry
+--              whose take never landed would take away the outer hold.
+if KEYS[4] and redis.call('del', KEYS[4]) == 0 then
+  if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
+    return -3
+  end
+  if redis.call('exists', KEYS[1]) == 0 then
+    return -1
+  end
+  return -2
+end
 if ARGV[4] ~= '1' then
   local done = redis.call('get', KEYS[3])
   if done then

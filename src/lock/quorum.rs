@@ -10,9 +10,12 @@
 //!   `lease − elapsed − drift` (drift = lease × 1% + 2 ms) is left.
 //!
 //! A failed round releases the key on every node it asked (a request that
-//! timed out may still have landed), so no partial locks stay behind. Every
-//! round reports which nodes agreed.
+//! timed out may still have landed), so no partial locks stay behind. Each
+//! round's takes leave a marker beside the key, and only a marked take is
+//! given back: a re-entry that never reached a node must not take away the
+//! outer hold there. Every round reports which nodes agreed.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -24,6 +27,10 @@ use tokio::time::Instant;
 use super::reentrant::{answer, unlock_once, LOCK};
 use super::{HeldLock, Holder, LockError, OrderLock, Release};
 use crate::config::LockMode;
+use crate::keys::sibling;
+
+/// Numbers the rounds of this process, for their take markers.
+static NEXT_ROUND: AtomicU64 = AtomicU64::new(1);
 
 struct Node {
     /// The URL without credentials, for reports and logs.
@@ -121,10 +128,18 @@ impl QuorumLock {
         loop {
             let start = Instant::now();
             let round_end = start + self.round;
+            let marker = sibling(
+                key,
+                &format!(
+                    "take:{owner}:{}",
+                    NEXT_ROUND.fetch_add(1, Ordering::Relaxed)
+                ),
+            );
             let votes = join_all(self.nodes.iter().map(|node| async {
                 let taken = tokio::time::timeout_at(
                     round_end,
                     LOCK.key(key)
+                        .key(&marker)
                         .arg(self.lease.as_millis() as u64)
                         .arg(&owner)
                         .invoke_async::<(i64, i64)>(&mut node.redis.clone()),
@@ -163,6 +178,7 @@ impl QuorumLock {
                         nodes: asked,
                         key: key.to_owned(),
                         owner,
+                        marker,
                         lease: self.lease,
                         quorum: self.quorum,
                         valid_until: start + validity,
@@ -170,7 +186,7 @@ impl QuorumLock {
                     return Ok((Some(Box::new(hold)), votes));
                 }
                 _ => {
-                    release_on(&asked, key, &owner, self.lease).await;
+                    release_on(&asked, key, &owner, &marker, self.lease).await;
                 }
             }
             let now = Instant::now();
@@ -190,6 +206,8 @@ struct QuorumHold {
     nodes: Vec<(String, ConnectionManager)>,
     key: String,
     owner: String,
+    /// The round's take marker: where it is missing, the take never landed.
+    marker: String,
     lease: Duration,
     quorum: usize,
     valid_until: Instant,
@@ -198,7 +216,14 @@ struct QuorumHold {
 #[async_trait]
 impl HeldLock for QuorumHold {
     async fn release(self: Box<Self>) -> Result<Release, LockError> {
-        let outcomes = release_on(&self.nodes, &self.key, &self.owner, self.lease).await;
+        let outcomes = release_on(
+            &self.nodes,
+            &self.key,
+            &self.owner,
+            &self.marker,
+            self.lease,
+        )
+        .await;
         let clean = outcomes.iter().filter(|outcome| outcome.is_clean()).count();
         Ok(if clean >= self.quorum {
             outcomes
@@ -238,19 +263,21 @@ impl OrderLock for QuorumLock {
     }
 }
 
-/// Releases one hold on each node in parallel; an unreachable node counts as
-/// expired (its copy will be, within the lease).
+/// Gives back one round's take (the one that left `marker`) on each node in
+/// parallel; a node it never reached, or cannot reach now, counts as expired
+/// (its copy will be, within the lease).
 async fn release_on(
     nodes: &[(String, ConnectionManager)],
     key: &str,
     owner: &str,
+    marker: &str,
     lease: Duration,
 ) -> Vec<Release> {
     let release_id = uuid::Uuid::new_v4().simple().to_string();
     join_all(nodes.iter().map(|(name, redis)| {
         let release_id = &release_id;
         async move {
-            let released = unlock_once(redis, key, owner, lease, release_id, 1).await;
+            let released = unlock_once(redis, key, owner, lease, release_id, 1, Some(marker)).await;
             match released
                 .map_err(LockError::from)
                 .and_then(|code| answer(code, false))

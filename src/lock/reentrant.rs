@@ -420,7 +420,7 @@ async fn release(
 ) -> Result<Release, LockError> {
     let mut attempt = 1;
     loop {
-        let result = unlock_once(redis, key, owner, lease, release_id, attempt).await;
+        let result = unlock_once(redis, key, owner, lease, release_id, attempt, None).await;
         match result {
             Ok(code) => return answer(code, attempt > 1 && lease_running),
             Err(error) if attempt < RELEASE_ATTEMPTS && is_transient(&error) => {
@@ -443,11 +443,16 @@ pub(super) async fn unlock_once(
     lease: Duration,
     release_id: &str,
     attempt: u32,
+    take_marker: Option<&str>,
 ) -> redis::RedisResult<i64> {
-    UNLOCK
-        .key(key)
+    let mut unlock = UNLOCK.key(key);
+    unlock
         .key(sibling(key, "released"))
-        .key(sibling(key, &format!("release:{release_id}")))
+        .key(sibling(key, &format!("release:{release_id}")));
+    if let Some(marker) = take_marker {
+        unlock.key(marker);
+    }
+    unlock
         .arg(owner)
         .arg(lease.as_millis() as u64)
         .arg(RELEASE_LATCH.as_millis() as u64)
@@ -466,6 +471,9 @@ pub(super) fn answer(code: i64, retried_in_lease: bool) -> Result<Release, LockE
         -1 | -2 if retried_in_lease => Ok(Release::Released),
         -1 => Ok(Release::Expired),
         -2 => Ok(Release::NotOwner),
+        // Marked takes only: ours is not on this node (it never landed),
+        // though other holds of the same owner are.
+        -3 => Ok(Release::Expired),
         0 => Ok(Release::Released),
         left if left > 0 => Ok(Release::StillHeld(u32::try_from(left).unwrap_or(u32::MAX))),
         other => Err(LockError::UnexpectedReply(other)),
@@ -598,9 +606,17 @@ mod tests {
         id: &str,
         attempt: u32,
     ) -> i64 {
-        unlock_once(redis, key, owner, Duration::from_secs(10), id, attempt)
-            .await
-            .unwrap()
+        unlock_once(
+            redis,
+            key,
+            owner,
+            Duration::from_secs(10),
+            id,
+            attempt,
+            None,
+        )
+        .await
+        .unwrap()
     }
 
     #[tokio::test]
@@ -657,6 +673,7 @@ mod tests {
         assert_eq!(answer(-2, false).unwrap(), Release::NotOwner);
         assert_eq!(answer(-1, false).unwrap(), Release::Expired);
         assert_eq!(answer(2, true).unwrap(), Release::StillHeld(2));
-        assert!(answer(-3, false).is_err());
+        assert_eq!(answer(-3, false).unwrap(), Release::Expired);
+        assert!(answer(-4, false).is_err());
     }
 }

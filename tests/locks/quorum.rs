@@ -1,5 +1,6 @@
 //! `multi` and `redlock` with a node down: all-or-nothing fails cleanly and
-//! leaves nothing behind, a majority still locks, and both say who agreed.
+//! leaves nothing behind, a majority still locks, and both say who agreed;
+//! a re-entry that fails on a node leaves the outer hold there.
 
 use std::time::Duration;
 
@@ -78,4 +79,77 @@ async fn redlock_without_a_majority_fails_and_releases_what_it_took() {
         .unwrap();
     assert!(held.is_none(), "one of three is no majority: {votes:?}");
     assert!(!exists_on(&servers[0], "lock:order:1").await, "undone");
+}
+
+/// Makes a node refuse every write (`maxmemory` below what it uses, with no
+/// eviction), or accept them again: a take sent to it fails without landing.
+async fn refuse_writes(server: &RedisServer, refuse: bool) {
+    let mut redis = connect(&server.url()).await;
+    let limit = if refuse { "1" } else { "0" };
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(limit)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_reentry_round_leaves_the_outer_hold_on_every_node() {
+    let (servers, urls) = three_nodes();
+    let lock = QuorumLock::multi(&urls, LEASE, Duration::ZERO).unwrap();
+    let holder = Holder::new();
+    let (outer, _) = lock.acquire_reported(holder, "lock:order:1").await.unwrap();
+    let outer = outer.expect("all three are up");
+
+    // The re-entry's take fails on node 3 without landing; the round gives
+    // back what it took on nodes 1 and 2, and nothing of node 3's outer hold.
+    refuse_writes(&servers[2], true).await;
+    let (inner, votes) = lock.acquire_reported(holder, "lock:order:1").await.unwrap();
+    assert!(inner.is_none(), "all-or-nothing: {votes:?}");
+    let agreed: Vec<bool> = votes.iter().map(|vote| vote.agreed).collect();
+    assert_eq!(agreed, [true, true, false], "{votes:?}");
+    refuse_writes(&servers[2], false).await;
+    for server in &servers {
+        assert!(
+            exists_on(server, "lock:order:1").await,
+            "the outer hold stays"
+        );
+    }
+
+    assert_eq!(outer.release().await.unwrap(), Release::Released);
+    for server in &servers {
+        assert!(!exists_on(server, "lock:order:1").await, "released");
+    }
+}
+
+#[tokio::test]
+async fn releasing_a_reentry_gives_back_only_the_takes_that_landed() {
+    let (servers, urls) = three_nodes();
+    let lock = QuorumLock::redlock(&urls, LEASE, Duration::ZERO).unwrap();
+    let holder = Holder::new();
+    let (outer, _) = lock.acquire_reported(holder, "lock:order:1").await.unwrap();
+    let outer = outer.expect("all three are up");
+
+    refuse_writes(&servers[2], true).await;
+    let (inner, votes) = lock.acquire_reported(holder, "lock:order:1").await.unwrap();
+    let inner = inner.expect("two of three is a majority");
+    let agreed: Vec<bool> = votes.iter().map(|vote| vote.agreed).collect();
+    assert_eq!(agreed, [true, true, false], "{votes:?}");
+    refuse_writes(&servers[2], false).await;
+
+    // Node 3 never counted the re-entry: giving it back there must not
+    // remove the outer hold.
+    assert_eq!(inner.release().await.unwrap(), Release::StillHeld(1));
+    for server in &servers {
+        assert!(
+            exists_on(server, "lock:order:1").await,
+            "the outer hold stays"
+        );
+    }
+    assert_eq!(outer.release().await.unwrap(), Release::Released);
+    for server in &servers {
+        assert!(!exists_on(server, "lock:order:1").await, "released");
+    }
 }
