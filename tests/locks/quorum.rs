@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use hmdp::lock::{Holder, QuorumLock, Release};
+use hmdp::lock::{HeldLock, Holder, QuorumLock, Release};
 use hmdp::redis_server::RedisServer;
 use redis::AsyncCommands;
 
@@ -95,61 +95,60 @@ async fn refuse_writes(server: &RedisServer, refuse: bool) {
         .unwrap();
 }
 
+/// One holder takes `lock:order:1` on all three nodes, then re-enters while
+/// node 3 refuses writes: the re-entry's take fails there without landing.
+/// Returns the outer hold and the re-entry's (if its round succeeded).
+async fn reenter_while_node_3_refuses(
+    lock: &QuorumLock,
+    servers: &[RedisServer],
+) -> (Box<dyn HeldLock>, Option<Box<dyn HeldLock>>) {
+    let holder = Holder::new();
+    let (outer, _) = lock.acquire_reported(holder, "lock:order:1").await.unwrap();
+    let outer = outer.expect("all three are up");
+    refuse_writes(&servers[2], true).await;
+    let (inner, votes) = lock.acquire_reported(holder, "lock:order:1").await.unwrap();
+    refuse_writes(&servers[2], false).await;
+    let agreed: Vec<bool> = votes.iter().map(|vote| vote.agreed).collect();
+    assert_eq!(agreed, [true, true, false], "{votes:?}");
+    (outer, inner)
+}
+
+/// How many of the nodes have `lock:order:1`.
+async fn nodes_holding(servers: &[RedisServer]) -> usize {
+    let mut holding = 0;
+    for server in servers {
+        if exists_on(server, "lock:order:1").await {
+            holding += 1;
+        }
+    }
+    holding
+}
+
 #[tokio::test]
 async fn a_failed_reentry_round_leaves_the_outer_hold_on_every_node() {
     let (servers, urls) = three_nodes();
     let lock = QuorumLock::multi(&urls, LEASE, Duration::ZERO).unwrap();
-    let holder = Holder::new();
-    let (outer, _) = lock.acquire_reported(holder, "lock:order:1").await.unwrap();
-    let outer = outer.expect("all three are up");
+    let (outer, inner) = reenter_while_node_3_refuses(&lock, &servers).await;
 
-    // The re-entry's take fails on node 3 without landing; the round gives
-    // back what it took on nodes 1 and 2, and nothing of node 3's outer hold.
-    refuse_writes(&servers[2], true).await;
-    let (inner, votes) = lock.acquire_reported(holder, "lock:order:1").await.unwrap();
-    assert!(inner.is_none(), "all-or-nothing: {votes:?}");
-    let agreed: Vec<bool> = votes.iter().map(|vote| vote.agreed).collect();
-    assert_eq!(agreed, [true, true, false], "{votes:?}");
-    refuse_writes(&servers[2], false).await;
-    for server in &servers {
-        assert!(
-            exists_on(server, "lock:order:1").await,
-            "the outer hold stays"
-        );
-    }
-
+    // The round gives back what it took on nodes 1 and 2, and nothing of
+    // node 3's outer hold.
+    assert!(inner.is_none(), "all-or-nothing");
+    assert_eq!(nodes_holding(&servers).await, 3, "the outer hold stays");
     assert_eq!(outer.release().await.unwrap(), Release::Released);
-    for server in &servers {
-        assert!(!exists_on(server, "lock:order:1").await, "released");
-    }
+    assert_eq!(nodes_holding(&servers).await, 0, "released");
 }
 
 #[tokio::test]
 async fn releasing_a_reentry_gives_back_only_the_takes_that_landed() {
     let (servers, urls) = three_nodes();
     let lock = QuorumLock::redlock(&urls, LEASE, Duration::ZERO).unwrap();
-    let holder = Holder::new();
-    let (outer, _) = lock.acquire_reported(holder, "lock:order:1").await.unwrap();
-    let outer = outer.expect("all three are up");
-
-    refuse_writes(&servers[2], true).await;
-    let (inner, votes) = lock.acquire_reported(holder, "lock:order:1").await.unwrap();
-    let inner = inner.expect("two of three is a majority");
-    let agreed: Vec<bool> = votes.iter().map(|vote| vote.agreed).collect();
-    assert_eq!(agreed, [true, true, false], "{votes:?}");
-    refuse_writes(&servers[2], false).await;
+    let (outer, inner) = reenter_while_node_3_refuses(&lock, &servers).await;
 
     // Node 3 never counted the re-entry: giving it back there must not
     // remove the outer hold.
+    let inner = inner.expect("two of three is a majority");
     assert_eq!(inner.release().await.unwrap(), Release::StillHeld(1));
-    for server in &servers {
-        assert!(
-            exists_on(server, "lock:order:1").await,
-            "the outer hold stays"
-        );
-    }
+    assert_eq!(nodes_holding(&servers).await, 3, "the outer hold stays");
     assert_eq!(outer.release().await.unwrap(), Release::Released);
-    for server in &servers {
-        assert!(!exists_on(server, "lock:order:1").await, "released");
-    }
+    assert_eq!(nodes_holding(&servers).await, 0, "released");
 }
