@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use hmdp::redis_server::{free_port, RedisServer};
+use hmdp::store::PurchaseTx;
 use serde_json::Value;
 use sqlx::Connection;
 
@@ -226,4 +227,50 @@ async fn kill_connections_to(app: &TestApp) {
             .execute(pool)
             .await;
     }
+}
+
+/// A purchase whose request is dropped with its transaction open (the
+/// client gone, a timeout) must not leave that transaction on a pooled
+/// connection, holding the stock row for whoever uses it next: its
+/// connection is closed, and MySQL rolls the transaction back.
+#[tokio::test]
+async fn a_purchase_transaction_dropped_midway_is_rolled_back_not_pooled() {
+    let app = spawn_app(&[]).await;
+    let voucher = app.create_open_seckill(10).await;
+    let mut tx = PurchaseTx::begin(&app.store).await.unwrap();
+    sqlx::query("UPDATE tb_seckill_voucher SET stock = stock - 1 WHERE voucher_id = ?")
+        .bind(voucher)
+        .execute(tx.conn())
+        .await
+        .unwrap();
+    drop(tx);
+
+    // Free once MySQL has seen the connection go: a row another session
+    // still holds would make this wait out its one-second lock timeout.
+    let mut other = sqlx::MySqlConnection::connect(&app.database_url())
+        .await
+        .unwrap();
+    sqlx::raw_sql("SET SESSION innodb_lock_wait_timeout = 1")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + NO_HANG;
+    loop {
+        let touched =
+            sqlx::query("UPDATE tb_seckill_voucher SET stock = stock WHERE voucher_id = ?")
+                .bind(voucher)
+                .execute(&mut other)
+                .await;
+        match touched {
+            Ok(_) => break,
+            Err(error) => assert!(
+                Instant::now() < deadline,
+                "the dropped transaction still holds the stock row: {error}"
+            ),
+        }
+    }
+    let audit = app.audit(voucher).await;
+    assert_eq!((audit.orders, audit.stock_left), (0, 10), "rolled back");
+    let token = app.login(&phone(1)).await;
+    assert_eq!(app.purchase(voucher, &token).await["success"], true);
 }

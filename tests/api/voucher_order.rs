@@ -135,3 +135,41 @@ async fn users_see_only_their_own_orders() {
         400
     );
 }
+
+/// Redis restarted empty: the id counter starts over, and the next id can be
+/// one an order already has. That transaction rolls back whole (the stock it
+/// took included) and runs again under the next id.
+#[tokio::test]
+async fn an_order_id_already_taken_is_replaced_by_the_next_one() {
+    let app = spawn_app(&[]).await;
+    let voucher = app.create_open_seckill(10).await;
+    let token = app.login(&phone(3)).await;
+
+    // The counter's next value is 1; orders of another user already have
+    // that id for this second and the next few, whichever second the
+    // purchase lands in.
+    let day = chrono::Utc::now().format("%Y:%m:%d").to_string();
+    let counter = format!("{}icr:order:{day}", app.prefix);
+    let mut redis = app.redis.clone();
+    let () = redis::cmd("DEL")
+        .arg(&counter)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let now = chrono::Utc::now();
+    for ahead in 0..5 {
+        let taken = hmdp::id_worker::compose(now + chrono::Duration::seconds(ahead), 1);
+        sqlx::query("INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES (?, 1, 1)")
+            .bind(taken)
+            .execute(app.store.pool())
+            .await
+            .unwrap();
+    }
+
+    let bought = app.purchase(voucher, &token).await;
+    assert_eq!(bought["success"], true, "{bought}");
+    let id: i64 = bought["data"].as_str().unwrap().parse().unwrap();
+    assert_eq!(id & 0xFFFF_FFFF, 2, "the next id: {id:#x}");
+    let audit = app.audit(voucher).await;
+    assert_eq!((audit.orders, audit.stock_left), (1, 9), "one unit taken");
+}
