@@ -1,7 +1,7 @@
 //! The purchase use case, synchronous like hmdp's `seckillVoucher`:
 //! voucher exists → sale window → stock → per-user lock → transaction
-//! (count this user's orders; then take stock, insert the order and commit,
-//! in one packet) → release. The lock is taken before the transaction begins and released
+//! (count this user's orders, insert the order, take stock) → commit →
+//! release. The lock is taken before the transaction begins and released
 //! after it ends, never inside it; which lock runs is not this module's concern.
 
 mod catalog;
@@ -16,7 +16,7 @@ use crate::id_worker::IdWorker;
 use crate::keys::Keys;
 use crate::lock::{HeldLock, LockError, OrderLock};
 use crate::metrics;
-use crate::store::{self, NewOrder, Placement, PurchaseTx, Store};
+use crate::store::{self, NewOrder, Store};
 use catalog::Catalog;
 
 /// Places one-order-per-user flash-sale orders.
@@ -106,6 +106,42 @@ impl Seckill {
         outcome
     }
 
+    /// Inserts the order under `id`, drawn with the lock. The id
+    /// worker's counter lives in Redis: if Redis restarted empty within the
+    /// same second as earlier orders, the counter starts over and an id can
+    /// repeat. The duplicate key fails only that statement, so we draw the
+    /// next id and try again.
+    async fn insert_order(
+        &self,
+        tx: &mut sqlx::MySqlConnection,
+        mut id: i64,
+        user_id: u64,
+        voucher_id: i64,
+    ) -> Result<i64, Error> {
+        const ATTEMPTS: usize = 8;
+        let mut attempt = 1;
+        loop {
+            let order = NewOrder {
+                id,
+                user_id,
+                voucher_id,
+            };
+            match store::insert_order(tx, order).await {
+                Err(sqlx::Error::Database(error))
+                    if error.is_unique_violation() && attempt < ATTEMPTS =>
+                {
+                    tracing::warn!(
+                        id,
+                        "order id reused after an id counter reset; drawing another"
+                    );
+                    attempt += 1;
+                    id = self.ids.next_id("order").await?;
+                }
+                other => return other.map(|()| id).map_err(Error::from),
+            }
+        }
+    }
+
     /// Takes the user's lock, timing it; a busy lock is hmdp's failed `tryLock()`.
     async fn acquire(&self, user_id: u64) -> Result<Box<dyn HeldLock>, Error> {
         let mode = self.lock.mode().to_string();
@@ -141,74 +177,41 @@ impl Seckill {
         }
     }
 
-    /// The transaction run under the per-user lock, placing order `id`
-    /// (drawn with the lock). The id worker's counter lives in Redis: if
-    /// Redis restarted empty within the same second as earlier orders, the
-    /// counter starts over and an id can repeat; that transaction then
-    /// rolls back and runs again under the next id.
+    /// The transaction run under the per-user lock, placing order `id`. Any
+    /// early return drops the transaction, which rolls it back.
     async fn create_order(
-        &self,
-        mut id: i64,
-        user_id: u64,
-        voucher_id: i64,
-        held: &dyn HeldLock,
-    ) -> Result<i64, Error> {
-        const ATTEMPTS: usize = 8;
-        for _ in 0..ATTEMPTS {
-            match self.try_create_order(id, user_id, voucher_id, held).await? {
-                Placement::Ordered => return Ok(id),
-                Placement::SoldOut => return Err(Rejection::SoldOut.into()),
-                Placement::IdTaken => {
-                    tracing::warn!(
-                        id,
-                        "order id reused after an id counter reset; drawing another"
-                    );
-                    id = self.ids.next_id("order").await?;
-                }
-            }
-        }
-        Err(Error::Internal(anyhow::anyhow!(
-            "{ATTEMPTS} order ids in a row were taken already"
-        )))
-    }
-
-    /// One attempt at the transaction. A refusal rolls it back; an error
-    /// drops it, which rolls it back too.
-    async fn try_create_order(
         &self,
         id: i64,
         user_id: u64,
         voucher_id: i64,
         held: &dyn HeldLock,
-    ) -> Result<Placement, Error> {
-        let mut tx = PurchaseTx::begin(&self.store).await?;
+    ) -> Result<i64, Error> {
+        let mut tx = self.store.pool().begin().await?;
         if let Some(token) = held.fencing_token() {
             // First statement: a newer holder's token means ours is stale,
             // and the row lock orders this user's purchases by token.
-            if !store::record_fence(tx.conn(), user_id, token).await? {
+            if !store::record_fence(&mut tx, user_id, token).await? {
                 metrics::FENCING_REJECTIONS.inc();
-                tx.rollback().await?;
                 return Err(LockError::Lost("a newer holder's fencing token already wrote").into());
             }
         }
-        if store::count_user_orders(tx.conn(), user_id, voucher_id).await? > 0 {
-            tx.rollback().await?;
+        if store::count_user_orders(&mut tx, user_id, voucher_id).await? > 0 {
             return Err(Rejection::AlreadyOrdered.into());
         }
         if !self.chaos_hold.is_zero() {
             tokio::time::sleep(self.chaos_hold).await;
         }
-        // A holder that learnt it lost the lock rolls back instead; after
-        // this, the commit is on its way with the last statements.
-        if let Err(lost) = held.ensure_held().await {
-            tx.rollback().await?;
-            return Err(lost.into());
+        // The order row first, the stock last: the `UPDATE` locks the
+        // voucher's one stock row until the commit, and every purchase of
+        // the voucher queues for that lock, so only the commit may follow it.
+        // (Sold out: the insert rolls back with the rest.)
+        let id = self.insert_order(&mut tx, id, user_id, voucher_id).await?;
+        if !store::take_stock(&mut tx, voucher_id).await? {
+            return Err(Rejection::SoldOut.into());
         }
-        let order = NewOrder {
-            id,
-            user_id,
-            voucher_id,
-        };
-        Ok(tx.place(order).await?)
+        // A holder that learnt it lost the lock rolls back instead.
+        held.ensure_held().await?;
+        tx.commit().await?;
+        Ok(id)
     }
 }

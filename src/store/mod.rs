@@ -3,7 +3,6 @@
 mod fence;
 mod invariants;
 mod order;
-mod purchase_tx;
 mod user;
 mod voucher;
 
@@ -17,8 +16,7 @@ use sqlx::{Connection, MySql, MySqlPool};
 
 pub use fence::record_fence;
 pub use invariants::VoucherAudit;
-pub use order::{count_user_orders, NewOrder, VoucherOrder};
-pub use purchase_tx::{Placement, PurchaseTx};
+pub use order::{count_user_orders, insert_order, take_stock, NewOrder, VoucherOrder};
 pub use user::User;
 pub use voucher::{NewSeckillVoucher, NewVoucher, SeckillVoucher, Voucher};
 

@@ -1,5 +1,5 @@
-//! `tb_voucher_order`: the order a purchase inserts, its check for an
-//! earlier order, and the owner-scoped order query.
+//! `tb_voucher_order`: the purchase transaction's three statements and the
+//! owner-scoped order query.
 
 use chrono::NaiveDateTime;
 use serde::Serialize;
@@ -45,6 +45,29 @@ pub async fn count_user_orders(
         .bind(voucher_id)
         .fetch_one(conn)
         .await
+}
+
+/// Takes one unit of stock if any is left; `false` when sold out. The
+/// `stock > 0` condition (hmdp's optimistic lock) is what prevents oversell,
+/// whatever the per-user lock does.
+pub async fn take_stock(conn: &mut MySqlConnection, voucher_id: i64) -> Result<bool, sqlx::Error> {
+    let result = sqlx::query(
+        "UPDATE tb_seckill_voucher SET stock = stock - 1 WHERE voucher_id = ? AND stock > 0",
+    )
+    .bind(voucher_id)
+    .execute(conn)
+    .await?;
+    Ok(result.rows_affected() == 1)
+}
+
+pub async fn insert_order(conn: &mut MySqlConnection, order: NewOrder) -> Result<(), sqlx::Error> {
+    sqlx::query("INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES (?, ?, ?)")
+        .bind(order.id)
+        .bind(order.user_id)
+        .bind(order.voucher_id)
+        .execute(conn)
+        .await
+        .map(drop)
 }
 
 impl Store {

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use hmdp::redis_server::{free_port, RedisServer};
-use hmdp::store::PurchaseTx;
 use serde_json::Value;
 use sqlx::Connection;
 
@@ -231,22 +230,22 @@ async fn kill_connections_to(app: &TestApp) {
 
 /// A purchase whose request is dropped with its transaction open (the
 /// client gone, a timeout) must not leave that transaction on a pooled
-/// connection, holding the stock row for whoever uses it next: its
-/// connection is closed, and MySQL rolls the transaction back.
+/// connection, holding the stock row for whoever uses it next: sqlx rolls a
+/// dropped transaction back before its connection is used again.
 #[tokio::test]
-async fn a_purchase_transaction_dropped_midway_is_rolled_back_not_pooled() {
+async fn a_purchase_transaction_dropped_midway_is_rolled_back() {
     let app = spawn_app(&[]).await;
     let voucher = app.create_open_seckill(10).await;
-    let mut tx = PurchaseTx::begin(&app.store).await.unwrap();
+    let mut tx = app.store.pool().begin().await.unwrap();
     sqlx::query("UPDATE tb_seckill_voucher SET stock = stock - 1 WHERE voucher_id = ?")
         .bind(voucher)
-        .execute(tx.conn())
+        .execute(&mut *tx)
         .await
         .unwrap();
     drop(tx);
 
-    // Free once MySQL has seen the connection go: a row another session
-    // still holds would make this wait out its one-second lock timeout.
+    // Free once the rollback has run: a row another session still holds
+    // would make this wait out its one-second lock timeout.
     let mut other = sqlx::MySqlConnection::connect(&app.database_url())
         .await
         .unwrap();

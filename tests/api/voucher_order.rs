@@ -137,8 +137,8 @@ async fn users_see_only_their_own_orders() {
 }
 
 /// Redis restarted empty: the id counter starts over, and the next id can be
-/// one an order already has. That transaction rolls back whole (the stock it
-/// took included) and runs again under the next id.
+/// one an order already has. The insert fails alone and runs again under the
+/// next id.
 #[tokio::test]
 async fn an_order_id_already_taken_is_replaced_by_the_next_one() {
     let app = spawn_app(&[]).await;
