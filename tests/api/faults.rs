@@ -141,32 +141,45 @@ async fn mysql_lost_mid_transaction_rolls_back_and_releases_the_lock() {
 /// longer than the backend timeout, answers 503, keeps nothing, and the
 /// next purchase after the row is free succeeds. (MySQL's own limit on
 /// that wait, `innodb_lock_wait_timeout`, is 50 s.)
+/// Another session takes a lock the purchase needs (`lock`, on a connection
+/// of its own, not the pool's: if an assertion fails, it is closed on the way
+/// out and MySQL lets the lock go, where a pooled one would keep it and the
+/// database's removal would wait on it). The purchase must answer 503 within
+/// the backend timeout instead of waiting; then `unlock` lets the lock go.
+async fn purchase_answers_503_behind(
+    app: &TestApp,
+    voucher: i64,
+    token: &str,
+    lock: &str,
+    unlock: &str,
+) {
+    let mut blocker = sqlx::MySqlConnection::connect(&app.database_url())
+        .await
+        .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(lock.to_owned()))
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    let (status, body, took) = timed_purchase(app, voucher, token).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["errorCode"], "UNAVAILABLE");
+    assert!(took < NO_HANG, "waited {took:?} behind `{lock}`");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(unlock.to_owned()))
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn a_stock_row_held_elsewhere_answers_503_within_the_backend_timeout() {
     let app = spawn_app(&["--lock=redis-lua", "--backend-timeout-ms=1000"]).await;
     let voucher = app.create_open_seckill(10).await;
     let token = app.login(&phone(1)).await;
 
-    // A connection of its own, not the pool's: if an assertion fails, it is
-    // closed on the way out and MySQL rolls its transaction back (a pooled
-    // one would keep the row, and the database's removal would wait on it).
-    let mut blocker = sqlx::MySqlConnection::connect(&app.database_url())
-        .await
-        .unwrap();
-    sqlx::raw_sql("BEGIN").execute(&mut blocker).await.unwrap();
-    sqlx::query("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ? FOR UPDATE")
-        .bind(voucher)
-        .execute(&mut blocker)
-        .await
-        .unwrap();
-    let (status, body, took) = timed_purchase(&app, voucher, &token).await;
-    assert_eq!(status, 503, "{body}");
-    assert_eq!(body["errorCode"], "UNAVAILABLE");
-    assert!(took < NO_HANG, "waited {took:?} on the row lock");
-    sqlx::raw_sql("ROLLBACK")
-        .execute(&mut blocker)
-        .await
-        .unwrap();
+    let lock_the_row = format!(
+        "BEGIN; SELECT stock FROM tb_seckill_voucher WHERE voucher_id = {voucher} FOR UPDATE"
+    );
+    purchase_answers_503_behind(&app, voucher, &token, &lock_the_row, "ROLLBACK").await;
 
     let audit = app.audit(voucher).await;
     assert_eq!((audit.orders, audit.stock_left), (0, 10), "rolled back");
@@ -174,6 +187,9 @@ async fn a_stock_row_held_elsewhere_answers_503_within_the_backend_timeout() {
     assert_eq!(retry["success"], true, "{retry}");
 }
 
+/// A table lock (an admin's `LOCK TABLES`, a long `ALTER TABLE`) is a
+/// metadata lock, which MySQL waits for up to `lock_wait_timeout`: a day by
+/// default, not the row lock's `innodb_lock_wait_timeout`.
 #[tokio::test]
 async fn a_table_locked_elsewhere_answers_503_within_the_backend_timeout() {
     let app = spawn_app(&["--lock=redis-lua", "--backend-timeout-ms=1000"]).await;
@@ -185,25 +201,14 @@ async fn a_table_locked_elsewhere_answers_503_within_the_backend_timeout() {
     assert_eq!(first["success"], true, "{first}");
     let token = app.login(&phone(2)).await;
 
-    // A table lock (an admin's `LOCK TABLES`, a long `ALTER TABLE`) is a
-    // metadata lock, which MySQL waits for up to `lock_wait_timeout`: a day
-    // by default, not the row lock's `innodb_lock_wait_timeout`. Its own
-    // connection, closed (and the lock with it) on the way out.
-    let mut blocker = sqlx::MySqlConnection::connect(&app.database_url())
-        .await
-        .unwrap();
-    sqlx::raw_sql("LOCK TABLES tb_voucher_order WRITE")
-        .execute(&mut blocker)
-        .await
-        .unwrap();
-    let (status, body, took) = timed_purchase(&app, voucher, &token).await;
-    assert_eq!(status, 503, "{body}");
-    assert_eq!(body["errorCode"], "UNAVAILABLE");
-    assert!(took < NO_HANG, "waited {took:?} on the table lock");
-    sqlx::raw_sql("UNLOCK TABLES")
-        .execute(&mut blocker)
-        .await
-        .unwrap();
+    purchase_answers_503_behind(
+        &app,
+        voucher,
+        &token,
+        "LOCK TABLES tb_voucher_order WRITE",
+        "UNLOCK TABLES",
+    )
+    .await;
 
     let audit = app.audit(voucher).await;
     assert_eq!((audit.orders, audit.stock_left), (1, 9), "rolled back");
