@@ -2,6 +2,7 @@
 //! until it is told to stop (SIGTERM/SIGINT, or a handle in tests).
 
 use std::net::TcpListener;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::{Server, ServerHandle};
@@ -27,7 +28,7 @@ pub struct AppState {
     pub store: Store,
     pub redis: ConnectionManager,
     pub sessions: Sessions,
-    pub seckill: Seckill,
+    pub seckill: Arc<Seckill>,
     pub admin_token: String,
     /// Upper bound on one backend call before answering 503.
     pub backend_timeout: Duration,
@@ -91,13 +92,13 @@ impl Application {
             token
         });
 
-        let seckill = Seckill::new(
+        let seckill = Arc::new(Seckill::new(
             store.clone(),
             lock,
             IdWorker::new(redis.clone(), keys.clone()),
             keys.clone(),
             Duration::from_millis(settings.chaos_hold_ms),
-        );
+        ));
         let state = web::Data::new(AppState {
             node_id: node_id.clone(),
             store,

@@ -103,7 +103,7 @@ pub async fn run(args: BenchDbArgs) -> anyhow::Result<BenchDbResult> {
 
 /// The purchase's SQL, as the purchase runs it, minus lock and HTTP.
 async fn purchase_transaction(db: &Store, order: NewOrder) -> Result<(), sqlx::Error> {
-    let mut tx = db.pool().begin().await?;
+    let mut tx = db.begin().await?;
     let existing = store::count_user_orders(&mut tx, order.user_id, order.voucher_id).await?;
     if existing == 0 {
         store::insert_order(&mut tx, order).await?;

@@ -10,6 +10,7 @@
 //! `--fencing` B's newer token wins: A finds it before committing and rolls
 //! back, and the fence row orders B's transaction after A's.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -59,14 +60,14 @@ pub(super) async fn run(lab: &Lab, database: &LabDatabase) -> anyhow::Result<Str
     let lock = lab.lock(LEASE, Duration::ZERO)?;
     let keys = Keys::new(lab.namespace());
     let ids = IdWorker::new(lab.redis(), keys.clone());
-    let paused = Seckill::new(
+    let paused = Arc::new(Seckill::new(
         store.clone(),
         lock.clone(),
         ids.clone(),
         keys.clone(),
         PAUSE,
-    );
-    let prompt = Seckill::new(store.clone(), lock, ids, keys, Duration::ZERO);
+    ));
+    let prompt = Arc::new(Seckill::new(store.clone(), lock, ids, keys, Duration::ZERO));
 
     // Setting up took a moment: the story starts at the next round 100 ms.
     let start = (lab.now_ms() / 100 + 1) * 100;

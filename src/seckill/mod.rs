@@ -3,6 +3,12 @@
 //! (count this user's orders, insert the order, take stock) → commit →
 //! release. The lock is taken before the transaction begins and released
 //! after it ends, never inside it; which lock runs is not this module's concern.
+//!
+//! A purchase, once started, runs to its end in a task of its own: the
+//! request only awaits it. A client that hangs up makes actix drop the
+//! request's future; were the purchase that future, the drop would release
+//! the lock while its `COMMIT` is still running in MySQL, and the same
+//! user's next request would not see the order yet and place a second one.
 
 mod catalog;
 
@@ -10,13 +16,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Local;
+use tracing::Instrument;
 
 use crate::error::{Error, Rejection};
 use crate::id_worker::IdWorker;
 use crate::keys::Keys;
 use crate::lock::{HeldLock, LockError, OrderLock};
 use crate::metrics;
-use crate::store::{self, NewOrder, Store};
+use crate::store::{self, NewOrder, Store, Tx};
 use catalog::Catalog;
 
 /// Places one-order-per-user flash-sale orders.
@@ -50,8 +57,20 @@ impl Seckill {
     }
 
     /// Buys one unit of `voucher_id` for `user_id`; returns the new order id.
-    #[tracing::instrument(name = "purchase", skip(self), fields(lock = %self.lock.mode()))]
-    pub async fn purchase(&self, user_id: u64, voucher_id: i64) -> Result<i64, Error> {
+    /// The purchase runs to its end (commit or rollback, then release)
+    /// even if the caller stops waiting for it.
+    pub async fn purchase(self: &Arc<Self>, user_id: u64, voucher_id: i64) -> Result<i64, Error> {
+        let seckill = self.clone();
+        let span = tracing::info_span!("purchase", lock = %self.lock.mode(), user_id, voucher_id);
+        let purchase = tokio::spawn(
+            async move { seckill.purchase_to_the_end(user_id, voucher_id).await }.instrument(span),
+        );
+        purchase.await.map_err(|failed| {
+            Error::Internal(anyhow::Error::new(failed).context("the purchase task failed"))
+        })?
+    }
+
+    async fn purchase_to_the_end(&self, user_id: u64, voucher_id: i64) -> Result<i64, Error> {
         let outcome = self.try_purchase(user_id, voucher_id).await;
         let label = match &outcome {
             Ok(order_id) => {
@@ -177,8 +196,10 @@ impl Seckill {
         }
     }
 
-    /// The transaction run under the per-user lock, placing order `id`. Any
-    /// early return drops the transaction, which rolls it back.
+    /// The transaction run under the per-user lock, placing order `id`.
+    /// Its end is known before this returns, so that the lock is released
+    /// only after it: committed, rolled back, or — after a failure that
+    /// left it unknown — its connection closed, which never commits.
     async fn create_order(
         &self,
         id: i64,
@@ -186,17 +207,46 @@ impl Seckill {
         voucher_id: i64,
         held: &dyn HeldLock,
     ) -> Result<i64, Error> {
-        let mut tx = self.store.pool().begin().await?;
+        let mut tx = self.store.begin().await?;
+        // On an error here, the transaction is dropped with its end unseen,
+        // which closes its connection.
+        match self
+            .write_order(&mut tx, id, user_id, voucher_id, held)
+            .await?
+        {
+            Ok(id) => {
+                tx.commit().await?;
+                Ok(id)
+            }
+            Err(refused) => {
+                tx.rollback().await?;
+                Err(refused)
+            }
+        }
+    }
+
+    /// The statements of the purchase transaction, which the caller ends:
+    /// `Ok(decision)` when they ran — the order to commit, or a refusal to
+    /// roll back — and `Err` when one of them failed.
+    async fn write_order(
+        &self,
+        tx: &mut Tx,
+        id: i64,
+        user_id: u64,
+        voucher_id: i64,
+        held: &dyn HeldLock,
+    ) -> Result<Result<i64, Error>, Error> {
         if let Some(token) = held.fencing_token() {
             // First statement: a newer holder's token means ours is stale,
             // and the row lock orders this user's purchases by token.
-            if !store::record_fence(&mut tx, user_id, token).await? {
+            if !store::record_fence(tx, user_id, token).await? {
                 metrics::FENCING_REJECTIONS.inc();
-                return Err(LockError::Lost("a newer holder's fencing token already wrote").into());
+                let stale = LockError::Lost("a newer holder's fencing token already wrote");
+                return Ok(Err(stale.into()));
             }
         }
-        if store::count_user_orders(&mut tx, user_id, voucher_id).await? > 0 {
-            return Err(Rejection::AlreadyOrdered.into());
+        if store::count_user_orders(tx, user_id, voucher_id).await? > 0 {
+            return Ok(Err(Rejection::AlreadyOrdered.into()));
         }
         if !self.chaos_hold.is_zero() {
             tokio::time::sleep(self.chaos_hold).await;
@@ -205,13 +255,11 @@ impl Seckill {
         // voucher's one stock row until the commit, and every purchase of
         // the voucher queues for that lock, so only the commit may follow it.
         // (Sold out: the insert rolls back with the rest.)
-        let id = self.insert_order(&mut tx, id, user_id, voucher_id).await?;
-        if !store::take_stock(&mut tx, voucher_id).await? {
-            return Err(Rejection::SoldOut.into());
+        let id = self.insert_order(tx, id, user_id, voucher_id).await?;
+        if !store::take_stock(tx, voucher_id).await? {
+            return Ok(Err(Rejection::SoldOut.into()));
         }
         // A holder that learnt it lost the lock rolls back instead.
-        held.ensure_held().await?;
-        tx.commit().await?;
-        Ok(id)
+        Ok(held.ensure_held().await.map(|()| id).map_err(Error::from))
     }
 }

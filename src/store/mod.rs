@@ -3,6 +3,7 @@
 mod fence;
 mod invariants;
 mod order;
+mod tx;
 mod user;
 mod voucher;
 
@@ -17,6 +18,7 @@ use sqlx::{Connection, MySql, MySqlPool};
 pub use fence::record_fence;
 pub use invariants::VoucherAudit;
 pub use order::{count_user_orders, insert_order, take_stock, NewOrder, VoucherOrder};
+pub use tx::Tx;
 pub use user::User;
 pub use voucher::{NewSeckillVoucher, NewVoucher, SeckillVoucher, Voucher};
 
@@ -111,6 +113,12 @@ impl Store {
 
     pub fn pool(&self) -> &MySqlPool {
         &self.pool
+    }
+
+    /// Begins a transaction that a cancellation cannot leave open on a
+    /// pooled connection ([`Tx`]); the only way this crate begins one.
+    pub async fn begin(&self) -> Result<Tx, sqlx::Error> {
+        Tx::begin(&self.pool).await
     }
 
     /// Applies pending migrations.

@@ -75,7 +75,7 @@ impl Store {
         voucher: &NewVoucher,
         seckill: &NewSeckillVoucher,
     ) -> Result<i64, sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let id = insert_voucher_row(&mut tx, voucher).await?;
         sqlx::query(
             "INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time) \

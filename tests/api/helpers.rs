@@ -48,6 +48,12 @@ pub struct TestApp {
 /// `flags` (`--lock=local`, `--chaos-hold-ms=50`, ...) add to or override the
 /// harness defaults, always in `--name=value` form.
 pub async fn spawn_app(flags: &[&str]) -> TestApp {
+    spawn_app_on(&mysql_server_url(), flags).await
+}
+
+/// As [`spawn_app`], with the test's database on the MySQL server at
+/// `mysql_server` (`mysql://user@host:port`) instead of the machine's.
+pub async fn spawn_app_on(mysql_server: &str, flags: &[&str]) -> TestApp {
     // Node logs only when asked for: `TEST_LOG=1 cargo test`.
     if std::env::var_os("TEST_LOG").is_some() {
         hmdp::telemetry::init();
@@ -56,13 +62,9 @@ pub async fn spawn_app(flags: &[&str]) -> TestApp {
         .iter()
         .find_map(|flag| flag.strip_prefix("--redis-url="))
         .map_or_else(redis_url, str::to_owned);
-    let sandbox = Sandbox::create(
-        &format!("{}/hmdp", mysql_server_url()),
-        &node_redis_url,
-        "test",
-    )
-    .await
-    .expect("test database and Redis namespace");
+    let sandbox = Sandbox::create(&format!("{mysql_server}/hmdp"), &node_redis_url, "test")
+        .await
+        .expect("test database and Redis namespace");
     let defaults = [
         "--port=0".to_owned(),
         "--host=127.0.0.1".into(),

@@ -2,11 +2,13 @@
 
 mod bad_input;
 mod concurrency;
+mod disconnects;
 mod faults;
 mod health;
 mod helpers;
 mod locks;
 mod shutdown;
+mod slow_mysql;
 mod user;
 mod voucher;
 mod voucher_order;

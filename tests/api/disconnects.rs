@@ -1,0 +1,306 @@
+//! A client that hangs up must not buy twice, nor leave a transaction open.
+//!
+//! A TCP reset makes actix drop the request's future wherever it is. These
+//! tests reset requests at every step of a purchase (before the lock, with
+//! the lock held, inside the transaction, while its `COMMIT` is in flight on
+//! a MariaDB whose commits take 20 ms) while the same user keeps buying on
+//! two other connections, and reset admin writes and cancel transactions
+//! around `BEGIN`; then they check that no user holds two orders, that no
+//! transaction is left open on a pooled connection, and that every success
+//! the API answered is visible to other sessions.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use hmdp::redis_server::RedisServer;
+use hmdp::store::{NewSeckillVoucher, NewVoucher, Store};
+use serde_json::Value;
+use sqlx::Connection;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::helpers::{seckill_body, spawn_app, spawn_app_on, TestApp, ADMIN_TOKEN};
+use crate::slow_mysql::{DelayedReplies, SlowCommitMariaDb, COMMIT_DELAY};
+
+/// Users per lock mode, each with one reset purchase and two buyers.
+const USERS: usize = 40;
+/// How long the two buyers keep buying after the reset request was sent.
+const BUYING_FOR: Duration = Duration::from_millis(80);
+
+/// Sends a request on a connection of its own and resets that connection
+/// (RST, not FIN: `SO_LINGER` 0) `after` it was sent.
+async fn send_then_reset(address: SocketAddr, request: &str, after: Duration) {
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    tokio::time::sleep(after).await;
+    stream.set_zero_linger().unwrap();
+    drop(stream);
+}
+
+fn socket_address(app: &TestApp) -> SocketAddr {
+    app.address
+        .trim_start_matches("http://")
+        .parse()
+        .expect("ip:port")
+}
+
+fn purchase_request(voucher: i64, token: &str) -> String {
+    format!(
+        "POST /voucher-order/seckill/{voucher} HTTP/1.1\r\nhost: node\r\n\
+         authorization: {token}\r\ncontent-length: 0\r\n\r\n"
+    )
+}
+
+/// One user's race: a purchase reset `reset_after` it was sent, and two
+/// buyers that start right after it and keep buying. Returns the order ids
+/// the API answered with.
+async fn race(app: &TestApp, voucher: i64, token: &str, reset_after: Duration) -> Vec<i64> {
+    let request = purchase_request(voucher, token);
+    let reset = send_then_reset(socket_address(app), &request, reset_after);
+    let buyer = || async {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let until = Instant::now() + reset_after + BUYING_FOR;
+        let mut orders = Vec::new();
+        while Instant::now() < until {
+            let body = app.purchase(voucher, token).await;
+            if body["success"] == true {
+                orders.push(body["data"].as_str().unwrap().parse().unwrap());
+            }
+        }
+        orders
+    };
+    let ((), first, second) = tokio::join!(reset, buyer(), buyer());
+    first.into_iter().chain(second).collect()
+}
+
+/// Transactions open on `store`'s database, waiting a while for purchases still
+/// finishing (a cancelled request's work goes on) to end.
+async fn open_transactions(store: &Store) -> i64 {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let open: i64 = sqlx::query_scalar(
+            "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.innodb_trx t \
+             JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
+             WHERE p.db = DATABASE()",
+        )
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+        if open == 0 || Instant::now() >= deadline {
+            return open;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// How many of `orders` another session can see.
+async fn visible(app: &TestApp, orders: &[i64]) -> usize {
+    let mut other = sqlx::MySqlConnection::connect(&app.database_url())
+        .await
+        .unwrap();
+    let mut seen = 0;
+    for order in orders {
+        let found: Option<i64> = sqlx::query_scalar("SELECT id FROM tb_voucher_order WHERE id = ?")
+            .bind(order)
+            .fetch_optional(&mut other)
+            .await
+            .unwrap();
+        seen += usize::from(found.is_some());
+    }
+    seen
+}
+
+struct Outcome {
+    setup: String,
+    orders: i64,
+    duplicate_users: i64,
+    open_transactions: i64,
+    answered: usize,
+    visible: usize,
+    stock_balances: bool,
+}
+
+async fn reset_purchases(db: &SlowCommitMariaDb, flags: &[&str]) -> Outcome {
+    let mut all_flags = vec!["--db-pool=32"];
+    all_flags.extend_from_slice(flags);
+    let app = spawn_app_on(&db.url(), &all_flags).await;
+    let stock = 1000;
+    let voucher = app.create_open_seckill(stock).await;
+    let tokens = app.login_many(USERS).await;
+    // Resets from 1 ms to past one commit's length, so that they land on
+    // every step of the purchase: waiting, locked, in the transaction, in
+    // the commit.
+    let span = (COMMIT_DELAY * 5 / 4).as_micros() as usize;
+    // One user at a time: users buying together would queue for the
+    // voucher's stock row, and most resets would land in that queue.
+    let mut answered = Vec::new();
+    for (user, token) in tokens.iter().enumerate() {
+        let reset_after = Duration::from_micros((1000 + user * span / USERS) as u64);
+        answered.extend(race(&app, voucher, token, reset_after).await);
+    }
+    let open_transactions = open_transactions(&app.store).await;
+    let audit = app.audit(voucher).await;
+    Outcome {
+        setup: flags.join(" "),
+        orders: audit.orders,
+        duplicate_users: audit.duplicate_users,
+        open_transactions,
+        answered: answered.len(),
+        visible: visible(&app, &answered).await,
+        stock_balances: audit.stock_balances(stock),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purchase_reset_at_any_step_buys_at_most_once_in_every_lock_mode() {
+    let db = SlowCommitMariaDb::start().await;
+    let lock_nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
+    let nodes = lock_nodes
+        .iter()
+        .map(RedisServer::url)
+        .collect::<Vec<_>>()
+        .join(",");
+    let nodes_flag = format!("--lock-nodes={nodes}");
+    let setups: [&[&str]; 8] = [
+        &["--lock=reentrant"],
+        &["--lock=reentrant", "--fencing"],
+        &["--lock=local"],
+        &["--lock=redis-naive"],
+        &["--lock=redis-owner"],
+        &["--lock=redis-lua"],
+        &["--lock=multi", &nodes_flag],
+        &["--lock=redlock", &nodes_flag],
+    ];
+    let mut outcomes = Vec::new();
+    for flags in setups {
+        outcomes.push(reset_purchases(&db, flags).await);
+    }
+
+    println!(
+        "{:<28} {:>5} {:>6} {:>16} {:>18} {:>9} {:>8}",
+        "setup", "users", "orders", "two-order users", "open transactions", "answered", "visible"
+    );
+    for outcome in &outcomes {
+        let setup = outcome.setup.split(" --lock-nodes").next().unwrap_or("");
+        println!(
+            "{setup:<28} {USERS:>5} {:>6} {:>16} {:>18} {:>9} {:>8}",
+            outcome.orders,
+            outcome.duplicate_users,
+            outcome.open_transactions,
+            outcome.answered,
+            outcome.visible
+        );
+    }
+    for outcome in &outcomes {
+        assert_eq!(outcome.duplicate_users, 0, "{}: two orders", outcome.setup);
+        assert_eq!(outcome.open_transactions, 0, "{}: open", outcome.setup);
+        assert_eq!(outcome.visible, outcome.answered, "{}", outcome.setup);
+        assert!(outcome.stock_balances, "{}: stock", outcome.setup);
+    }
+}
+
+/// How long the proxy holds back each reply of MySQL: every statement,
+/// `BEGIN` included, is in flight at least this long.
+const REPLY_DELAY: Duration = Duration::from_millis(4);
+
+/// An admin write reset around its `BEGIN` (replies of MySQL delayed, so
+/// that each statement is in flight for a while): whatever the client
+/// learns, the node's pool must not keep a connection inside a transaction,
+/// where later writes would stay invisible to everyone else.
+#[tokio::test]
+async fn an_admin_write_reset_around_begin_leaves_no_open_transaction() {
+    let direct = spawn_app(&[]).await;
+    let proxy = DelayedReplies::start("127.0.0.1:3306", REPLY_DELAY).await;
+    let app = spawn_app(&[
+        &format!("--database-url={}", proxy.url(&direct.database_url())),
+        &format!("--redis-prefix={}", direct.prefix),
+        "--no-migrate",
+        "--db-pool=1",
+    ])
+    .await;
+    let body = seckill_body(10, "2020-01-01T00:00:00", "2037-12-31T00:00:00");
+    let request = format!(
+        "POST /voucher/seckill HTTP/1.1\r\nhost: node\r\nx-admin-token: {ADMIN_TOKEN}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.to_string().len()
+    );
+    let mut other = sqlx::MySqlConnection::connect(&direct.database_url())
+        .await
+        .unwrap();
+    // From before the connection is taken to past the commit, in steps
+    // shorter than one reply's delay; after each, an ordinary voucher (one
+    // `INSERT`, no transaction of its own) on the node's one connection must
+    // be visible at once to another session: on a connection left inside a
+    // transaction it would not be.
+    for step in 0..60u64 {
+        let after = Duration::from_micros(step * 500);
+        send_then_reset(socket_address(&app), &request, after).await;
+        let created: Value = app
+            .post_voucher("/voucher", ADMIN_TOKEN, &body)
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(created["success"], true, "{created}");
+        let id: u64 = created["data"].as_str().unwrap().parse().unwrap();
+        let found: Option<u64> = sqlx::query_scalar("SELECT id FROM tb_voucher WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&mut other)
+            .await
+            .unwrap();
+        assert_eq!(
+            found,
+            Some(id),
+            "after a write reset {after:?} after it was sent, an answered voucher is invisible to others"
+        );
+    }
+    assert_eq!(open_transactions(&direct.store).await, 0);
+}
+
+/// The same moment swept at the store: a write cancelled after 0, 1, 2, ...
+/// ms (each reply 4 ms late) hands its connection back either outside any
+/// transaction or not at all.
+#[tokio::test]
+async fn a_transaction_cancelled_at_any_moment_never_returns_to_the_pool_open() {
+    let direct = spawn_app(&[]).await;
+    let proxy = DelayedReplies::start("127.0.0.1:3306", REPLY_DELAY).await;
+    let store = Store::connect_lazy(
+        &proxy.url(&direct.database_url()),
+        1,
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let (voucher, seckill) = hmdp_voucher();
+    for after_ms in 0..30 {
+        let write = store.insert_seckill_voucher(&voucher, &seckill);
+        let _ = tokio::time::timeout(Duration::from_millis(after_ms), write).await;
+        let in_transaction: u64 = sqlx::query_scalar("SELECT @@in_transaction")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(
+            in_transaction, 0,
+            "a write cancelled after {after_ms} ms left its connection in a transaction"
+        );
+    }
+}
+
+fn hmdp_voucher() -> (NewVoucher, NewSeckillVoucher) {
+    let time = |text: &str| text.parse().expect("a datetime");
+    let voucher = NewVoucher {
+        shop_id: 1,
+        title: "100元代金券".into(),
+        sub_title: None,
+        rules: None,
+        pay_value: 8000,
+        actual_value: 10000,
+        voucher_type: 1,
+        status: 1,
+    };
+    let seckill = NewSeckillVoucher {
+        stock: 10,
+        begin_time: time("2020-01-01T00:00:00"),
+        end_time: time("2037-12-31T00:00:00"),
+    };
+    (voucher, seckill)
+}

@@ -1,0 +1,153 @@
+//! MySQL made slow in two ways, to widen the moments a cancelled request
+//! can land in: a private MariaDB whose every commit takes about 20 ms
+//! (binary log on, group commit waiting for companions that never come,
+//! standing in for a slow disk or a replica's acknowledgement), and a proxy
+//! that delivers every reply of the machine's MySQL a few milliseconds late
+//! (a statement such as `BEGIN` then stays in flight that long).
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hmdp::redis_server::free_port;
+use sqlx::Connection;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// How long the server holds each commit back.
+pub const COMMIT_DELAY: Duration = Duration::from_millis(20);
+
+/// A `mariadbd` of the test's own on a free port, killed and its files
+/// removed when dropped.
+pub struct SlowCommitMariaDb {
+    child: Child,
+    port: u16,
+    /// Declared last: removed after the server is gone.
+    _dir: tempfile::TempDir,
+}
+
+impl SlowCommitMariaDb {
+    pub async fn start() -> SlowCommitMariaDb {
+        let dir = tempfile::tempdir().expect("a directory for the server");
+        let data = dir.path().join("data");
+        let installed = Command::new("mariadb-install-db")
+            .args(["--no-defaults", "--user=root", "--skip-test-db"])
+            .arg("--auth-root-authentication-method=normal")
+            .arg(format!("--datadir={}", data.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("mariadb-install-db runs");
+        assert!(installed.success(), "mariadb-install-db failed");
+        let port = free_port().unwrap();
+        let child = Command::new("mariadbd")
+            .args(server_args(dir.path(), &data, port))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("mariadbd runs");
+        let server = SlowCommitMariaDb {
+            child,
+            port,
+            _dir: dir,
+        };
+        let started = Instant::now();
+        while sqlx::MySqlConnection::connect(&server.url()).await.is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the slow-commit MariaDB did not come up"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        server
+    }
+
+    /// `mysql://root@127.0.0.1:{port}`, without a database.
+    pub fn url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}", self.port)
+    }
+}
+
+fn server_args(dir: &Path, data: &Path, port: u16) -> Vec<String> {
+    let wait_usec = COMMIT_DELAY.as_micros();
+    vec![
+        "--no-defaults".into(),
+        "--user=root".into(),
+        format!("--datadir={}", data.display()),
+        format!("--port={port}"),
+        "--bind-address=127.0.0.1".into(),
+        format!("--socket={}", dir.join("sock").display()),
+        format!("--pid-file={}", dir.join("pid").display()),
+        format!("--log-bin={}", dir.join("binlog").display()),
+        "--server-id=1".into(),
+        // A group commit waits for this many commits or this long: the
+        // count is never reached, so each commit waits the whole time.
+        "--binlog-commit-wait-count=1000".into(),
+        format!("--binlog-commit-wait-usec={wait_usec}"),
+        "--innodb-buffer-pool-size=32M".into(),
+        "--skip-name-resolve".into(),
+        "--max-connections=500".into(),
+    ]
+}
+
+impl Drop for SlowCommitMariaDb {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A TCP proxy in front of a MySQL server that holds back every chunk of
+/// the server's replies for `delay`; requests pass at once. Stops with the
+/// test's runtime.
+pub struct DelayedReplies {
+    port: u16,
+}
+
+impl DelayedReplies {
+    /// Proxies to `upstream` (`host:port`).
+    pub async fn start(upstream: &str, delay: Duration) -> DelayedReplies {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let upstream = upstream.to_owned();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = TcpStream::connect(&upstream).await else {
+                    continue;
+                };
+                tokio::spawn(relay(client, server, delay));
+            }
+        });
+        DelayedReplies { port }
+    }
+
+    /// `url` (a `mysql://` URL of the upstream server) pointed at the proxy.
+    pub fn url(&self, url: &str) -> String {
+        let mut url = reqwest::Url::parse(url).expect("a MySQL URL");
+        url.set_port(Some(self.port))
+            .expect("a host to set a port on");
+        url.to_string()
+    }
+}
+
+async fn relay(client: TcpStream, server: TcpStream, delay: Duration) {
+    let (mut client_reads, mut client_writes) = client.into_split();
+    let (mut server_reads, mut server_writes) = server.into_split();
+    let requests = tokio::io::copy(&mut client_reads, &mut server_writes);
+    let replies = async {
+        let mut buffer = vec![0; 64 * 1024];
+        loop {
+            let read = server_reads.read(&mut buffer).await?;
+            if read == 0 {
+                return Ok::<_, std::io::Error>(());
+            }
+            tokio::time::sleep(delay).await;
+            client_writes.write_all(&buffer[..read]).await?;
+        }
+    };
+    // Either side closing ends the relay; dropping the halves closes both.
+    tokio::select! {
+        _ = requests => {}
+        _ = replies => {}
+    }
+}
