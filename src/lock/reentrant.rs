@@ -16,6 +16,8 @@
 //! - Release is idempotent per guard: a retry after a lost reply gets the
 //!   first attempt's answer, from a latch when holds remain, from the lease
 //!   when the first attempt took the last one (`lua/reentrant_unlock.lua`).
+//!   A release abandoned midway is resumed by the guard's `Drop` as a retry
+//!   of the same release, never sent again as a new one.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -94,8 +96,16 @@ struct Inner {
     events: ReleaseEvents,
     options: ReentrantOptions,
     holds: Arc<Registry>,
+    watchdogs: Arc<Watchdogs>,
+}
+
+/// What the watchdogs of one lock are doing, for tests and operators.
+#[derive(Default)]
+struct Watchdogs {
     /// Watchdog tasks alive right now.
-    renewing: Arc<AtomicUsize>,
+    renewing: AtomicUsize,
+    /// Holds a watchdog found taken or gone, or could not renew in time.
+    lost: AtomicU64,
 }
 
 /// The live holds of this process by (key, holder), so that a re-entry joins
@@ -109,6 +119,11 @@ struct Hold {
     holder: Holder,
     owner: String,
     lease: Duration,
+    /// Guards of this hold not yet giving their hold back.
+    guards: AtomicUsize,
+    /// Set when the last guard starts giving back the last hold: a renewal
+    /// that finds the key gone from now on saw the release, not a loss.
+    releasing: AtomicBool,
     /// Set when a renewal found the key taken or gone.
     lost: AtomicBool,
     /// Until when Redis keeps the key for us, by our clock: counted from
@@ -124,6 +139,17 @@ impl Hold {
     fn lease_running(&self) -> bool {
         !self.lost.load(Ordering::SeqCst)
             && Instant::now() < *self.valid_until.lock().expect("hold poisoned")
+    }
+
+    /// One guard starts giving its hold back; the last one stops the
+    /// watchdog first, so that no renewal reports the key it deletes as lost.
+    fn guard_leaves(&self) {
+        if self.guards.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.releasing.store(true, Ordering::SeqCst);
+            if let Some(renewal) = self.renewal.lock().expect("hold poisoned").take() {
+                renewal.abort();
+            }
+        }
     }
 }
 
@@ -161,14 +187,19 @@ impl ReentrantLock {
                 events: ReleaseEvents::new(client),
                 options,
                 holds: Arc::new(Mutex::new(HashMap::new())),
-                renewing: Arc::new(AtomicUsize::new(0)),
+                watchdogs: Arc::default(),
             }),
         }
     }
 
     /// Holds whose lease a watchdog is renewing right now.
     pub fn renewing(&self) -> usize {
-        self.inner.renewing.load(Ordering::SeqCst)
+        self.inner.watchdogs.renewing.load(Ordering::SeqCst)
+    }
+
+    /// Holds of this lock that a watchdog declared lost so far.
+    pub fn holds_lost(&self) -> u64 {
+        self.inner.watchdogs.lost.load(Ordering::SeqCst)
     }
 
     async fn try_lock(&self, key: &str, holder: Holder, owner: &str) -> Result<Attempt, LockError> {
@@ -222,6 +253,7 @@ impl ReentrantLock {
             Some(hold) if count > 1 => {
                 // The re-entry reset the lease.
                 *hold.valid_until.lock().expect("hold poisoned") = sent + lease;
+                hold.guards.fetch_add(1, Ordering::SeqCst);
                 hold
             }
             _ => {
@@ -230,6 +262,8 @@ impl ReentrantLock {
                     holder,
                     owner: inner.owner(holder),
                     lease,
+                    guards: AtomicUsize::new(1),
+                    releasing: AtomicBool::new(false),
                     lost: AtomicBool::new(false),
                     valid_until: Mutex::new(sent + lease),
                     renewal: Mutex::new(None),
@@ -240,7 +274,7 @@ impl ReentrantLock {
                         Arc::downgrade(&hold),
                         inner.redis.clone(),
                         inner.options.max_hold.map(|max| sent + max),
-                        Renewing::start(&inner.renewing),
+                        Renewing::start(&inner.watchdogs),
                     ));
                     *hold.renewal.lock().expect("hold poisoned") = Some(renewal);
                 }
@@ -259,6 +293,7 @@ impl ReentrantLock {
                 inner.owner(holder),
                 NEXT_RELEASE.fetch_add(1, Ordering::Relaxed)
             ),
+            progress: ReleaseProgress::default(),
             released: false,
         })
     }
@@ -337,7 +372,42 @@ struct ReentrantHold {
     hold: Arc<Hold>,
     /// Names this release for the idempotency latch.
     release_id: String,
+    progress: ReleaseProgress,
     released: bool,
+}
+
+/// How far one guard's release got: a release abandoned midway (its future
+/// dropped after an attempt was sent) is resumed from here by `Drop`, as a
+/// retry that finds the first attempt's answer. Sent again as a first
+/// attempt, it would skip the latch and take a second hold away.
+#[derive(Default)]
+struct ReleaseProgress {
+    /// Attempts sent so far.
+    sent: u32,
+    /// Whether the key was surely still ours when the first one was sent.
+    lease_running: bool,
+}
+
+/// Gives back one guard's hold of `hold`, or resumes doing so.
+async fn give_back(
+    redis: &ConnectionManager,
+    hold: &Hold,
+    release_id: &str,
+    progress: &mut ReleaseProgress,
+) -> Result<Release, LockError> {
+    if progress.sent == 0 {
+        progress.lease_running = hold.lease_running();
+        hold.guard_leaves();
+    }
+    release(
+        redis,
+        &hold.key,
+        &hold.owner,
+        hold.lease,
+        release_id,
+        progress,
+    )
+    .await
 }
 
 #[async_trait]
@@ -347,25 +417,16 @@ impl HeldLock for ReentrantHold {
     }
 
     async fn release(mut self: Box<Self>) -> Result<Release, LockError> {
-        let hold = &self.hold;
-        if Arc::strong_count(hold) == 1 {
-            // The last guard: stop the watchdog before the key goes, so a
-            // renewal in flight cannot find it gone and report a lost lock.
-            if let Some(renewal) = hold.renewal.lock().expect("hold poisoned").take() {
-                renewal.abort();
-            }
-        }
-        let outcome = release(
-            &self.inner.redis,
-            &hold.key,
-            &hold.owner,
-            hold.lease,
-            &self.release_id,
-            hold.lease_running(),
+        let this = &mut *self;
+        let outcome = give_back(
+            &this.inner.redis,
+            &this.hold,
+            &this.release_id,
+            &mut this.progress,
         )
         .await;
         // Only now: a release abandoned halfway (its future dropped) leaves
-        // `released` unset, and `Drop` retries it under the same release id.
+        // `released` unset, and `Drop` resumes it.
         self.released = true;
         outcome
     }
@@ -395,9 +456,9 @@ impl Drop for ReentrantHold {
             let redis = self.inner.redis.clone();
             let hold = self.hold.clone();
             let release_id = std::mem::take(&mut self.release_id);
+            let mut progress = std::mem::take(&mut self.progress);
             runtime.spawn(async move {
-                let lease_running = hold.lease_running();
-                match release(&redis, &hold.key, &hold.owner, hold.lease, &release_id, lease_running).await {
+                match give_back(&redis, &hold, &release_id, &mut progress).await {
                     Ok(outcome) if outcome.is_clean() => {}
                     Ok(outcome) => tracing::warn!(?outcome, key = %hold.key, "dropped lock guard: release was not clean"),
                     Err(error) => tracing::warn!(%error, key = %hold.key, "dropped lock guard: release failed"),
@@ -408,25 +469,25 @@ impl Drop for ReentrantHold {
 }
 
 /// Gives back one hold, retrying (with the same release id) when the reply
-/// is lost, so the answer is the first attempt's. `lease_running`: the key
-/// is surely still ours as this starts (see [`answer`]).
+/// is lost, so the answer is the first attempt's; `progress` counts the
+/// attempts sent, this call's and any earlier call's for the same release.
 async fn release(
     redis: &ConnectionManager,
     key: &str,
     owner: &str,
     lease: Duration,
     release_id: &str,
-    lease_running: bool,
+    progress: &mut ReleaseProgress,
 ) -> Result<Release, LockError> {
-    let mut attempt = 1;
     loop {
+        progress.sent += 1;
+        let attempt = progress.sent;
         let result = unlock_once(redis, key, owner, lease, release_id, attempt, None).await;
         match result {
-            Ok(code) => return answer(code, attempt > 1 && lease_running),
+            Ok(code) => return answer(code, attempt > 1 && progress.lease_running),
             Err(error) if attempt < RELEASE_ATTEMPTS && is_transient(&error) => {
                 tracing::debug!(%error, attempt, "lock release reply lost; retrying");
                 tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
-                attempt += 1;
             }
             Err(error) => return Err(error.into()),
         }
@@ -506,7 +567,8 @@ impl Drop for Undo {
         runtime.spawn(async move {
             let release_id = uuid::Uuid::new_v4().simple().to_string();
             // Whether the acquisition took the key at all is unknown.
-            let undone = release(&redis, &key, &owner, lease, &release_id, false).await;
+            let mut progress = ReleaseProgress::default();
+            let undone = release(&redis, &key, &owner, lease, &release_id, &mut progress).await;
             tracing::debug!(?undone, %key, "undid an abandoned acquisition");
         });
     }
@@ -517,18 +579,30 @@ fn is_transient(error: &redis::RedisError) -> bool {
 }
 
 /// Counts a live watchdog for as long as its task exists (aborted included).
-struct Renewing(Arc<AtomicUsize>);
+struct Renewing(Arc<Watchdogs>);
 
 impl Renewing {
-    fn start(count: &Arc<AtomicUsize>) -> Self {
-        count.fetch_add(1, Ordering::SeqCst);
-        Renewing(count.clone())
+    fn start(watchdogs: &Arc<Watchdogs>) -> Self {
+        watchdogs.renewing.fetch_add(1, Ordering::SeqCst);
+        Renewing(watchdogs.clone())
+    }
+
+    /// Marks `hold` lost, unless its release has begun: a renewal that
+    /// crossed the release finds the key gone because it was given back.
+    fn lost(&self, hold: &Hold, reason: &'static str) -> bool {
+        if hold.releasing.load(Ordering::SeqCst) {
+            return false;
+        }
+        hold.lost.store(true, Ordering::SeqCst);
+        self.0.lost.fetch_add(1, Ordering::SeqCst);
+        metrics::LOCK_LOST.with_label_values(&[reason]).inc();
+        true
     }
 }
 
 impl Drop for Renewing {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.0.renewing.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -539,7 +613,7 @@ async fn renew(
     hold: Weak<Hold>,
     redis: ConnectionManager,
     stop_at: Option<Instant>,
-    _renewing: Renewing,
+    renewing: Renewing,
 ) {
     let Some(lease) = hold.upgrade().map(|hold| hold.lease) else {
         return;
@@ -572,21 +646,17 @@ async fn renew(
                 next = sent + every;
             }
             Ok(Ok(_)) => {
-                hold.lost.store(true, Ordering::SeqCst);
-                metrics::LOCK_LOST
-                    .with_label_values(&[metrics::LOST_TAKEN_OR_GONE])
-                    .inc();
-                tracing::warn!(key = %hold.key, "lock lost: the watchdog found it taken or gone");
+                if renewing.lost(&hold, metrics::LOST_TAKEN_OR_GONE) {
+                    tracing::warn!(key = %hold.key, "lock lost: the watchdog found it taken or gone");
+                }
                 return;
             }
             Ok(Err(_)) | Err(_) => {
                 let now = Instant::now();
                 if now >= *hold.valid_until.lock().expect("hold poisoned") {
-                    hold.lost.store(true, Ordering::SeqCst);
-                    metrics::LOCK_LOST
-                        .with_label_values(&[metrics::LOST_REDIS_UNREACHABLE])
-                        .inc();
-                    tracing::warn!(key = %hold.key, "lock lost: Redis unreachable until the lease ran out");
+                    if renewing.lost(&hold, metrics::LOST_REDIS_UNREACHABLE) {
+                        tracing::warn!(key = %hold.key, "lock lost: Redis unreachable until the lease ran out");
+                    }
                     return;
                 }
                 next = now + RENEW_RETRY.min(every);

@@ -1,12 +1,14 @@
 //! `reentrant` beyond the shared contract: re-entry by the same holder,
 //! waiting on release messages, the watchdog and its lost-lock signal.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
 use hmdp::lock::{HeldLock, Holder, OrderLock, ReentrantLock, ReentrantOptions, Release};
+use hmdp::redis_server::RedisServer;
 use redis::AsyncCommands;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, Instant};
@@ -369,27 +371,37 @@ async fn release_and_expect_the_waiter_within(
     taken.release().await.unwrap();
 }
 
-/// A caller that gives up while its acquisition is in flight (a timeout, a
-/// client gone) leaves no lock behind for the 30 s lease.
-#[tokio::test]
-async fn an_acquisition_abandoned_in_flight_gives_the_key_back() {
-    let server = hmdp::redis_server::RedisServer::start().unwrap();
-    let lock = ReentrantLock::new(
-        redis::Client::open(server.url()).unwrap(),
-        hmdp::startup::connect_redis(&server.url(), Duration::from_secs(10)).unwrap(),
-        watchdog(Duration::from_secs(30), Duration::ZERO),
-    );
-    let warm = lock.acquire("lock:order:0").await.unwrap().unwrap();
-    warm.release().await.unwrap();
-    let mut redis = connect(&server.url()).await;
-    // Writes stall on the server, so the acquisition is surely in flight.
+/// Stalls writes on the server for 300 ms, so that a lock script sent now
+/// is surely in flight when its caller gives up after 100 ms.
+async fn stall_writes(redis: &mut redis::aio::MultiplexedConnection) {
     let _: () = redis::cmd("CLIENT")
         .arg("PAUSE")
         .arg(300)
         .arg("WRITE")
-        .query_async(&mut redis)
+        .query_async(redis)
         .await
         .unwrap();
+}
+
+fn lock_on(server: &RedisServer) -> ReentrantLock {
+    ReentrantLock::new(
+        redis::Client::open(server.url()).unwrap(),
+        hmdp::startup::connect_redis(&server.url(), Duration::from_secs(10)).unwrap(),
+        watchdog(Duration::from_secs(30), Duration::ZERO),
+    )
+}
+
+/// A caller that gives up while its acquisition is in flight (a timeout, a
+/// client gone) leaves no lock behind for the 30 s lease.
+#[tokio::test]
+async fn an_acquisition_abandoned_in_flight_gives_the_key_back() {
+    let server = RedisServer::start().unwrap();
+    let lock = lock_on(&server);
+    let warm = lock.acquire("lock:order:0").await.unwrap().unwrap();
+    warm.release().await.unwrap();
+    let mut redis = connect(&server.url()).await;
+    // Writes stall on the server, so the acquisition is surely in flight.
+    stall_writes(&mut redis).await;
 
     let abandoned =
         tokio::time::timeout(Duration::from_millis(100), lock.acquire("lock:order:1")).await;
@@ -397,4 +409,70 @@ async fn an_acquisition_abandoned_in_flight_gives_the_key_back() {
     sleep(Duration::from_millis(500)).await;
     let exists: bool = redis.exists("lock:order:1").await.unwrap();
     assert!(!exists, "the abandoned hold was given back");
+}
+
+/// A release abandoned in flight is finished by its guard's `Drop` as a
+/// retry of the same release, which finds the first attempt's answer: with
+/// the holder inside twice, one hold is given back, not both, and nobody
+/// else gets in while the outer hold lives.
+#[tokio::test]
+async fn a_release_abandoned_in_flight_gives_back_one_hold_not_two() {
+    let server = RedisServer::start().unwrap();
+    let lock = lock_on(&server);
+    // Loads the scripts, so that the release below is one command.
+    let warm = lock.acquire("lock:order:0").await.unwrap().unwrap();
+    warm.release().await.unwrap();
+    let key = "lock:order:1";
+    let me = Holder::new();
+    let outer = lock.acquire_as(me, key).await.unwrap().expect("free key");
+    let inner = lock.acquire_as(me, key).await.unwrap().expect("re-entry");
+    let mut redis = connect(&server.url()).await;
+    stall_writes(&mut redis).await;
+
+    let abandoned = tokio::time::timeout(Duration::from_millis(100), inner.release()).await;
+    assert!(abandoned.is_err(), "gave up while the script was stalled");
+    sleep(Duration::from_millis(500)).await;
+    let holds: HashMap<String, u32> = redis.hgetall(key).await.unwrap();
+    assert_eq!(holds.values().sum::<u32>(), 1, "one hold left: {holds:?}");
+    assert!(
+        lock.acquire(key).await.unwrap().is_none(),
+        "another owner got in while the outer holder is inside"
+    );
+    assert_eq!(outer.release().await.unwrap(), Release::Released);
+}
+
+/// A release that crosses a renewal in flight is not a lost lock: the
+/// renewal finds the key gone because it was given back. Many short holds
+/// under a lease renewed every 10 ms, half released, half dropped, and no
+/// hold may be reported lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_crossing_a_renewal_is_not_a_lost_lock() {
+    let lock = Arc::new(lock(watchdog(Duration::from_millis(30), Duration::ZERO)));
+    let key = key("crossing");
+    let holders = (0..20u64).map(|task| {
+        let (lock, key) = (lock.clone(), format!("{key}:{task}"));
+        tokio::spawn(async move {
+            for round in 0..40u64 {
+                let held = lock.acquire(&key).await.unwrap().expect("own key");
+                sleep(Duration::from_micros((task * 700 + round * 1300) % 15_000)).await;
+                if round % 2 == 0 {
+                    held.release().await.unwrap();
+                } else {
+                    drop(held);
+                    // The dropped guard's release runs in the background.
+                    loop {
+                        if let Some(again) = lock.acquire(&key).await.unwrap() {
+                            again.release().await.unwrap();
+                            break;
+                        }
+                        sleep(Duration::from_millis(1)).await;
+                    }
+                }
+            }
+        })
+    });
+    for holder in join_all(holders).await {
+        holder.unwrap();
+    }
+    assert_eq!(lock.holds_lost(), 0, "holds reported lost");
 }
