@@ -149,6 +149,28 @@ pub trait HeldLock: Send + Sync {
     }
 }
 
+/// Gives back, in the background, the hold of a guard dropped without a
+/// release (a panic, a cancelled task), so that its key is free at once
+/// instead of after its lease. Without a runtime (the process shutting
+/// down) the lease frees the key.
+fn release_dropped<F>(key: String, release: F)
+where
+    F: std::future::Future<Output = Result<Release, LockError>> + Send + 'static,
+{
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        match release.await {
+            Ok(outcome) if outcome.is_clean() => {}
+            Ok(outcome) => {
+                tracing::warn!(?outcome, %key, "dropped lock guard: release was not clean")
+            }
+            Err(error) => tracing::warn!(%error, %key, "dropped lock guard: release failed"),
+        }
+    });
+}
+
 /// A pause a fault injection point runs, e.g. sleeping until a chosen moment.
 pub type Pause = Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
 

@@ -25,7 +25,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
 
 use super::reentrant::{answer, unlock_once, LOCK};
-use super::{HeldLock, Holder, LockError, OrderLock, Release};
+use super::{release_dropped, HeldLock, Holder, LockError, OrderLock, Release};
 use crate::config::LockMode;
 use crate::keys::sibling;
 
@@ -202,7 +202,8 @@ impl QuorumLock {
 
 /// A hold on a quorum of nodes, valid until its validity time runs out.
 struct QuorumHold {
-    /// The nodes that took the key (or may have), to release on.
+    /// The nodes that took the key (or may have), to release on; emptied
+    /// once a release has started.
     nodes: Vec<(String, ConnectionManager)>,
     key: String,
     owner: String,
@@ -215,29 +216,10 @@ struct QuorumHold {
 
 #[async_trait]
 impl HeldLock for QuorumHold {
-    async fn release(self: Box<Self>) -> Result<Release, LockError> {
-        let outcomes = release_on(
-            &self.nodes,
-            &self.key,
-            &self.owner,
-            &self.marker,
-            self.lease,
-        )
-        .await;
-        let clean = outcomes.iter().filter(|outcome| outcome.is_clean()).count();
-        Ok(if clean >= self.quorum {
-            outcomes
-                .iter()
-                .find_map(|outcome| match outcome {
-                    Release::StillHeld(left) => Some(Release::StillHeld(*left)),
-                    _ => None,
-                })
-                .unwrap_or(Release::Released)
-        } else if outcomes.contains(&Release::NotOwner) {
-            Release::NotOwner
-        } else {
-            Release::Expired
-        })
+    async fn release(mut self: Box<Self>) -> Result<Release, LockError> {
+        let nodes = std::mem::take(&mut self.nodes);
+        let outcomes = release_on(&nodes, &self.key, &self.owner, &self.marker, self.lease).await;
+        Ok(overall(&outcomes, self.quorum))
     }
 
     async fn ensure_held(&self) -> Result<(), LockError> {
@@ -245,6 +227,22 @@ impl HeldLock for QuorumHold {
             return Err(LockError::Lost("the lock's validity time ran out"));
         }
         Ok(())
+    }
+}
+
+impl Drop for QuorumHold {
+    fn drop(&mut self) {
+        if self.nodes.is_empty() {
+            return;
+        }
+        let nodes = std::mem::take(&mut self.nodes);
+        let (key, owner, marker) = (self.key.clone(), self.owner.clone(), self.marker.clone());
+        let lease = self.lease;
+        let quorum = self.quorum;
+        release_dropped(self.key.clone(), async move {
+            let outcomes = release_on(&nodes, &key, &owner, &marker, lease).await;
+            Ok(overall(&outcomes, quorum))
+        });
     }
 }
 
@@ -260,6 +258,25 @@ impl OrderLock for QuorumLock {
         key: &str,
     ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
         Ok(self.acquire_reported(holder, key).await?.0)
+    }
+}
+
+/// What a release on several nodes did, as one answer: clean when a quorum
+/// of them gave the hold back.
+fn overall(outcomes: &[Release], quorum: usize) -> Release {
+    let clean = outcomes.iter().filter(|outcome| outcome.is_clean()).count();
+    if clean >= quorum {
+        outcomes
+            .iter()
+            .find_map(|outcome| match outcome {
+                Release::StillHeld(left) => Some(Release::StillHeld(*left)),
+                _ => None,
+            })
+            .unwrap_or(Release::Released)
+    } else if outcomes.contains(&Release::NotOwner) {
+        Release::NotOwner
+    } else {
+        Release::Expired
     }
 }
 

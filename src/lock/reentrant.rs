@@ -31,7 +31,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::release_events::ReleaseEvents;
-use super::{HeldLock, Holder, LockError, OrderLock, Release};
+use super::{release_dropped, HeldLock, Holder, LockError, OrderLock, Release};
 use crate::config::{LockMode, LockSettings};
 use crate::keys::sibling;
 use crate::metrics;
@@ -451,20 +451,13 @@ impl Drop for ReentrantHold {
         if self.released {
             return;
         }
-        // Without a runtime (process shutdown) the lease frees the key.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let redis = self.inner.redis.clone();
-            let hold = self.hold.clone();
-            let release_id = std::mem::take(&mut self.release_id);
-            let mut progress = std::mem::take(&mut self.progress);
-            runtime.spawn(async move {
-                match give_back(&redis, &hold, &release_id, &mut progress).await {
-                    Ok(outcome) if outcome.is_clean() => {}
-                    Ok(outcome) => tracing::warn!(?outcome, key = %hold.key, "dropped lock guard: release was not clean"),
-                    Err(error) => tracing::warn!(%error, key = %hold.key, "dropped lock guard: release failed"),
-                }
-            });
-        }
+        let redis = self.inner.redis.clone();
+        let hold = self.hold.clone();
+        let release_id = std::mem::take(&mut self.release_id);
+        let mut progress = std::mem::take(&mut self.progress);
+        release_dropped(hold.key.clone(), async move {
+            give_back(&redis, &hold, &release_id, &mut progress).await
+        });
     }
 }
 

@@ -9,7 +9,7 @@ use rand::RngExt;
 use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
-use super::{owner, Faults, HeldLock, Holder, LockError, OrderLock, Release};
+use super::{owner, release_dropped, Faults, HeldLock, Holder, LockError, OrderLock, Release};
 use crate::config::LockMode;
 
 /// How a `SET NX` lock gives its key back: the one step in which lock v1,
@@ -36,8 +36,9 @@ impl<U: Unlock> SetNxLock<U> {
     }
 }
 
-struct SetNxHold<U> {
-    taken: Taken,
+struct SetNxHold<U: Unlock> {
+    /// `None` once a release has started.
+    taken: Option<Taken>,
     unlock: std::sync::Arc<U>,
 }
 
@@ -55,7 +56,7 @@ impl<U: Unlock> OrderLock for SetNxLock<U> {
         let taken = self.set_nx.take(key).await?;
         Ok(taken.map(|taken| {
             Box::new(SetNxHold {
-                taken,
+                taken: Some(taken),
                 unlock: self.unlock.clone(),
             }) as Box<dyn HeldLock>
         }))
@@ -64,12 +65,22 @@ impl<U: Unlock> OrderLock for SetNxLock<U> {
 
 #[async_trait]
 impl<U: Unlock> HeldLock for SetNxHold<U> {
-    async fn release(self: Box<Self>) -> Result<Release, LockError> {
-        self.unlock.unlock(self.taken).await
+    async fn release(mut self: Box<Self>) -> Result<Release, LockError> {
+        let taken = self.taken.take().expect("a hold is released once");
+        self.unlock.unlock(taken).await
     }
 
     fn owner_in_key(&self) -> Option<&str> {
-        Some(&self.taken.token)
+        self.taken.as_ref().map(|taken| taken.token.as_str())
+    }
+}
+
+impl<U: Unlock> Drop for SetNxHold<U> {
+    fn drop(&mut self) {
+        if let Some(taken) = self.taken.take() {
+            let unlock = self.unlock.clone();
+            release_dropped(taken.key.clone(), async move { unlock.unlock(taken).await });
+        }
     }
 }
 

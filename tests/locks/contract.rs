@@ -84,6 +84,11 @@ macro_rules! lock_contract {
             }
 
             #[tokio::test]
+            async fn a_dropped_hold_gives_the_key_back() {
+                dropped_hold(Subject::new($mode)).await;
+            }
+
+            #[tokio::test]
             async fn the_lease_frees_an_abandoned_key() {
                 lease_expiry(Subject::new($mode), &$promises).await;
             }
@@ -210,6 +215,18 @@ async fn stale_release(subject: Subject, promises: &Promises) {
         }
         StaleRelease::NoLease => unreachable!("handled above"),
     }
+}
+
+/// A hold dropped without a release (a panic, a task cancelled) gives the
+/// key back by itself, long before its lease would have: no user is locked
+/// out for the lease's 10 s after a request that was cut short.
+async fn dropped_hold(subject: Subject) {
+    let lock = subject.lock(LONG_LEASE, Duration::from_secs(2));
+    let key = subject.key("dropped");
+    drop(lock.acquire(&key).await.unwrap().expect("free key"));
+    let next = lock.acquire(&key).await.unwrap();
+    let next = next.expect("the dropped hold gave the key back within the wait");
+    assert_eq!(next.release().await.unwrap(), Release::Released);
 }
 
 /// A holder that never releases: the key frees itself once the lease is
