@@ -1,8 +1,13 @@
 //! Settings shared by the commands: flags, then environment, then defaults (DESIGN.md).
 
+use std::ffi::OsStr;
 use std::time::Duration;
 
+use clap::builder::TypedValueParser;
+use clap::error::ErrorKind;
 use clap::{Args, ValueEnum};
+
+use crate::auth::AdminToken;
 
 /// Where the data lives: MySQL for orders, Redis for sessions, ids and locks.
 #[derive(Debug, Clone, Args)]
@@ -153,10 +158,10 @@ pub struct ServeSettings {
     #[arg(long, env = "HMDP_NODE_ID")]
     pub node_id: Option<String>,
 
-    /// Token required in `x-admin-token` to create vouchers (default: random,
-    /// logged once at start).
-    #[arg(long, env = "HMDP_ADMIN_TOKEN", hide_env_values = true)]
-    pub admin_token: Option<String>,
+    /// Token required in `x-admin-token` to create vouchers, at least 16
+    /// characters (default: random, logged once at start).
+    #[arg(long, env = "HMDP_ADMIN_TOKEN", hide_env_values = true, value_parser = AdminTokenParser)]
+    pub admin_token: Option<AdminToken>,
 
     /// Fault injection: sleep this long inside the critical section (lock
     /// held, transaction open), standing in for a GC pause or slow SQL.
@@ -176,16 +181,46 @@ pub struct ServeSettings {
     pub workers: Option<usize>,
 }
 
+/// Parses `--admin-token` without quoting the refused value, as clap's own
+/// message would: a secret, even a refused one, has no place in a log.
+#[derive(Clone)]
+struct AdminTokenParser;
+
+impl TypedValueParser for AdminTokenParser {
+    type Value = AdminToken;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<AdminToken, clap::Error> {
+        let parsed = match value.to_str() {
+            Some(raw) => AdminToken::parse(raw),
+            None => Err("the admin token (HMDP_ADMIN_TOKEN / --admin-token) is not UTF-8".into()),
+        };
+        parsed.map_err(|message| {
+            clap::Error::raw(ErrorKind::ValueValidation, message + "\n").with_cmd(cmd)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
 
-    use super::LockSettings;
+    use super::{LockSettings, ServeSettings};
 
     #[derive(Parser)]
     struct Flags {
         #[command(flatten)]
         lock: LockSettings,
+    }
+
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        serve: ServeSettings,
     }
 
     fn parses(args: &[&str]) -> bool {
@@ -212,5 +247,21 @@ mod tests {
             "Instant overflow"
         );
         assert!(!parses(&["--lock-lease-ms=-5"]));
+    }
+
+    #[test]
+    fn admin_tokens_shorter_than_16_characters_are_refused() {
+        for short in ["", "change-me", "fifteen-chars!!"] {
+            let refused = Serve::try_parse_from(["hmdp", &format!("--admin-token={short}")])
+                .err()
+                .unwrap_or_else(|| panic!("admin token {short:?} accepted"))
+                .to_string();
+            assert!(
+                refused.contains("HMDP_ADMIN_TOKEN") && refused.contains("16 characters"),
+                "{refused}"
+            );
+            assert!(short.is_empty() || !refused.contains(short), "{refused}");
+        }
+        assert!(Serve::try_parse_from(["hmdp", "--admin-token=sixteen-chars!!!"]).is_ok());
     }
 }

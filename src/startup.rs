@@ -8,11 +8,10 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::middleware::{from_fn, DefaultHeaders};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
-use rand::RngExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tracing_actix_web::TracingLogger;
 
-use crate::auth::Sessions;
+use crate::auth::{AdminToken, Sessions};
 use crate::config::ServeSettings;
 use crate::id_worker::IdWorker;
 use crate::keys::Keys;
@@ -28,7 +27,7 @@ pub struct AppState {
     pub redis: ConnectionManager,
     pub sessions: Sessions,
     pub seckill: Seckill,
-    pub admin_token: String,
+    pub admin_token: AdminToken,
     /// Upper bound on one backend call before answering 503.
     pub backend_timeout: Duration,
 }
@@ -86,8 +85,11 @@ impl Application {
             format!("{host}:{port}")
         });
         let admin_token = settings.admin_token.clone().unwrap_or_else(|| {
-            let token = format!("{:032x}", rand::rng().random::<u128>());
-            tracing::info!(admin_token = %token, "generated admin token (set HMDP_ADMIN_TOKEN to fix it)");
+            let token = AdminToken::generate();
+            tracing::info!(
+                admin_token = token.as_str(),
+                "generated admin token (set HMDP_ADMIN_TOKEN to fix it)"
+            );
             token
         });
 
