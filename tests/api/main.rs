@@ -6,6 +6,7 @@ mod faults;
 mod health;
 mod helpers;
 mod locks;
+mod logs;
 mod shutdown;
 mod user;
 mod voucher;
