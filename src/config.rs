@@ -168,6 +168,12 @@ pub struct ServeSettings {
     #[arg(long, env = "HMDP_CHAOS_HOLD_MS", default_value_t = 0)]
     pub chaos_hold_ms: u64,
 
+    /// How long a request body may take to arrive after its headers; a
+    /// slower one fails with 408 and its connection is closed.
+    #[arg(long, env = "HMDP_BODY_TIMEOUT_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(1..=HOUR_MS))]
+    pub body_timeout_ms: u64,
+
     /// Minimum seconds between two login codes for one phone (0: no limit).
     #[arg(long, env = "HMDP_CODE_INTERVAL_SECS", default_value_t = 60)]
     pub code_interval_secs: u64,
@@ -263,5 +269,25 @@ mod tests {
             assert!(short.is_empty() || !refused.contains(short), "{refused}");
         }
         assert!(Serve::try_parse_from(["hmdp", "--admin-token=sixteen-chars!!!"]).is_ok());
+    }
+
+    #[test]
+    fn a_body_timeout_outside_its_range_is_refused() {
+        let serve = |flag: &str| Serve::try_parse_from(["hmdp", flag]);
+        assert_eq!(
+            serve("--body-timeout-ms=1000")
+                .unwrap()
+                .serve
+                .body_timeout_ms,
+            1000
+        );
+        assert!(
+            serve("--body-timeout-ms=0").is_err(),
+            "every body would time out"
+        );
+        assert!(
+            serve("--body-timeout-ms=18446744073709551615").is_err(),
+            "Instant overflow"
+        );
     }
 }

@@ -116,8 +116,12 @@ impl Application {
         metrics::init(&settings.lock.mode.to_string());
         tracing::info!(%node_id, port, lock = %settings.lock.mode, "node starting");
 
+        let body_timeout = Duration::from_millis(settings.body_timeout_ms);
         let mut server = HttpServer::new(move || {
             App::new()
+                .wrap(from_fn(move |request, next| {
+                    api::body_deadline::enforce(body_timeout, request, next)
+                }))
                 .wrap(DefaultHeaders::new().add(("x-served-by", node_id.clone())))
                 .wrap(from_fn(metrics::record_http))
                 .wrap(TracingLogger::<RequestIdSpan>::new())

@@ -8,6 +8,7 @@ mod helpers;
 mod locks;
 mod logs;
 mod shutdown;
+mod slow_body;
 mod user;
 mod voucher;
 mod voucher_order;
