@@ -49,6 +49,46 @@ impl StoreSettings {
     }
 }
 
+/// `mysql://root:secret@host/db` → `mysql://root:***@host/db`: a database or
+/// Redis URL as it may be shown in a message or a log.
+///
+/// Works on the text, not on a parse, so that a URL too malformed to parse
+/// is masked too. Taken for a password: whatever follows the user name's `:`
+/// up to the last `@`; without an `@`, a "port" that is not a number (a
+/// forgotten `@host`); the value of a `pass` or `password` query parameter
+/// (redis-rs reads `redis+unix:///socket?pass=`).
+pub fn redact_url(url: &str) -> String {
+    let (scheme, rest) = url.split_at(url.find("://").map_or(0, |at| at + 3));
+    let secret = match rest.rfind('@') {
+        Some(at) => rest[..at].find(':').map(|colon| colon + 1..at),
+        None => {
+            let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+            let port = authority
+                .rfind(':')
+                .filter(|&colon| !authority[colon..].contains(']'));
+            port.map(|colon| colon + 1..authority.len())
+                .filter(|port| !authority[port.clone()].bytes().all(|b| b.is_ascii_digit()))
+        }
+    };
+    let rest = match secret {
+        Some(secret) => format!("{}***{}", &rest[..secret.start], &rest[secret.end..]),
+        None => rest.to_owned(),
+    };
+    let Some((path, query)) = rest.split_once('?') else {
+        return format!("{scheme}{rest}");
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((key, _)) if ["pass", "password"].contains(&key.to_ascii_lowercase().as_str()) => {
+                format!("{key}=***")
+            }
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{scheme}{path}?{}", query.join("&"))
+}
+
 /// The lock modes of DESIGN.md, one per stage of the course.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
 pub enum LockMode {
@@ -215,7 +255,7 @@ impl TypedValueParser for AdminTokenParser {
 mod tests {
     use clap::Parser;
 
-    use super::{LockSettings, ServeSettings};
+    use super::{redact_url, LockSettings, ServeSettings};
 
     #[derive(Parser)]
     struct Flags {
@@ -289,5 +329,33 @@ mod tests {
             serve("--body-timeout-ms=18446744073709551615").is_err(),
             "Instant overflow"
         );
+    }
+
+    #[test]
+    fn redacted_urls_keep_everything_but_the_password() {
+        for (url, shown) in [
+            (
+                "mysql://root:secret@host:3306/hmdp",
+                "mysql://root:***@host:3306/hmdp",
+            ),
+            ("redis://:secret@host:6379/0", "redis://:***@host:6379/0"),
+            (
+                "mysql://root@127.0.0.1:3306/hmdp",
+                "mysql://root@127.0.0.1:3306/hmdp",
+            ),
+            ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+            (
+                "redis+unix:///tmp/r.sock?db=1&pass=secret",
+                "redis+unix:///tmp/r.sock?db=1&pass=***",
+            ),
+            ("mysql://u:s@c:r/e#t@host/db", "mysql://u:***@host/db"),
+            ("mysql://root:secret/db", "mysql://root:***/db"),
+            ("mysql://[::1]:3306/db", "mysql://[::1]:3306/db"),
+            ("redis://[::1]/0", "redis://[::1]/0"),
+            ("root:secret@host", "root:***@host"),
+            ("", ""),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+        }
     }
 }

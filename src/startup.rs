@@ -12,7 +12,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tracing_actix_web::TracingLogger;
 
 use crate::auth::{AdminToken, Sessions};
-use crate::config::ServeSettings;
+use crate::config::{redact_url, ServeSettings};
 use crate::id_worker::IdWorker;
 use crate::keys::Keys;
 use crate::seckill::Seckill;
@@ -35,7 +35,8 @@ pub struct AppState {
 /// A Redis connection that reconnects by itself and never waits longer than
 /// `timeout` for a reply, so a dead Redis turns into fast 503s, not hangs.
 pub fn connect_redis(url: &str, timeout: Duration) -> anyhow::Result<ConnectionManager> {
-    let client = redis::Client::open(url).with_context(|| format!("invalid REDIS_URL `{url}`"))?;
+    let client = redis::Client::open(url)
+        .with_context(|| format!("invalid REDIS_URL `{}`", redact_url(url)))?;
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout))
@@ -152,5 +153,43 @@ impl Application {
     /// in-flight requests finish (actix's graceful shutdown).
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         self.server.await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Application;
+    use crate::config::ServeSettings;
+
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        serve: ServeSettings,
+    }
+
+    /// The message `hmdp serve` prints when it cannot start with these flags.
+    async fn build_error(flags: &[&str]) -> String {
+        let args = ["hmdp", "--no-migrate", "--port=0", "--host=127.0.0.1"];
+        let settings = Serve::parse_from(args.iter().chain(flags).copied()).serve;
+        match Application::build(settings).await {
+            Ok(_) => panic!("started with {flags:?}"),
+            Err(error) => format!("{error:#}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_invalid_database_url_is_reported_without_its_password() {
+        let error = build_error(&["--database-url=mysql://root:s3cret@127.0.0.1:port/hmdp"]).await;
+        assert!(!error.contains("s3cret"), "{error}");
+        assert!(error.contains("invalid DATABASE_URL"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn an_invalid_redis_url_is_reported_without_its_password() {
+        let error = build_error(&["--redis-url=redis://:s3cret@127.0.0.1:port/0"]).await;
+        assert!(!error.contains("s3cret"), "{error}");
+        assert!(error.contains("invalid REDIS_URL"), "{error}");
     }
 }
