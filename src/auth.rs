@@ -216,6 +216,49 @@ impl FromRequest for CurrentUser {
     }
 }
 
+/// The secret that `x-admin-token` must carry, long enough that it cannot be
+/// guessed (an empty one would let an empty header in).
+#[derive(Clone)]
+pub struct AdminToken(String);
+
+impl AdminToken {
+    pub const MIN_CHARS: usize = 16;
+
+    pub fn parse(raw: &str) -> Result<AdminToken, String> {
+        if raw.chars().count() < Self::MIN_CHARS {
+            return Err(format!(
+                "the admin token (HMDP_ADMIN_TOKEN / --admin-token) must be at least {} \
+                 characters, this one has {}; leave it unset to have a random one \
+                 generated and logged",
+                Self::MIN_CHARS,
+                raw.chars().count()
+            ));
+        }
+        Ok(AdminToken(raw.to_owned()))
+    }
+
+    /// 128 random bits, hex.
+    pub fn generate() -> AdminToken {
+        AdminToken(format!("{:032x}", rand::rng().random::<u128>()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Compares in constant time, so the answer's timing tells nothing of
+    /// how much of a guess was right.
+    fn matches(&self, given: &[u8]) -> bool {
+        self.0.as_bytes().ct_eq(given).into()
+    }
+}
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminToken(***)")
+    }
+}
+
 /// Proof that the request carried the admin token.
 pub struct Admin;
 
@@ -226,13 +269,13 @@ impl FromRequest for Admin {
     fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
         let expected = req
             .app_data::<web::Data<AppState>>()
-            .map(|state| state.admin_token.as_bytes());
+            .map(|state| &state.admin_token);
         let given = req
             .headers()
             .get("x-admin-token")
             .map(|value| value.as_bytes());
         let allowed = match (expected, given) {
-            (Some(expected), Some(given)) => bool::from(expected.ct_eq(given)),
+            (Some(expected), Some(given)) => expected.matches(given),
             _ => false,
         };
         std::future::ready(if allowed {
@@ -276,6 +319,22 @@ mod tests {
             "１３８１２３４５６７８",
         ] {
             assert_eq!(Phone::parse(bad), Err(Rejection::PhoneInvalid), "{bad}");
+        }
+    }
+
+    #[test]
+    fn admin_token_counts_characters_not_bytes() {
+        assert!(AdminToken::parse("口令口令口令口令口令口令口令口令").is_ok());
+        assert!(AdminToken::parse("口令口令口令").is_err());
+        assert_eq!(AdminToken::generate().as_str().len(), 32);
+    }
+
+    #[test]
+    fn admin_token_matches_only_itself() {
+        let token = AdminToken::parse("sixteen-chars!!!").unwrap();
+        assert!(token.matches(b"sixteen-chars!!!"));
+        for wrong in [&b""[..], b"sixteen-chars!!", b"sixteen-chars!!!!"] {
+            assert!(!token.matches(wrong));
         }
     }
 }

@@ -1,8 +1,13 @@
 //! Settings shared by the commands: flags, then environment, then defaults (DESIGN.md).
 
+use std::ffi::OsStr;
 use std::time::Duration;
 
+use clap::builder::TypedValueParser;
+use clap::error::ErrorKind;
 use clap::{Args, ValueEnum};
+
+use crate::auth::AdminToken;
 
 /// Where the data lives: MySQL for orders, Redis for sessions, ids and locks.
 #[derive(Debug, Clone, Args)]
@@ -42,6 +47,46 @@ impl StoreSettings {
     pub fn backend_timeout(&self) -> Duration {
         Duration::from_millis(self.backend_timeout_ms)
     }
+}
+
+/// `mysql://root:secret@host/db` → `mysql://root:***@host/db`: a database or
+/// Redis URL as it may be shown in a message or a log.
+///
+/// Works on the text, not on a parse, so that a URL too malformed to parse
+/// is masked too. Taken for a password: whatever follows the user name's `:`
+/// up to the last `@`; without an `@`, a "port" that is not a number (a
+/// forgotten `@host`); the value of a `pass` or `password` query parameter
+/// (redis-rs reads `redis+unix:///socket?pass=`).
+pub fn redact_url(url: &str) -> String {
+    let (scheme, rest) = url.split_at(url.find("://").map_or(0, |at| at + 3));
+    let secret = match rest.rfind('@') {
+        Some(at) => rest[..at].find(':').map(|colon| colon + 1..at),
+        None => {
+            let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+            let port = authority
+                .rfind(':')
+                .filter(|&colon| !authority[colon..].contains(']'));
+            port.map(|colon| colon + 1..authority.len())
+                .filter(|port| !authority[port.clone()].bytes().all(|b| b.is_ascii_digit()))
+        }
+    };
+    let rest = match secret {
+        Some(secret) => format!("{}***{}", &rest[..secret.start], &rest[secret.end..]),
+        None => rest.to_owned(),
+    };
+    let Some((path, query)) = rest.split_once('?') else {
+        return format!("{scheme}{rest}");
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((key, _)) if ["pass", "password"].contains(&key.to_ascii_lowercase().as_str()) => {
+                format!("{key}=***")
+            }
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{scheme}{path}?{}", query.join("&"))
 }
 
 /// The lock modes of DESIGN.md, one per stage of the course.
@@ -153,15 +198,21 @@ pub struct ServeSettings {
     #[arg(long, env = "HMDP_NODE_ID")]
     pub node_id: Option<String>,
 
-    /// Token required in `x-admin-token` to create vouchers (default: random,
-    /// logged once at start).
-    #[arg(long, env = "HMDP_ADMIN_TOKEN", hide_env_values = true)]
-    pub admin_token: Option<String>,
+    /// Token required in `x-admin-token` to create vouchers, at least 16
+    /// characters (default: random, logged once at start).
+    #[arg(long, env = "HMDP_ADMIN_TOKEN", hide_env_values = true, value_parser = AdminTokenParser)]
+    pub admin_token: Option<AdminToken>,
 
     /// Fault injection: sleep this long inside the critical section (lock
     /// held, transaction open), standing in for a GC pause or slow SQL.
     #[arg(long, env = "HMDP_CHAOS_HOLD_MS", default_value_t = 0)]
     pub chaos_hold_ms: u64,
+
+    /// How long a request body may take to arrive after its headers; a
+    /// slower one fails with 408 and its connection is closed.
+    #[arg(long, env = "HMDP_BODY_TIMEOUT_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(1..=HOUR_MS))]
+    pub body_timeout_ms: u64,
 
     /// Minimum seconds between two login codes for one phone (0: no limit).
     #[arg(long, env = "HMDP_CODE_INTERVAL_SECS", default_value_t = 60)]
@@ -176,16 +227,46 @@ pub struct ServeSettings {
     pub workers: Option<usize>,
 }
 
+/// Parses `--admin-token` without quoting the refused value, as clap's own
+/// message would: a secret, even a refused one, has no place in a log.
+#[derive(Clone)]
+struct AdminTokenParser;
+
+impl TypedValueParser for AdminTokenParser {
+    type Value = AdminToken;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<AdminToken, clap::Error> {
+        let parsed = match value.to_str() {
+            Some(raw) => AdminToken::parse(raw),
+            None => Err("the admin token (HMDP_ADMIN_TOKEN / --admin-token) is not UTF-8".into()),
+        };
+        parsed.map_err(|message| {
+            clap::Error::raw(ErrorKind::ValueValidation, message + "\n").with_cmd(cmd)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
 
-    use super::LockSettings;
+    use super::{redact_url, LockSettings, ServeSettings};
 
     #[derive(Parser)]
     struct Flags {
         #[command(flatten)]
         lock: LockSettings,
+    }
+
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        serve: ServeSettings,
     }
 
     fn parses(args: &[&str]) -> bool {
@@ -212,5 +293,69 @@ mod tests {
             "Instant overflow"
         );
         assert!(!parses(&["--lock-lease-ms=-5"]));
+    }
+
+    #[test]
+    fn admin_tokens_shorter_than_16_characters_are_refused() {
+        for short in ["", "change-me", "fifteen-chars!!"] {
+            let refused = Serve::try_parse_from(["hmdp", &format!("--admin-token={short}")])
+                .err()
+                .unwrap_or_else(|| panic!("admin token {short:?} accepted"))
+                .to_string();
+            assert!(
+                refused.contains("HMDP_ADMIN_TOKEN") && refused.contains("16 characters"),
+                "{refused}"
+            );
+            assert!(short.is_empty() || !refused.contains(short), "{refused}");
+        }
+        assert!(Serve::try_parse_from(["hmdp", "--admin-token=sixteen-chars!!!"]).is_ok());
+    }
+
+    #[test]
+    fn a_body_timeout_outside_its_range_is_refused() {
+        let serve = |flag: &str| Serve::try_parse_from(["hmdp", flag]);
+        assert_eq!(
+            serve("--body-timeout-ms=1000")
+                .unwrap()
+                .serve
+                .body_timeout_ms,
+            1000
+        );
+        assert!(
+            serve("--body-timeout-ms=0").is_err(),
+            "every body would time out"
+        );
+        assert!(
+            serve("--body-timeout-ms=18446744073709551615").is_err(),
+            "Instant overflow"
+        );
+    }
+
+    #[test]
+    fn redacted_urls_keep_everything_but_the_password() {
+        for (url, shown) in [
+            (
+                "mysql://root:secret@host:3306/hmdp",
+                "mysql://root:***@host:3306/hmdp",
+            ),
+            ("redis://:secret@host:6379/0", "redis://:***@host:6379/0"),
+            (
+                "mysql://root@127.0.0.1:3306/hmdp",
+                "mysql://root@127.0.0.1:3306/hmdp",
+            ),
+            ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+            (
+                "redis+unix:///tmp/r.sock?db=1&pass=secret",
+                "redis+unix:///tmp/r.sock?db=1&pass=***",
+            ),
+            ("mysql://u:s@c:r/e#t@host/db", "mysql://u:***@host/db"),
+            ("mysql://root:secret/db", "mysql://root:***/db"),
+            ("mysql://[::1]:3306/db", "mysql://[::1]:3306/db"),
+            ("redis://[::1]/0", "redis://[::1]/0"),
+            ("root:secret@host", "root:***@host"),
+            ("", ""),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+        }
     }
 }

@@ -73,6 +73,9 @@ pub enum Error {
     NotFound,
     #[error("请求体过大")]
     PayloadTooLarge,
+    /// The request body did not arrive within the body deadline.
+    #[error("请求超时")]
+    RequestTimeout,
     /// Redis or MySQL unreachable or too slow.
     #[error("服务繁忙，请稍后再试")]
     Unavailable(#[source] anyhow::Error),
@@ -89,6 +92,7 @@ impl Error {
             Error::Forbidden => "FORBIDDEN",
             Error::NotFound => "NOT_FOUND",
             Error::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            Error::RequestTimeout => "REQUEST_TIMEOUT",
             Error::Unavailable(_) => "UNAVAILABLE",
             Error::Internal(_) => "INTERNAL",
         }
@@ -191,6 +195,7 @@ impl ResponseError for Error {
             Error::Forbidden => StatusCode::FORBIDDEN,
             Error::NotFound => StatusCode::NOT_FOUND,
             Error::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

@@ -9,12 +9,11 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::middleware::{from_fn, DefaultHeaders};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
-use rand::RngExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tracing_actix_web::TracingLogger;
 
-use crate::auth::Sessions;
-use crate::config::ServeSettings;
+use crate::auth::{AdminToken, Sessions};
+use crate::config::{redact_url, ServeSettings};
 use crate::id_worker::IdWorker;
 use crate::keys::Keys;
 use crate::seckill::Seckill;
@@ -29,7 +28,7 @@ pub struct AppState {
     pub redis: ConnectionManager,
     pub sessions: Sessions,
     pub seckill: Arc<Seckill>,
-    pub admin_token: String,
+    pub admin_token: AdminToken,
     /// Upper bound on one backend call before answering 503.
     pub backend_timeout: Duration,
 }
@@ -37,7 +36,8 @@ pub struct AppState {
 /// A Redis connection that reconnects by itself and never waits longer than
 /// `timeout` for a reply, so a dead Redis turns into fast 503s, not hangs.
 pub fn connect_redis(url: &str, timeout: Duration) -> anyhow::Result<ConnectionManager> {
-    let client = redis::Client::open(url).with_context(|| format!("invalid REDIS_URL `{url}`"))?;
+    let client = redis::Client::open(url)
+        .with_context(|| format!("invalid REDIS_URL `{}`", redact_url(url)))?;
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout))
@@ -87,8 +87,11 @@ impl Application {
             format!("{host}:{port}")
         });
         let admin_token = settings.admin_token.clone().unwrap_or_else(|| {
-            let token = format!("{:032x}", rand::rng().random::<u128>());
-            tracing::info!(admin_token = %token, "generated admin token (set HMDP_ADMIN_TOKEN to fix it)");
+            let token = AdminToken::generate();
+            tracing::info!(
+                admin_token = token.as_str(),
+                "generated admin token (set HMDP_ADMIN_TOKEN to fix it)"
+            );
             token
         });
 
@@ -115,8 +118,12 @@ impl Application {
         metrics::init(&settings.lock.mode.to_string());
         tracing::info!(%node_id, port, lock = %settings.lock.mode, "node starting");
 
+        let body_timeout = Duration::from_millis(settings.body_timeout_ms);
         let mut server = HttpServer::new(move || {
             App::new()
+                .wrap(from_fn(move |request, next| {
+                    api::body_deadline::enforce(body_timeout, request, next)
+                }))
                 .wrap(DefaultHeaders::new().add(("x-served-by", node_id.clone())))
                 .wrap(from_fn(metrics::record_http))
                 .wrap(TracingLogger::<RequestIdSpan>::new())
@@ -147,5 +154,43 @@ impl Application {
     /// in-flight requests finish (actix's graceful shutdown).
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         self.server.await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Application;
+    use crate::config::ServeSettings;
+
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        serve: ServeSettings,
+    }
+
+    /// The message `hmdp serve` prints when it cannot start with these flags.
+    async fn build_error(flags: &[&str]) -> String {
+        let args = ["hmdp", "--no-migrate", "--port=0", "--host=127.0.0.1"];
+        let settings = Serve::parse_from(args.iter().chain(flags).copied()).serve;
+        match Application::build(settings).await {
+            Ok(_) => panic!("started with {flags:?}"),
+            Err(error) => format!("{error:#}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_invalid_database_url_is_reported_without_its_password() {
+        let error = build_error(&["--database-url=mysql://root:s3cret@127.0.0.1:port/hmdp"]).await;
+        assert!(!error.contains("s3cret"), "{error}");
+        assert!(error.contains("invalid DATABASE_URL"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn an_invalid_redis_url_is_reported_without_its_password() {
+        let error = build_error(&["--redis-url=redis://:s3cret@127.0.0.1:port/0"]).await;
+        assert!(!error.contains("s3cret"), "{error}");
+        assert!(error.contains("invalid REDIS_URL"), "{error}");
     }
 }

@@ -33,10 +33,18 @@ impl RootSpanBuilder for RequestIdSpan {
         tracing_actix_web::root_span!(request, x_request_id = %forwarded)
     }
 
+    /// Marks the span failed only when the node failed (5xx): a business
+    /// "no" is a 200 that carries an error, and a 4xx is the client's doing.
     fn on_request_end<B: MessageBody>(
         span: Span,
         outcome: &Result<ServiceResponse<B>, actix_web::Error>,
     ) {
-        DefaultRootSpanBuilder::on_request_end(span, outcome);
+        match outcome {
+            Ok(response) if !response.status().is_server_error() => {
+                span.record("http.status_code", response.status().as_u16());
+                span.record("otel.status_code", "OK");
+            }
+            _ => DefaultRootSpanBuilder::on_request_end(span, outcome),
+        }
     }
 }

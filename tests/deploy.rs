@@ -106,6 +106,10 @@ fn app_nodes_listen_on_all_interfaces_after_mysql_and_redis_are_healthy() {
             app.get("build").is_some(),
             "{name} is built from the Dockerfile"
         );
+        assert!(
+            env(app, "HMDP_ADMIN_TOKEN").starts_with("${HMDP_ADMIN_TOKEN:?"),
+            "{name}: compose must refuse to start without an admin token, not default one"
+        );
         let dependencies = healthy_dependencies(app);
         assert!(dependencies.contains("mysql") && dependencies.contains("redis"));
         let health = format!("{:?}", app["healthcheck"]["test"]);

@@ -1,6 +1,8 @@
 //! The HTTP API of DESIGN.md, one file per resource, plus the extractor
-//! settings that turn malformed input into hmdp-shaped 400/413 answers.
+//! settings that turn malformed or slow input into hmdp-shaped 400/408/413
+//! answers.
 
+pub mod body_deadline;
 pub mod health;
 pub mod metrics;
 pub mod response;
@@ -46,6 +48,9 @@ fn json_error(err: JsonPayloadError) -> Error {
         JsonPayloadError::Overflow { .. }
         | JsonPayloadError::OverflowKnownLength { .. }
         | JsonPayloadError::Payload(PayloadError::Overflow) => Error::PayloadTooLarge,
+        JsonPayloadError::Payload(ref payload) if body_deadline::is_expired(payload) => {
+            Error::RequestTimeout
+        }
         other => Error::BadRequest(format!("请求体格式错误: {other}")),
     }
 }

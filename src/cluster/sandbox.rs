@@ -8,6 +8,7 @@ use anyhow::Context;
 use redis::AsyncCommands;
 use reqwest::Url;
 
+use crate::config::redact_url;
 use crate::store::{self, Store};
 
 /// A migrated database of its own and a Redis prefix of its own.
@@ -28,7 +29,7 @@ impl Sandbox {
         let id = &uuid::Uuid::new_v4().simple().to_string()[..12];
         let database = format!("hmdp_{label}_{id}");
         let mut url = Url::parse(database_url)
-            .with_context(|| format!("invalid DATABASE_URL `{database_url}`"))?;
+            .with_context(|| format!("invalid DATABASE_URL `{}`", redact_url(database_url)))?;
         url.set_path(&format!("/{database}"));
         let sandbox = Sandbox {
             database_url: url.to_string(),

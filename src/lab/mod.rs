@@ -24,7 +24,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use crate::config::LockMode;
+use crate::config::{redact_url, LockMode};
 use crate::startup;
 
 use harness::Lab;
@@ -187,7 +187,7 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
     let _: String = redis::cmd("PING")
         .query_async(&mut redis.clone())
         .await
-        .with_context(|| format!("cannot reach Redis at {}", args.redis_url))?;
+        .with_context(|| format!("cannot reach Redis at {}", redact_url(&args.redis_url)))?;
     // The purchase's database too (gc-pause): creating it takes a while.
     let database = match scenario {
         Scenario::GcPause(_) => Some(gc_pause::LabDatabase::create(&args.database_url).await?),

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use super::reentrant::{answer, unlock_once, LOCK};
 use super::{release_dropped, HeldLock, Holder, LockError, OrderLock, Release};
-use crate::config::LockMode;
+use crate::config::{redact_url, LockMode};
 use crate::keys::sibling;
 
 /// Numbers the rounds of this process, for their take markers.
@@ -95,7 +95,7 @@ impl QuorumLock {
                     .set_number_of_retries(0)
                     .set_max_delay(Duration::from_millis(200));
                 Ok(Node {
-                    name: redact(url),
+                    name: redact_url(url),
                     redis: ConnectionManager::new_lazy_with_config(client, config)?,
                 })
             })
@@ -308,14 +308,4 @@ async fn release_on(
         }
     }))
     .await
-}
-
-/// `redis://user:secret@host:6379/0` → `redis://host:6379/0`.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}{}", &url[..scheme + 3], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
 }

@@ -15,6 +15,8 @@ use sqlx::migrate::MigrateDatabase;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::{Connection, MySql, MySqlPool};
 
+use crate::config::redact_url;
+
 pub use fence::record_fence;
 pub use invariants::VoucherAudit;
 pub use order::{count_user_orders, insert_order, take_stock, NewOrder, VoucherOrder};
@@ -73,7 +75,7 @@ impl Store {
         lock_wait_secs: Option<u64>,
     ) -> anyhow::Result<Self> {
         let options = MySqlConnectOptions::from_str(database_url)
-            .with_context(|| format!("invalid DATABASE_URL `{database_url}`"))?
+            .with_context(|| format!("invalid DATABASE_URL `{}`", redact_url(database_url)))?
             // Keep the server's own time zone: hmdp's datetimes are local
             // wall-clock times, both those the API writes (`beginTime`) and
             // those MySQL fills in (`createTime`). Only naive datetimes are

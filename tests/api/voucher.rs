@@ -1,5 +1,8 @@
 //! `/voucher*`: admin-guarded creation, validation, the shop list.
 
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
 use serde_json::{json, Value};
 
 use crate::helpers::{seckill_body, spawn_app, ADMIN_TOKEN};
@@ -22,6 +25,46 @@ async fn creating_a_voucher_needs_the_admin_token() {
             .unwrap();
         assert_eq!(response.status(), 403, "{path} without header");
     }
+}
+
+#[tokio::test]
+async fn an_empty_admin_token_header_is_refused() {
+    let app = spawn_app(&[]).await;
+    let body = seckill_body(10, "2020-01-01T00:00:00", "2030-01-01T00:00:00");
+    let response = app.post_voucher("/voucher/seckill", "", &body).await;
+    assert_eq!(response.status(), 403);
+}
+
+/// `HMDP_ADMIN_TOKEN=` (set, but empty) would make an empty `x-admin-token`
+/// an admin's: the node must refuse to start instead.
+#[tokio::test]
+async fn serve_refuses_to_start_with_an_empty_admin_token() {
+    let mut node = Command::new(env!("CARGO_BIN_EXE_hmdp"))
+        .args(["serve", "--host=127.0.0.1", "--port=0", "--no-migrate"])
+        .env("HMDP_ADMIN_TOKEN", "")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("hmdp runs");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = node.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            node.kill().unwrap();
+            node.wait().unwrap();
+            panic!("the node is serving with an empty admin token");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let output = node.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!status.success());
+    assert!(
+        stderr.contains("HMDP_ADMIN_TOKEN") && stderr.contains("16 characters"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]
