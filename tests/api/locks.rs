@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use serde_json::Value;
 
+use hmdp::store::{record_fence, Store};
+
 use crate::helpers::{phone, spawn_app, NodeProcess, TestApp};
 
 /// The lock key of the user behind `token`.
@@ -148,4 +150,44 @@ async fn fencing_turns_away_a_holder_whose_lease_ran_out() {
         "the stale holder: {bodies:?}"
     );
     assert_eq!(bodies[1]["success"], true, "the newer holder: {bodies:?}");
+}
+
+/// Two holders of one user's lock overlap (the first one's lease ran out
+/// while it was paused) and write that user's first fence at the same
+/// moment: the newer token is recorded and the older refused, and neither
+/// transaction dies as a deadlock victim (a 503 for its buyer).
+#[tokio::test]
+async fn overlapping_first_fenced_writes_do_not_deadlock() {
+    async fn fence(store: &Store, user: u64, token: u64) -> Result<bool, sqlx::Error> {
+        let mut tx = store.begin().await?;
+        let recorded = record_fence(&mut tx, user, token).await?;
+        tx.commit().await?;
+        Ok(recorded)
+    }
+    let app = spawn_app(&[]).await;
+    for user in 1..=50 {
+        let (older, newer) = tokio::join!(fence(&app.store, user, 10), fence(&app.store, user, 11));
+        assert!(
+            newer.as_ref().is_ok_and(|recorded| *recorded),
+            "user {user}: {newer:?}"
+        );
+        assert!(older.is_ok(), "user {user}: {older:?}");
+        let kept: u64 = sqlx::query_scalar("SELECT token FROM tb_lock_fence WHERE user_id = ?")
+            .bind(user)
+            .fetch_one(app.store.pool())
+            .await
+            .unwrap();
+        assert_eq!(kept, 11, "user {user}");
+    }
+    // A stale token's answer does not linger on the connection into the
+    // next user's first write.
+    let mut conn = app.store.pool().acquire().await.unwrap();
+    assert!(record_fence(&mut conn, 100, 5).await.unwrap());
+    assert!(!record_fence(&mut conn, 100, 4).await.unwrap(), "stale");
+    assert!(
+        !record_fence(&mut conn, 100, 5).await.unwrap(),
+        "the same token"
+    );
+    assert!(record_fence(&mut conn, 101, 3).await.unwrap(), "a new user");
+    assert!(record_fence(&mut conn, 100, 6).await.unwrap(), "newer");
 }
