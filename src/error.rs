@@ -205,6 +205,10 @@ impl ResponseError for Error {
         match self {
             Error::Unavailable(_) => tracing::warn!(error = ?self, "backend unavailable"),
             Error::Internal(_) => tracing::error!(error = ?self, "request failed"),
+            // Someone without the token tried an admin route: worth seeing.
+            Error::Forbidden => {
+                tracing::warn!("admin request refused: wrong or missing x-admin-token")
+            }
             _ => {}
         }
         HttpResponse::build(self.status_code())

@@ -6,10 +6,16 @@
 //! *sold out* — stock never grows again (there is no restocking API) — so a
 //! sold-out voucher is refused without touching MySQL. While stock remains,
 //! the transaction's `stock > 0` update stays the source of truth.
+//!
+//! An id that names no seckill voucher is remembered as missing for a
+//! moment, so that a flood of purchases of made-up ids (a scanner, a
+//! front end polling too early) does not reach MySQL every time. A voucher
+//! created meanwhile becomes buyable on this node that moment later.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use chrono::NaiveDateTime;
 
@@ -34,11 +40,19 @@ impl SaleInfo {
     }
 }
 
-/// Seckill vouchers read once from MySQL. Only vouchers that exist are
-/// kept, so the map is bounded by the vouchers an admin created.
+/// How long an id found missing is answered as missing without MySQL.
+const MISSING_FOR: Duration = Duration::from_secs(2);
+/// At most this many missing ids are remembered: the ids are the client's
+/// choice, so the map must not grow with them.
+const MAX_MISSING: usize = 10_000;
+
+/// Seckill vouchers read once from MySQL. Vouchers that exist are kept for
+/// good, so that map is bounded by the vouchers an admin created.
 pub struct Catalog {
     store: Store,
     vouchers: RwLock<HashMap<i64, Arc<SaleInfo>>>,
+    /// Ids found missing, with when they were looked up.
+    missing: Mutex<HashMap<i64, Instant>>,
 }
 
 impl Catalog {
@@ -46,6 +60,7 @@ impl Catalog {
         Catalog {
             store,
             vouchers: RwLock::new(HashMap::new()),
+            missing: Mutex::new(HashMap::new()),
         }
     }
 
@@ -54,7 +69,11 @@ impl Catalog {
         if let Some(info) = self.cached(voucher_id) {
             return Ok(Some(info));
         }
+        if self.recently_missing(voucher_id) {
+            return Ok(None);
+        }
         let Some(row) = self.store.seckill_voucher(voucher_id).await? else {
+            self.remember_missing(voucher_id);
             return Ok(None);
         };
         let info = Arc::new(SaleInfo {
@@ -69,5 +88,24 @@ impl Catalog {
     fn cached(&self, voucher_id: i64) -> Option<Arc<SaleInfo>> {
         let vouchers = self.vouchers.read().expect("catalog poisoned");
         vouchers.get(&voucher_id).cloned()
+    }
+
+    fn recently_missing(&self, voucher_id: i64) -> bool {
+        let missing = self.missing.lock().expect("catalog poisoned");
+        missing
+            .get(&voucher_id)
+            .is_some_and(|looked_up| looked_up.elapsed() < MISSING_FOR)
+    }
+
+    fn remember_missing(&self, voucher_id: i64) {
+        let mut missing = self.missing.lock().expect("catalog poisoned");
+        if missing.len() >= MAX_MISSING {
+            missing.retain(|_, looked_up| looked_up.elapsed() < MISSING_FOR);
+            if missing.len() >= MAX_MISSING {
+                // A flood of fresh ids: forget them all rather than grow.
+                missing.clear();
+            }
+        }
+        missing.insert(voucher_id, Instant::now());
     }
 }
