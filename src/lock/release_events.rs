@@ -103,13 +103,13 @@ impl ReleaseEvents {
         // The dispatcher only reads this channel's interest; a send fails only
         // when it has stopped, and then waiters fall back to polling.
         let _ = self.shared.changed.send(channel.to_owned());
-        let mut subscribed = entry.subscribed.subscribe();
-        let _ = tokio::time::timeout_at(patience, subscribed.wait_for(|on| *on)).await;
-        Listener {
+        let listener = Listener {
             shared: self.shared.clone(),
             name: channel.to_owned(),
             channel: entry,
-        }
+        };
+        let _ = tokio::time::timeout_at(patience, listener.live()).await;
+        listener
     }
 }
 
@@ -123,6 +123,13 @@ impl Listener {
     /// has to poll.
     pub fn is_live(&self) -> bool {
         *self.channel.subscribed.borrow()
+    }
+
+    /// Completes once releases are being delivered (at once if they are).
+    pub async fn live(&self) {
+        // The sender lives in the channel this listener holds, so the wait
+        // can only end with the subscription confirmed.
+        let _ = self.channel.subscribed.subscribe().wait_for(|on| *on).await;
     }
 }
 
