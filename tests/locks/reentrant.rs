@@ -325,6 +325,21 @@ async fn a_waiter_survives_the_subscription_connection_dropping() {
     release_and_expect_the_waiter_within(held, waiter, Duration::from_millis(500)).await;
 }
 
+/// The subscription connection goes silent without closing (its peer gone
+/// without a FIN or RST: a NAT or firewall that dropped its state, a frozen
+/// server) while a waiter naps on a key with a 30 s lease: the release
+/// message never arrives, and the waiter still gets in within seconds, not
+/// at its 10 s deadline.
+#[tokio::test]
+async fn a_waiter_is_not_left_on_a_subscription_connection_gone_silent() {
+    let server = RedisServer::start().unwrap();
+    let pubsub = Proxy::start(server.port()).await;
+    let (held, waiter) = held_with_a_waiter(&server, &pubsub.url()).await;
+    pubsub.requests().hold();
+    pubsub.replies().hold();
+    release_and_expect_the_waiter_within(held, waiter, Duration::from_secs(6)).await;
+}
+
 /// The subscription connection cannot be opened at all (its server refuses
 /// connections): a waiter polls instead of sleeping until its deadline or
 /// the holder's lease, and still gets in soon after the release.
