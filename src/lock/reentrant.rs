@@ -328,8 +328,9 @@ impl OrderLock for ReentrantLock {
         // Subscribe first, then retry: a release that lands in between is
         // either seen by the retry or delivered to the listener. The wait for
         // Redis to confirm the subscription lasts one poll at most: while it
-        // is unconfirmed (the subscription connection cannot be opened, say)
-        // releases may go unseen, and the loop below polls instead.
+        // is unconfirmed (slow to come, or the subscription connection cannot
+        // be opened) releases may go unseen, and the loop below polls instead,
+        // and retries as soon as the confirmation arrives.
         let patience = busy_for
             .map_or(deadline, |busy| deadline.min(Instant::now() + busy))
             .min(Instant::now() + POLL);
@@ -342,6 +343,11 @@ impl OrderLock for ReentrantLock {
             let notified = listener.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            // Read before the retry, not after: only a subscription confirmed
+            // before the retry ran is sure to deliver every release the retry
+            // did not see. One confirmed while the retry's answer was on its
+            // way may have come after a release.
+            let live = listener.is_live();
             match self.try_lock(key, holder, &owner).await? {
                 Attempt::Taken { count, sent } => {
                     return Ok(Some(self.guard(key, holder, count, sent)))
@@ -352,12 +358,13 @@ impl OrderLock for ReentrantLock {
                         return Ok(None);
                     }
                     let mut nap = busy_for.unwrap_or(deadline - now).min(deadline - now);
-                    if !listener.is_live() {
+                    if !live {
                         nap = nap.min(POLL);
                     }
                     tokio::select! {
                         _ = &mut notified => {}
                         _ = tokio::time::sleep(nap) => {}
+                        _ = listener.live(), if !live => {}
                     }
                 }
             }

@@ -13,7 +13,10 @@
 //! looking at the current interest, so a late unsubscribe can never undo a
 //! newer subscribe. If the connection drops, every waiter is woken to retry
 //! at once, falls back to short polls, and the task reconnects and
-//! resubscribes.
+//! resubscribes. A connection that goes silent without closing (its peer
+//! gone without a FIN or RST: a NAT or firewall that dropped its state, a
+//! frozen server) would look subscribed forever, so the task pings it and
+//! treats one that stops answering as dropped.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -27,6 +30,14 @@ use tokio::time::Instant;
 const RECONNECT_DELAY: Duration = Duration::from_millis(200);
 /// Upper bound on opening the subscription connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often the subscription connection is pinged: a silent connection is
+/// noticed within this plus [`REPLY_TIMEOUT`], where waiters would otherwise
+/// sleep for the holder's whole lease.
+const KEEPALIVE_EVERY: Duration = Duration::from_secs(1);
+/// How long a PING, SUBSCRIBE or UNSUBSCRIBE may go unanswered before the
+/// connection is given up as dead. Generous: a false alarm only costs a
+/// reconnect, with waiters polling meanwhile.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The process's subscription to lock release channels.
 pub struct ReleaseEvents {
@@ -103,13 +114,13 @@ impl ReleaseEvents {
         // The dispatcher only reads this channel's interest; a send fails only
         // when it has stopped, and then waiters fall back to polling.
         let _ = self.shared.changed.send(channel.to_owned());
-        let mut subscribed = entry.subscribed.subscribe();
-        let _ = tokio::time::timeout_at(patience, subscribed.wait_for(|on| *on)).await;
-        Listener {
+        let listener = Listener {
             shared: self.shared.clone(),
             name: channel.to_owned(),
             channel: entry,
-        }
+        };
+        let _ = tokio::time::timeout_at(patience, listener.live()).await;
+        listener
     }
 }
 
@@ -123,6 +134,13 @@ impl Listener {
     /// has to poll.
     pub fn is_live(&self) -> bool {
         *self.channel.subscribed.borrow()
+    }
+
+    /// Completes once releases are being delivered (at once if they are).
+    pub async fn live(&self) {
+        // The sender lives in the channel this listener holds, so the wait
+        // can only end with the subscription confirmed.
+        let _ = self.channel.subscribed.subscribe().wait_for(|on| *on).await;
     }
 }
 
@@ -179,12 +197,15 @@ async fn dispatch(
         for name in wanted {
             healthy &= reconcile(&shared, &mut sink, &mut subscribed, name).await;
         }
+        let keepalive = keepalive(sink.clone());
+        tokio::pin!(keepalive);
         while healthy {
             tokio::select! {
                 message = messages.next() => match message {
                     Some(message) => wake_one(&shared, message.get_channel_name()),
                     None => healthy = false,
                 },
+                () = &mut keepalive => healthy = false,
                 name = changed.recv() => match name {
                     Some(name) => {
                         healthy = reconcile(&shared, &mut sink, &mut subscribed, name).await;
@@ -234,7 +255,7 @@ async fn reconcile(
     drop(shared);
     match entry {
         Some(entry) if !subscribed.contains(&name) => {
-            if let Err(error) = sink.subscribe(&name).await {
+            if let Err(error) = answered(sink.subscribe(&name)).await {
                 tracing::warn!(%error, "cannot subscribe to lock releases");
                 return false;
             }
@@ -245,7 +266,7 @@ async fn reconcile(
             entry.subscribed.send_replace(true);
         }
         None if subscribed.remove(&name) => {
-            if let Err(error) = sink.unsubscribe(&name).await {
+            if let Err(error) = answered(sink.unsubscribe(&name)).await {
                 tracing::warn!(%error, "cannot unsubscribe from lock releases");
                 return false;
             }
@@ -253,6 +274,29 @@ async fn reconcile(
         None => {}
     }
     true
+}
+
+/// Pings the subscription connection every [`KEEPALIVE_EVERY`]; completes
+/// when a ping fails or goes unanswered, i.e. when the connection is dead.
+async fn keepalive(mut sink: redis::aio::PubSubSink) {
+    loop {
+        tokio::time::sleep(KEEPALIVE_EVERY).await;
+        if let Err(error) = answered(sink.ping::<redis::Value>()).await {
+            tracing::warn!(%error, "lock release subscription does not answer");
+            return;
+        }
+    }
+}
+
+/// One command's answer on the subscription connection; none within
+/// [`REPLY_TIMEOUT`] is an error like a failed connection.
+async fn answered<T>(
+    command: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(REPLY_TIMEOUT, command).await {
+        Ok(answer) => answer.map_err(|error| error.to_string()),
+        Err(_) => Err(format!("no answer within {REPLY_TIMEOUT:?}")),
+    }
 }
 
 fn wake_one(shared: &Weak<Shared>, name: &str) {

@@ -5,5 +5,6 @@ mod contract;
 mod fencing;
 mod helpers;
 mod lab;
+mod proxy;
 mod quorum;
 mod reentrant;

@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep, Instant};
 
 use crate::helpers::{connect, redis_url};
+use crate::proxy::Proxy;
 
 fn lock(options: ReentrantOptions) -> ReentrantLock {
     let url = redis_url();
@@ -324,6 +325,21 @@ async fn a_waiter_survives_the_subscription_connection_dropping() {
     release_and_expect_the_waiter_within(held, waiter, Duration::from_millis(500)).await;
 }
 
+/// The subscription connection goes silent without closing (its peer gone
+/// without a FIN or RST: a NAT or firewall that dropped its state, a frozen
+/// server) while a waiter naps on a key with a 30 s lease: the release
+/// message never arrives, and the waiter still gets in within seconds, not
+/// at its 10 s deadline.
+#[tokio::test]
+async fn a_waiter_is_not_left_on_a_subscription_connection_gone_silent() {
+    let server = RedisServer::start().unwrap();
+    let pubsub = Proxy::start(server.port()).await;
+    let (held, waiter) = held_with_a_waiter(&server, &pubsub.url()).await;
+    pubsub.requests().hold();
+    pubsub.replies().hold();
+    release_and_expect_the_waiter_within(held, waiter, Duration::from_secs(6)).await;
+}
+
 /// The subscription connection cannot be opened at all (its server refuses
 /// connections): a waiter polls instead of sleeping until its deadline or
 /// the holder's lease, and still gets in soon after the release.
@@ -336,6 +352,79 @@ async fn a_waiter_polls_when_no_subscription_can_be_opened() {
     };
     let (held, waiter) = held_with_a_waiter(&server, &refused).await;
     release_and_expect_the_waiter_within(held, waiter, Duration::from_millis(1000)).await;
+}
+
+/// Redis confirms a waiter's subscription only after the waiter retried and
+/// found the key busy, and the holder released in between: the release
+/// message went out before the subscription existed, so only a retry can
+/// see it. Here the confirmation even reaches the waiter before the busy
+/// answer does; the waiter must not take that confirmation as cover and nap
+/// for the holder's 30 s lease.
+#[tokio::test]
+async fn a_release_before_a_late_subscription_confirmation_is_not_slept_through() {
+    let server = RedisServer::start().unwrap();
+    let (pubsub, commands) = (
+        Proxy::start(server.port()).await,
+        Proxy::start(server.port()).await,
+    );
+    let waiting = Arc::new(ReentrantLock::new(
+        redis::Client::open(pubsub.url()).unwrap(),
+        hmdp::startup::connect_redis(&commands.url(), Duration::from_secs(10)).unwrap(),
+        watchdog(Duration::from_secs(30), Duration::from_secs(10)),
+    ));
+    let holding = lock_on(&server);
+    // One wait first: the subscription connection is open and the scripts loaded.
+    let warm = holding.acquire("lock:order:0").await.unwrap().unwrap();
+    let warm_waiter = tokio::spawn({
+        let waiting = waiting.clone();
+        async move { waiting.acquire("lock:order:0").await.unwrap() }
+    });
+    sleep(Duration::from_millis(200)).await;
+    warm.release().await.unwrap();
+    warm_waiter.await.unwrap().unwrap().release().await.unwrap();
+
+    let held = holding.acquire("lock:order:1").await.unwrap().unwrap();
+    pubsub.requests().hold();
+    let waiter = tokio::spawn({
+        let waiting = waiting.clone();
+        async move { waiting.acquire("lock:order:1").await.unwrap() }
+    });
+    sleep(Duration::from_millis(200)).await;
+    // The waiter's next retry reaches Redis and finds the key busy; its
+    // answer stays in the proxy.
+    commands.replies().hold();
+    commands
+        .requests()
+        .passed_more_than(commands.requests().passed())
+        .await;
+    sleep(Duration::from_millis(50)).await;
+    assert_eq!(held.release().await.unwrap(), Release::Released);
+    // Only now does Redis see the SUBSCRIBE, and the waiter its confirmation.
+    pubsub.requests().pass();
+    let mut redis = connect(&server.url()).await;
+    loop {
+        let (_, subscribers): (String, u32) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("{lock:order:1}:released")
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        if subscribers == 1 {
+            break;
+        }
+        sleep(Duration::from_millis(10)).await;
+    }
+    sleep(Duration::from_millis(100)).await;
+    let answered = Instant::now();
+    commands.replies().pass();
+
+    let taken = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .unwrap_or_else(|_| panic!("the waiter slept through the release"))
+        .unwrap()
+        .expect("served within its wait");
+    println!("served {:?} after the busy answer", answered.elapsed());
+    taken.release().await.unwrap();
 }
 
 /// `lock:order:1` held on `server` with a 30 s watchdog lease, and a task
