@@ -14,6 +14,7 @@ use redis::{AsyncCommands, Script};
 use subtle::ConstantTimeEq;
 
 use crate::error::{Error, Rejection};
+use crate::ids::UserId;
 use crate::keys::Keys;
 use crate::startup::AppState;
 use crate::store::User;
@@ -169,7 +170,7 @@ impl Sessions {
             .await?;
         let user = (|| {
             Some(User {
-                id: fields.get("id")?.parse().ok()?,
+                id: UserId::new(fields.get("id")?.parse().ok()?),
                 nick_name: fields.get("nickName").cloned().unwrap_or_default(),
                 icon: fields.get("icon").cloned().unwrap_or_default(),
             })

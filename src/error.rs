@@ -99,6 +99,12 @@ impl Error {
     }
 }
 
+impl From<crate::ids::InvalidId> for Error {
+    fn from(invalid: crate::ids::InvalidId) -> Self {
+        Error::BadRequest(invalid.to_string())
+    }
+}
+
 impl From<Rejection> for Error {
     fn from(rejection: Rejection) -> Self {
         Error::Rejected(rejection)

@@ -1,6 +1,8 @@
 //! Every Redis key the service writes, in hmdp's layout, behind one optional
 //! prefix so that deployments and test runs sharing a Redis stay apart.
 
+use crate::ids::UserId;
+
 /// Builds Redis keys.
 #[derive(Debug, Clone, Default)]
 pub struct Keys {
@@ -40,7 +42,7 @@ impl Keys {
     }
 
     /// `lock:order:{userId}`: the per-user purchase lock.
-    pub fn order_lock(&self, user_id: u64) -> String {
+    pub fn order_lock(&self, user_id: UserId) -> String {
         format!("{}lock:order:{user_id}", self.prefix)
     }
 

@@ -15,6 +15,8 @@ pub mod config;
 pub mod error;
 /// hmdp's Redis id worker.
 pub mod id_worker;
+/// Typed ids of users, vouchers and orders, parsed at the edge.
+pub mod ids;
 /// Every Redis key, in one place.
 pub mod keys;
 /// Deterministic reproductions of the course's lock failures.

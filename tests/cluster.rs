@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use hmdp::cluster::{node_flags, Cluster, ClusterSpec, Sandbox, NODE_IDS};
 use hmdp::config::LockMode;
+use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
 use hmdp::loadtest::tokens::Login;
 use hmdp::loadtest::{self, Plan, Report};
@@ -100,7 +101,13 @@ impl TestCluster {
 async fn run(store: &Store, plan: &Plan, stock: i64) -> Report {
     let measured = loadtest::run(plan).await.unwrap();
     let mut report = Report::new(plan, &measured);
-    report.add_audit(stock, &store.audit_voucher(plan.voucher).await.unwrap());
+    report.add_audit(
+        stock,
+        &store
+            .audit_voucher(VoucherId::new(plan.voucher))
+            .await
+            .unwrap(),
+    );
     println!("{}", report.table());
     report
 }

@@ -1,21 +1,21 @@
 //! Property tests of the request parsers: whatever the input, they either
 //! accept exactly the documented shape or refuse it, and never panic.
 
-use hmdp::api::parse_id;
 use hmdp::auth::Phone;
+use hmdp::ids::VoucherId;
 use proptest::prelude::*;
 
 proptest! {
     #[test]
-    fn parse_id_accepts_exactly_positive_decimal_i64(raw in "\\PC{0,24}") {
+    fn path_ids_accept_exactly_positive_decimal_i64(raw in "\\PC{0,24}") {
         let expected = raw.bytes().all(|b| b.is_ascii_digit())
             && raw.parse::<i64>().is_ok_and(|id| id > 0);
-        prop_assert_eq!(parse_id(&raw).is_ok(), expected);
+        prop_assert_eq!(raw.parse::<VoucherId>().is_ok(), expected);
     }
 
     #[test]
     fn every_positive_i64_round_trips(id in 1..=i64::MAX) {
-        prop_assert_eq!(parse_id(&id.to_string()).unwrap(), id);
+        prop_assert_eq!(id.to_string().parse::<VoucherId>().unwrap(), VoucherId::new(id));
     }
 
     #[test]

@@ -54,34 +54,3 @@ fn json_error(err: JsonPayloadError) -> Error {
         other => Error::BadRequest(format!("请求体格式错误: {other}")),
     }
 }
-
-/// Parses a path id: decimal digits only, positive, within `i64`.
-pub fn parse_id(raw: &str) -> Result<i64, Error> {
-    match raw.parse::<i64>() {
-        Ok(id) if id > 0 && raw.bytes().all(|b| b.is_ascii_digit()) => Ok(id),
-        _ => Err(Error::BadRequest(format!("无效的id: {raw}"))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_id;
-
-    #[test]
-    fn ids_must_be_positive_decimal_i64() {
-        assert_eq!(parse_id("42").unwrap(), 42);
-        assert_eq!(parse_id("9223372036854775807").unwrap(), i64::MAX);
-        for bad in [
-            "",
-            "0",
-            "-1",
-            "+1",
-            "abc",
-            "1e3",
-            "9223372036854775808",
-            " 1",
-        ] {
-            assert!(parse_id(bad).is_err(), "{bad}");
-        }
-    }
-}

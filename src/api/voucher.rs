@@ -129,7 +129,7 @@ async fn add_seckill_voucher(
         .insert_seckill_voucher(&voucher, &seckill)
         .await?;
     tracing::info!(
-        voucher_id = id,
+        voucher_id = %id,
         stock = seckill.stock,
         "seckill voucher created"
     );
@@ -140,6 +140,6 @@ async fn list_vouchers(
     state: web::Data<AppState>,
     shop_id: web::Path<String>,
 ) -> Result<HttpResponse, Error> {
-    let shop_id = u64::try_from(super::parse_id(&shop_id)?).expect("positive id");
+    let shop_id = u64::try_from(crate::ids::positive_id(&shop_id)?).expect("positive id");
     Ok(ok_data(state.store.vouchers_of_shop(shop_id).await?))
 }

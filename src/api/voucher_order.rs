@@ -2,10 +2,10 @@
 
 use actix_web::{web, HttpResponse};
 
-use super::parse_id;
 use super::response::ok_data;
 use crate::auth::CurrentUser;
 use crate::error::{Error, Rejection};
+use crate::ids::{OrderId, VoucherId};
 use crate::startup::AppState;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -21,9 +21,9 @@ async fn seckill_voucher(
     current: CurrentUser,
     voucher_id: web::Path<String>,
 ) -> Result<HttpResponse, Error> {
-    let voucher_id = parse_id(&voucher_id)?;
+    let voucher_id: VoucherId = voucher_id.parse()?;
     let order_id = state.seckill.purchase(current.user.id, voucher_id).await?;
-    Ok(ok_data(order_id.to_string()))
+    Ok(ok_data(order_id))
 }
 
 async fn order(
@@ -31,7 +31,7 @@ async fn order(
     current: CurrentUser,
     order_id: web::Path<String>,
 ) -> Result<HttpResponse, Error> {
-    let order_id = parse_id(&order_id)?;
+    let order_id: OrderId = order_id.parse()?;
     let order = state
         .store
         .order_of_user(order_id, current.user.id)

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::{timed_loop, write_json, Latency, RunShape};
 use crate::config::StoreSettings;
+use crate::ids::{OrderId, UserId};
 use crate::store::{self, NewOrder, NewSeckillVoucher, NewVoucher, Store};
 
 #[derive(Debug, Clone, Args)]
@@ -56,8 +57,8 @@ pub async fn run(args: BenchDbArgs) -> anyhow::Result<BenchDbResult> {
         timed_loop(&args.shape, move |task, i| {
             let db = db.clone();
             let order = NewOrder {
-                id: next_order_id.fetch_add(1, Ordering::Relaxed),
-                user_id: FIRST_BENCH_USER + ((task as u64) << 32) + i,
+                id: OrderId::new(next_order_id.fetch_add(1, Ordering::Relaxed)),
+                user_id: UserId::new(FIRST_BENCH_USER + ((task as u64) << 32) + i),
                 voucher_id,
             };
             async move { purchase_transaction(&db, order).await.is_ok() }

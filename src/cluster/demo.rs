@@ -12,6 +12,7 @@ use serde_json::json;
 
 use super::{node_flags, until_signal, Cluster, ClusterSpec, Sandbox, NODE_IDS};
 use crate::config::{LockMode, StoreSettings};
+use crate::ids::VoucherId;
 use crate::keys::Keys;
 use crate::loadtest::{self, tokens::Login, Plan, Report};
 
@@ -193,7 +194,7 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
                 progress: loadtest::progress_bar((tokens.len() * settings.per_user) as u64),
             };
             let measured = loadtest::run(&plan).await?;
-            let audit = store.audit_voucher(voucher).await?;
+            let audit = store.audit_voucher(VoucherId::new(voucher)).await?;
             let mut report = Report::new(&plan, &measured);
             report.add_audit(settings.stock.into(), &audit);
             anyhow::Ok(report)

@@ -17,6 +17,7 @@ use tokio::sync::Mutex;
 use super::{node_flags, until_signal};
 use super::{Cluster, ClusterSpec, Sandbox, NODE_IDS};
 use crate::config::{LockMode, StoreSettings};
+use crate::ids::VoucherId;
 use crate::keys::Keys;
 use crate::loadtest::{self, tokens::Login, Plan};
 use crate::redis_server::RedisServer;
@@ -211,7 +212,7 @@ async fn load_loop(
         };
         match round.await {
             Ok((voucher, measured)) => {
-                let audit = store.audit_voucher(voucher).await?;
+                let audit = store.audit_voucher(VoucherId::new(voucher)).await?;
                 let mut tally = tally.lock().await;
                 tally.sales.push((voucher, audit));
                 tally.requests += measured.requests;

@@ -21,6 +21,7 @@ use sqlx::MySql;
 use super::harness::{Actor, Lab};
 use crate::error::Error;
 use crate::id_worker::IdWorker;
+use crate::ids::{OrderId, UserId};
 use crate::keys::Keys;
 use crate::seckill::Seckill;
 use crate::store::{self, NewSeckillVoucher, NewVoucher, Store};
@@ -31,7 +32,7 @@ const PAUSE: Duration = Duration::from_millis(1200);
 /// first look at the voucher took before it locked.
 const B_STARTS: u64 = 600;
 /// The user both purchases are for: the lab's key is `lock:order:1`.
-const USER: u64 = 1;
+const USER: UserId = UserId::new(1);
 
 /// Plays the scenario on `database`, created before the lab's clock started.
 pub(super) async fn run(lab: &Lab, database: &LabDatabase) -> anyhow::Result<String> {
@@ -110,7 +111,7 @@ pub(super) async fn run(lab: &Lab, database: &LabDatabase) -> anyhow::Result<Str
     .to_owned())
 }
 
-fn say_outcome(lab: &Lab, who: Actor, outcome: Result<i64, Error>) {
+fn say_outcome(lab: &Lab, who: Actor, outcome: Result<OrderId, Error>) {
     match outcome {
         Ok(order) => lab.say(who, format!("commits order {order}")),
         Err(error) => {

@@ -21,6 +21,7 @@ use uuid::Uuid;
 
 use super::LabArgs;
 use crate::config::{LockMode, LockSettings};
+use crate::ids::UserId;
 use crate::keys::Keys;
 use crate::lock::{self, Faults, HeldLock, Holder, OrderLock, Release};
 
@@ -100,7 +101,7 @@ impl Lab {
     pub(super) fn new(mode: LockMode, redis: ConnectionManager, args: &LabArgs) -> Self {
         // A fresh namespace per run, so runs never see each other's keys.
         let namespace = format!("{}lab:{}:", args.redis_prefix, Uuid::new_v4());
-        let key = Keys::new(namespace.clone()).order_lock(1);
+        let key = Keys::new(namespace.clone()).order_lock(UserId::new(1));
         Lab {
             mode,
             redis,

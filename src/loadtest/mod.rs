@@ -24,6 +24,7 @@ use serde_json::json;
 use tokio::task::JoinSet;
 
 use crate::config::StoreSettings;
+use crate::ids::VoucherId;
 use crate::keys::Keys;
 use crate::store::Store;
 
@@ -364,7 +365,7 @@ pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
     let before = match &store {
         Some(store) => Some(
             store
-                .audit_voucher(voucher)
+                .audit_voucher(VoucherId::new(voucher))
                 .await
                 .with_context(|| format!("reading voucher {voucher} before the run"))?,
         ),
@@ -384,7 +385,7 @@ pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
     let mut report = Report::new(&plan, &measured);
     if let (Some(store), Some(before)) = (&store, before) {
         let after = store
-            .audit_voucher(voucher)
+            .audit_voucher(VoucherId::new(voucher))
             .await
             .context("reading the voucher after the run")?;
         report.add_audit(before.supply(), &after);

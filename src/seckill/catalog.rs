@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use chrono::NaiveDateTime;
 
+use crate::ids::VoucherId;
 use crate::store::Store;
 
 /// A seckill voucher as the pre-checks see it.
@@ -50,9 +51,9 @@ const MAX_MISSING: usize = 10_000;
 /// good, so that map is bounded by the vouchers an admin created.
 pub struct Catalog {
     store: Store,
-    vouchers: RwLock<HashMap<i64, Arc<SaleInfo>>>,
+    vouchers: RwLock<HashMap<VoucherId, Arc<SaleInfo>>>,
     /// Ids found missing, with when they were looked up.
-    missing: Mutex<HashMap<i64, Instant>>,
+    missing: Mutex<HashMap<VoucherId, Instant>>,
 }
 
 impl Catalog {
@@ -65,7 +66,7 @@ impl Catalog {
     }
 
     /// The voucher's sale info, `None` when no such seckill voucher exists.
-    pub async fn sale(&self, voucher_id: i64) -> Result<Option<Arc<SaleInfo>>, sqlx::Error> {
+    pub async fn sale(&self, voucher_id: VoucherId) -> Result<Option<Arc<SaleInfo>>, sqlx::Error> {
         if let Some(info) = self.cached(voucher_id) {
             return Ok(Some(info));
         }
@@ -85,19 +86,19 @@ impl Catalog {
         Ok(Some(vouchers.entry(voucher_id).or_insert(info).clone()))
     }
 
-    fn cached(&self, voucher_id: i64) -> Option<Arc<SaleInfo>> {
+    fn cached(&self, voucher_id: VoucherId) -> Option<Arc<SaleInfo>> {
         let vouchers = self.vouchers.read().expect("catalog poisoned");
         vouchers.get(&voucher_id).cloned()
     }
 
-    fn recently_missing(&self, voucher_id: i64) -> bool {
+    fn recently_missing(&self, voucher_id: VoucherId) -> bool {
         let missing = self.missing.lock().expect("catalog poisoned");
         missing
             .get(&voucher_id)
             .is_some_and(|looked_up| looked_up.elapsed() < MISSING_FOR)
     }
 
-    fn remember_missing(&self, voucher_id: i64) {
+    fn remember_missing(&self, voucher_id: VoucherId) {
         let mut missing = self.missing.lock().expect("catalog poisoned");
         if missing.len() >= MAX_MISSING {
             missing.retain(|_, looked_up| looked_up.elapsed() < MISSING_FOR);

@@ -20,6 +20,7 @@ use tracing::Instrument;
 
 use crate::error::{Error, Rejection};
 use crate::id_worker::IdWorker;
+use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
 use crate::lock::{HeldLock, LockError, OrderLock};
 use crate::metrics;
@@ -59,9 +60,13 @@ impl Seckill {
     /// Buys one unit of `voucher_id` for `user_id`; returns the new order id.
     /// The purchase runs to its end (commit or rollback, then release)
     /// even if the caller stops waiting for it.
-    pub async fn purchase(self: &Arc<Self>, user_id: u64, voucher_id: i64) -> Result<i64, Error> {
+    pub async fn purchase(
+        self: &Arc<Self>,
+        user_id: UserId,
+        voucher_id: VoucherId,
+    ) -> Result<OrderId, Error> {
         let seckill = self.clone();
-        let span = tracing::info_span!("purchase", lock = %self.lock.mode(), user_id, voucher_id);
+        let span = tracing::info_span!("purchase", lock = %self.lock.mode(), %user_id, %voucher_id);
         let purchase = tokio::spawn(
             async move { seckill.purchase_to_the_end(user_id, voucher_id).await }.instrument(span),
         );
@@ -70,11 +75,15 @@ impl Seckill {
         })?
     }
 
-    async fn purchase_to_the_end(&self, user_id: u64, voucher_id: i64) -> Result<i64, Error> {
+    async fn purchase_to_the_end(
+        &self,
+        user_id: UserId,
+        voucher_id: VoucherId,
+    ) -> Result<OrderId, Error> {
         let outcome = self.try_purchase(user_id, voucher_id).await;
         let label = match &outcome {
             Ok(order_id) => {
-                tracing::debug!(order_id, "order placed");
+                tracing::debug!(%order_id, "order placed");
                 "ok"
             }
             Err(error) => {
@@ -86,7 +95,7 @@ impl Seckill {
         outcome
     }
 
-    async fn try_purchase(&self, user_id: u64, voucher_id: i64) -> Result<i64, Error> {
+    async fn try_purchase(&self, user_id: UserId, voucher_id: VoucherId) -> Result<OrderId, Error> {
         let voucher = self
             .catalog
             .sale(voucher_id)
@@ -109,7 +118,7 @@ impl Seckill {
         // id costs no round trip of its own, and none while the voucher's
         // stock row is locked. A purchase refused after this leaves a gap in the
         // counter, which ids allow.
-        let (held, id) = tokio::join!(self.acquire(user_id), self.ids.next_id("order"));
+        let (held, id) = tokio::join!(self.acquire(user_id), self.next_order_id());
         let held = held?;
         let outcome = match id {
             Ok(id) => {
@@ -133,10 +142,10 @@ impl Seckill {
     async fn insert_order(
         &self,
         tx: &mut sqlx::MySqlConnection,
-        mut id: i64,
-        user_id: u64,
-        voucher_id: i64,
-    ) -> Result<i64, Error> {
+        mut id: OrderId,
+        user_id: UserId,
+        voucher_id: VoucherId,
+    ) -> Result<OrderId, Error> {
         const ATTEMPTS: usize = 8;
         let mut attempt = 1;
         loop {
@@ -150,19 +159,23 @@ impl Seckill {
                     if error.is_unique_violation() && attempt < ATTEMPTS =>
                 {
                     tracing::warn!(
-                        id,
+                        %id,
                         "order id reused after an id counter reset; drawing another"
                     );
                     attempt += 1;
-                    id = self.ids.next_id("order").await?;
+                    id = self.next_order_id().await?;
                 }
                 other => return other.map(|()| id).map_err(Error::from),
             }
         }
     }
 
+    async fn next_order_id(&self) -> redis::RedisResult<OrderId> {
+        self.ids.next_id("order").await.map(OrderId::new)
+    }
+
     /// Takes the user's lock, timing it; a busy lock is hmdp's failed `tryLock()`.
-    async fn acquire(&self, user_id: u64) -> Result<Box<dyn HeldLock>, Error> {
+    async fn acquire(&self, user_id: UserId) -> Result<Box<dyn HeldLock>, Error> {
         let mode = self.lock.mode().to_string();
         let started = Instant::now();
         let held = self.lock.acquire(&self.keys.order_lock(user_id)).await;
@@ -202,11 +215,11 @@ impl Seckill {
     /// left it unknown — its connection closed, which never commits.
     async fn create_order(
         &self,
-        id: i64,
-        user_id: u64,
-        voucher_id: i64,
+        id: OrderId,
+        user_id: UserId,
+        voucher_id: VoucherId,
         held: &dyn HeldLock,
-    ) -> Result<i64, Error> {
+    ) -> Result<OrderId, Error> {
         let mut tx = self.store.begin().await?;
         // On an error here, the transaction is dropped with its end unseen,
         // which closes its connection.
@@ -231,11 +244,11 @@ impl Seckill {
     async fn write_order(
         &self,
         tx: &mut Tx,
-        id: i64,
-        user_id: u64,
-        voucher_id: i64,
+        id: OrderId,
+        user_id: UserId,
+        voucher_id: VoucherId,
         held: &dyn HeldLock,
-    ) -> Result<Result<i64, Error>, Error> {
+    ) -> Result<Result<OrderId, Error>, Error> {
         if let Some(token) = held.fencing_token() {
             // First statement: a newer holder's token means ours is stale,
             // and the row lock orders this user's purchases by token.

@@ -2,6 +2,8 @@
 
 use sqlx::MySqlConnection;
 
+use crate::ids::UserId;
+
 /// Records `token` as the newest lock token to write for `user_id`; `false`
 /// when a newer (or the same) token already wrote, i.e. this holder's lock
 /// has passed on. Run first in the transaction: the row lock it takes keeps
@@ -18,7 +20,7 @@ use sqlx::MySqlConnection;
 /// unchanged row.
 pub async fn record_fence(
     conn: &mut MySqlConnection,
-    user_id: u64,
+    user_id: UserId,
     token: u64,
 ) -> Result<bool, sqlx::Error> {
     let written = sqlx::query(

@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use super::Store;
+use crate::ids::VoucherId;
 
 /// What a voucher's sale left behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -64,7 +65,7 @@ impl VoucherAudit {
 
 impl Store {
     /// Reads the audit of one voucher.
-    pub async fn audit_voucher(&self, voucher_id: i64) -> Result<VoucherAudit, sqlx::Error> {
+    pub async fn audit_voucher(&self, voucher_id: VoucherId) -> Result<VoucherAudit, sqlx::Error> {
         let stock_left: i32 =
             sqlx::query_scalar("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?")
                 .bind(voucher_id)

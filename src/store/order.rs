@@ -6,25 +6,23 @@ use serde::Serialize;
 use sqlx::{FromRow, MySqlConnection};
 
 use super::Store;
-use crate::api::response::id_string;
+use crate::ids::{OrderId, UserId, VoucherId};
 
 /// An order to insert.
 #[derive(Debug, Clone, Copy)]
 pub struct NewOrder {
-    pub id: i64,
-    pub user_id: u64,
-    pub voucher_id: i64,
+    pub id: OrderId,
+    pub user_id: UserId,
+    pub voucher_id: VoucherId,
 }
 
 /// An order as `GET /voucher-order/{id}` shows it (hmdp's `VoucherOrder`).
 #[derive(Debug, Clone, Serialize, FromRow)]
 #[serde(rename_all = "camelCase")]
 pub struct VoucherOrder {
-    #[serde(with = "id_string")]
-    pub id: i64,
-    pub user_id: u64,
-    #[serde(with = "id_string")]
-    pub voucher_id: i64,
+    pub id: OrderId,
+    pub user_id: UserId,
+    pub voucher_id: VoucherId,
     pub pay_type: u8,
     pub status: u8,
     pub create_time: NaiveDateTime,
@@ -37,8 +35,8 @@ pub struct VoucherOrder {
 /// How many orders this user already has of this voucher.
 pub async fn count_user_orders(
     conn: &mut MySqlConnection,
-    user_id: u64,
-    voucher_id: i64,
+    user_id: UserId,
+    voucher_id: VoucherId,
 ) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE user_id = ? AND voucher_id = ?")
         .bind(user_id)
@@ -50,7 +48,10 @@ pub async fn count_user_orders(
 /// Takes one unit of stock if any is left; `false` when sold out. The
 /// `stock > 0` condition (hmdp's optimistic lock) is what prevents oversell,
 /// whatever the per-user lock does.
-pub async fn take_stock(conn: &mut MySqlConnection, voucher_id: i64) -> Result<bool, sqlx::Error> {
+pub async fn take_stock(
+    conn: &mut MySqlConnection,
+    voucher_id: VoucherId,
+) -> Result<bool, sqlx::Error> {
     let result = sqlx::query(
         "UPDATE tb_seckill_voucher SET stock = stock - 1 WHERE voucher_id = ? AND stock > 0",
     )
@@ -74,8 +75,8 @@ impl Store {
     /// The order if it exists and belongs to `user_id`.
     pub async fn order_of_user(
         &self,
-        order_id: i64,
-        user_id: u64,
+        order_id: OrderId,
+        user_id: UserId,
     ) -> Result<Option<VoucherOrder>, sqlx::Error> {
         sqlx::query_as(
             "SELECT id, user_id, CAST(voucher_id AS SIGNED) AS voucher_id, pay_type, status, \

@@ -4,12 +4,13 @@ use serde::Serialize;
 use sqlx::FromRow;
 
 use super::Store;
+use crate::ids::UserId;
 
 /// The public face of a user, also what the session hash stores.
 #[derive(Debug, Clone, Serialize, FromRow)]
 #[serde(rename_all = "camelCase")]
 pub struct User {
-    pub id: u64,
+    pub id: UserId,
     pub nick_name: String,
     pub icon: String,
 }

@@ -5,7 +5,7 @@ use serde::Serialize;
 use sqlx::FromRow;
 
 use super::Store;
-use crate::api::response::id_string;
+use crate::ids::VoucherId;
 
 /// A voucher to create (`POST /voucher`).
 #[derive(Debug, Clone)]
@@ -32,8 +32,7 @@ pub struct NewSeckillVoucher {
 #[derive(Debug, Clone, Serialize, FromRow)]
 #[serde(rename_all = "camelCase")]
 pub struct Voucher {
-    #[serde(with = "id_string")]
-    pub id: i64,
+    pub id: VoucherId,
     pub shop_id: Option<u64>,
     pub title: String,
     pub sub_title: Option<String>,
@@ -64,7 +63,7 @@ pub struct SeckillVoucher {
 
 impl Store {
     /// Inserts an ordinary voucher and returns its id.
-    pub async fn insert_voucher(&self, voucher: &NewVoucher) -> Result<i64, sqlx::Error> {
+    pub async fn insert_voucher(&self, voucher: &NewVoucher) -> Result<VoucherId, sqlx::Error> {
         let mut conn = self.pool.acquire().await?;
         insert_voucher_row(&mut conn, voucher).await
     }
@@ -74,7 +73,7 @@ impl Store {
         &self,
         voucher: &NewVoucher,
         seckill: &NewSeckillVoucher,
-    ) -> Result<i64, sqlx::Error> {
+    ) -> Result<VoucherId, sqlx::Error> {
         let mut tx = self.begin().await?;
         let id = insert_voucher_row(&mut tx, voucher).await?;
         sqlx::query(
@@ -109,7 +108,7 @@ impl Store {
     /// The seckill row of a voucher, if it is a seckill voucher.
     pub async fn seckill_voucher(
         &self,
-        voucher_id: i64,
+        voucher_id: VoucherId,
     ) -> Result<Option<SeckillVoucher>, sqlx::Error> {
         sqlx::query_as(
             "SELECT stock, CAST(begin_time AS DATETIME) AS begin_time, \
@@ -124,7 +123,7 @@ impl Store {
 async fn insert_voucher_row(
     conn: &mut sqlx::MySqlConnection,
     voucher: &NewVoucher,
-) -> Result<i64, sqlx::Error> {
+) -> Result<VoucherId, sqlx::Error> {
     let result = sqlx::query(
         "INSERT INTO tb_voucher \
          (shop_id, title, sub_title, rules, pay_value, actual_value, type, status) \
@@ -140,5 +139,5 @@ async fn insert_voucher_row(
     .bind(voucher.status)
     .execute(conn)
     .await?;
-    Ok(result.last_insert_id() as i64)
+    Ok(VoucherId::new(result.last_insert_id() as i64))
 }

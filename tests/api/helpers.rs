@@ -9,6 +9,7 @@ use clap::Parser;
 use futures::future::join_all;
 use hmdp::cluster::Sandbox;
 use hmdp::config::ServeSettings;
+use hmdp::ids::VoucherId;
 use hmdp::redis_server::free_port;
 use hmdp::startup::Application;
 use hmdp::store::{Store, VoucherAudit};
@@ -242,7 +243,10 @@ impl TestApp {
     }
 
     pub async fn audit(&self, voucher_id: i64) -> VoucherAudit {
-        self.store.audit_voucher(voucher_id).await.unwrap()
+        self.store
+            .audit_voucher(VoucherId::new(voucher_id))
+            .await
+            .unwrap()
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use serde_json::Value;
 
+use hmdp::ids::UserId;
 use hmdp::store::{record_fence, Store};
 
 use crate::helpers::{phone, spawn_app, NodeProcess, TestApp};
@@ -160,7 +161,7 @@ async fn fencing_turns_away_a_holder_whose_lease_ran_out() {
 async fn overlapping_first_fenced_writes_do_not_deadlock() {
     async fn fence(store: &Store, user: u64, token: u64) -> Result<bool, sqlx::Error> {
         let mut tx = store.begin().await?;
-        let recorded = record_fence(&mut tx, user, token).await?;
+        let recorded = record_fence(&mut tx, UserId::new(user), token).await?;
         tx.commit().await?;
         Ok(recorded)
     }
@@ -182,12 +183,21 @@ async fn overlapping_first_fenced_writes_do_not_deadlock() {
     // A stale token's answer does not linger on the connection into the
     // next user's first write.
     let mut conn = app.store.pool().acquire().await.unwrap();
-    assert!(record_fence(&mut conn, 100, 5).await.unwrap());
-    assert!(!record_fence(&mut conn, 100, 4).await.unwrap(), "stale");
+    assert!(record_fence(&mut conn, UserId::new(100), 5).await.unwrap());
     assert!(
-        !record_fence(&mut conn, 100, 5).await.unwrap(),
+        !record_fence(&mut conn, UserId::new(100), 4).await.unwrap(),
+        "stale"
+    );
+    assert!(
+        !record_fence(&mut conn, UserId::new(100), 5).await.unwrap(),
         "the same token"
     );
-    assert!(record_fence(&mut conn, 101, 3).await.unwrap(), "a new user");
-    assert!(record_fence(&mut conn, 100, 6).await.unwrap(), "newer");
+    assert!(
+        record_fence(&mut conn, UserId::new(101), 3).await.unwrap(),
+        "a new user"
+    );
+    assert!(
+        record_fence(&mut conn, UserId::new(100), 6).await.unwrap(),
+        "newer"
+    );
 }
