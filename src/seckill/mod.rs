@@ -122,7 +122,7 @@ impl Seckill {
         let held = held?;
         let outcome = match id {
             Ok(id) => {
-                self.create_order(id, user_id, voucher_id, held.as_ref())
+                self.order_transaction(id, user_id, voucher_id, held.as_ref())
                     .await
             }
             Err(error) => Err(error.into()),
@@ -209,11 +209,12 @@ impl Seckill {
         }
     }
 
-    /// The transaction run under the per-user lock, placing order `id`.
-    /// Its end is known before this returns, so that the lock is released
-    /// only after it: committed, rolled back, or — after a failure that
-    /// left it unknown — its connection closed, which never commits.
-    async fn create_order(
+    /// The transaction run under the per-user lock `held`, placing order
+    /// `id` (also what `bench-db` measures, with no lock). Its end is known
+    /// before this returns, so that the lock is released only after it:
+    /// committed, rolled back, or — after a failure that left it unknown —
+    /// its connection closed, which never commits.
+    pub async fn order_transaction(
         &self,
         id: OrderId,
         user_id: UserId,

@@ -90,6 +90,23 @@ impl Store {
         Ok(id)
     }
 
+    /// Removes a voucher with its seckill row and its orders (a benchmark's
+    /// own voucher, once measured).
+    pub async fn delete_voucher(&self, voucher_id: VoucherId) -> Result<(), sqlx::Error> {
+        let mut tx = self.begin().await?;
+        for statement in [
+            "DELETE FROM tb_voucher_order WHERE voucher_id = ?",
+            "DELETE FROM tb_seckill_voucher WHERE voucher_id = ?",
+            "DELETE FROM tb_voucher WHERE id = ?",
+        ] {
+            sqlx::query(statement)
+                .bind(voucher_id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await
+    }
+
     /// Listed (`status = 1`) vouchers of a shop, hmdp's `queryVoucherOfShop`.
     pub async fn vouchers_of_shop(&self, shop_id: u64) -> Result<Vec<Voucher>, sqlx::Error> {
         sqlx::query_as(
