@@ -70,3 +70,28 @@ impl Subject {
         format!("{}lock:{name}", self.prefix)
     }
 }
+
+/// Polls `condition` every 10 ms until it holds, for at most 10 s: a test
+/// waits for what it expects to happen, not for a guessed length of time.
+pub async fn eventually<F, Fut>(what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !condition().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still not so after 10 s: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Runs `future`, failing the test if it has not finished after 10 s: a
+/// guard against a hang, not a measure of speed.
+pub async fn without_hanging<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), future)
+        .await
+        .unwrap_or_else(|_| panic!("hung for 10 s: {what}"))
+}

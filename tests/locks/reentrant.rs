@@ -13,7 +13,7 @@ use redis::AsyncCommands;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, Instant};
 
-use crate::helpers::{connect, redis_url};
+use crate::helpers::{connect, eventually, redis_url, without_hanging};
 use crate::proxy::Proxy;
 
 fn lock(options: ReentrantOptions) -> ReentrantLock {
@@ -93,21 +93,21 @@ async fn a_dropped_guard_gives_its_hold_back() {
         }
     });
     assert!(panicked.await.is_err());
-    let started = Instant::now();
+    // The wait (2 s) is far shorter than the lease (30 s): only the drop's
+    // release can let the next holder in within it.
     let next = lock
         .acquire(&key)
         .await
         .unwrap()
         .expect("freed by the drop");
-    assert!(started.elapsed() < Duration::from_secs(1));
     next.release().await.unwrap();
-    // An aborted watchdog goes away at the runtime's next turn.
-    sleep(Duration::from_millis(20)).await;
-    assert_eq!(lock.renewing(), 0);
+    eventually("no watchdog left", || async { lock.renewing() == 0 }).await;
 }
 
+/// A waiter on a key held for the whole 30 s lease gives up at its
+/// deadline: not before it, and without waiting out the lease.
 #[tokio::test]
-async fn a_wait_ends_within_50_ms_of_its_deadline() {
+async fn a_wait_ends_at_its_deadline() {
     const WAIT: Duration = Duration::from_millis(300);
     let lock = lock(watchdog(Duration::from_secs(30), WAIT));
     let key = key("deadline");
@@ -115,12 +115,10 @@ async fn a_wait_ends_within_50_ms_of_its_deadline() {
 
     for _ in 0..3 {
         let started = Instant::now();
-        assert!(lock.acquire(&key).await.unwrap().is_none());
+        let waited = without_hanging("a wait past its deadline", lock.acquire(&key)).await;
+        assert!(waited.unwrap().is_none());
         let waited = started.elapsed();
-        assert!(
-            waited >= WAIT && waited <= WAIT + Duration::from_millis(50),
-            "waited {waited:?} for a {WAIT:?} deadline"
-        );
+        assert!(waited >= WAIT, "gave up early, after {waited:?}");
     }
     held.release().await.unwrap();
 }
@@ -184,8 +182,7 @@ async fn the_watchdog_keeps_a_lock_three_leases_long_and_stops_after_release() {
     held.ensure_held().await.expect("still held");
 
     assert_eq!(held.release().await.unwrap(), Release::Released);
-    sleep(Duration::from_millis(20)).await;
-    assert_eq!(lock.renewing(), 0, "no renewal task left");
+    eventually("no renewal task left", || async { lock.renewing() == 0 }).await;
     sleep(LEASE).await;
     let exists: bool = connect(&redis_url()).await.exists(&key).await.unwrap();
     assert!(!exists, "the key is gone and nothing renewed it");
@@ -200,8 +197,10 @@ async fn a_renewal_that_finds_the_lock_gone_signals_it_lost() {
     held.ensure_held().await.expect("held");
 
     let _: () = connect(&redis_url()).await.del(&key).await.unwrap();
-    sleep(LEASE / 3 + Duration::from_millis(100)).await;
-    assert!(held.ensure_held().await.is_err(), "the watchdog noticed");
+    eventually("the watchdog noticed", || async {
+        held.ensure_held().await.is_err()
+    })
+    .await;
     assert_eq!(lock.renewing(), 0, "and stopped");
     assert_eq!(held.release().await.unwrap(), Release::Expired);
 }
