@@ -10,20 +10,19 @@ use std::sync::LazyLock;
 use async_trait::async_trait;
 use redis::Script;
 
-use super::set_nx::{SetNxLock, Taken, Unlock};
-use super::{LockError, Release};
-use crate::config::LockMode;
+use crate::set_nx::{SetNxLock, Taken, Unlock};
+use crate::LockMode;
+use crate::{LockError, Release};
 
 /// Built once: `invoke_async` sends `EVALSHA` with the precomputed hash and
 /// loads the script only when Redis answers `NOSCRIPT`.
-static UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/unlock.lua")));
+static UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/unlock.lua")));
 
 /// Lock v3.
-pub(super) type RedisLuaLock = SetNxLock<LuaUnlock>;
+pub(crate) type RedisLuaLock = SetNxLock<LuaUnlock>;
 
 /// Release of lock v3.
-pub(super) struct LuaUnlock;
+pub(crate) struct LuaUnlock;
 
 #[async_trait]
 impl Unlock for LuaUnlock {

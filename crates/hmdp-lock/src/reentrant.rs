@@ -30,19 +30,18 @@ use redis::Script;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::release_events::ReleaseEvents;
-use super::{release_dropped, HeldLock, Holder, LockError, OrderLock, Release};
-use crate::config::{LockMode, LockSettings};
-use crate::keys::sibling;
-use crate::metrics;
+use crate::release_events::ReleaseEvents;
+use crate::sibling;
+use crate::{release_dropped, HeldLock, Holder, LockError, OrderLock, Release};
+use crate::{LockEvent, LockMode, LostReason, Observer, Unobserved};
 
 /// Shared with `multi`/`redlock`, which take the same hash lock on each node.
-pub(super) static LOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/reentrant_lock.lua")));
+pub(crate) static LOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/reentrant_lock.lua")));
 static UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/reentrant_unlock.lua")));
+    LazyLock::new(|| Script::new(include_str!("../lua/reentrant_unlock.lua")));
 static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/reentrant_renew.lua")));
+    LazyLock::new(|| Script::new(include_str!("../lua/reentrant_renew.lua")));
 
 /// How long a release's answer is remembered for retries; retries stop well
 /// before it is forgotten.
@@ -69,16 +68,6 @@ pub struct ReentrantOptions {
 }
 
 impl ReentrantOptions {
-    pub fn from_settings(settings: &LockSettings) -> Self {
-        ReentrantOptions {
-            lease: settings.lock_lease_ms.map(Duration::from_millis),
-            watchdog_lease: Duration::from_millis(settings.lock_watchdog_ms),
-            max_hold: (settings.lock_max_hold_ms > 0)
-                .then(|| Duration::from_millis(settings.lock_max_hold_ms)),
-            wait: settings.wait(),
-        }
-    }
-
     fn lease(&self) -> Duration {
         self.lease.unwrap_or(self.watchdog_lease)
     }
@@ -100,8 +89,8 @@ struct Inner {
 }
 
 /// What the watchdogs of one lock are doing, for tests and operators.
-#[derive(Default)]
 struct Watchdogs {
+    observer: Arc<dyn Observer>,
     /// Watchdog tasks alive right now.
     renewing: AtomicUsize,
     /// Holds a watchdog found taken or gone, or could not renew in time.
@@ -180,6 +169,17 @@ impl ReentrantLock {
     /// `client` opens the release subscription (lazily, on the first wait);
     /// `redis` carries the lock commands.
     pub fn new(client: redis::Client, redis: ConnectionManager, options: ReentrantOptions) -> Self {
+        Self::observed(client, redis, options, Unobserved::shared())
+    }
+
+    /// Like [`ReentrantLock::new`], reporting renewals and lost holds to
+    /// `observer`.
+    pub fn observed(
+        client: redis::Client,
+        redis: ConnectionManager,
+        options: ReentrantOptions,
+        observer: Arc<dyn Observer>,
+    ) -> Self {
         ReentrantLock {
             inner: Arc::new(Inner {
                 process: uuid::Uuid::new_v4().simple().to_string(),
@@ -187,7 +187,11 @@ impl ReentrantLock {
                 events: ReleaseEvents::new(client),
                 options,
                 holds: Arc::new(Mutex::new(HashMap::new())),
-                watchdogs: Arc::default(),
+                watchdogs: Arc::new(Watchdogs {
+                    observer,
+                    renewing: AtomicUsize::new(0),
+                    lost: AtomicU64::new(0),
+                }),
             }),
         }
     }
@@ -497,7 +501,7 @@ async fn release(
 /// One run of `lua/reentrant_unlock.lua` (shared with `multi`/`redlock`):
 /// gives back one hold of `owner` on `key`. `attempt` > 1 marks a retry,
 /// which may find the first attempt's latch.
-pub(super) async fn unlock_once(
+pub(crate) async fn unlock_once(
     redis: &ConnectionManager,
     key: &str,
     owner: &str,
@@ -527,7 +531,7 @@ pub(super) async fn unlock_once(
 /// Then nobody else could have removed our hold (short of Redis losing the
 /// key), so a key found gone or someone else's means the first attempt
 /// released it and only its reply was lost.
-pub(super) fn answer(code: i64, retried_in_lease: bool) -> Result<Release, LockError> {
+pub(crate) fn answer(code: i64, retried_in_lease: bool) -> Result<Release, LockError> {
     match code {
         -1 | -2 if retried_in_lease => Ok(Release::Released),
         -1 => Ok(Release::Expired),
@@ -589,13 +593,13 @@ impl Renewing {
 
     /// Marks `hold` lost, unless its release has begun: a renewal that
     /// crossed the release finds the key gone because it was given back.
-    fn lost(&self, hold: &Hold, reason: &'static str) -> bool {
+    fn lost(&self, hold: &Hold, reason: LostReason) -> bool {
         if hold.releasing.load(Ordering::SeqCst) {
             return false;
         }
         hold.lost.store(true, Ordering::SeqCst);
         self.0.lost.fetch_add(1, Ordering::SeqCst);
-        metrics::LOCK_LOST.with_label_values(&[reason]).inc();
+        self.0.observer.observe(LockEvent::HoldLost(reason));
         true
     }
 }
@@ -641,12 +645,12 @@ async fn renew(
         .await;
         match renewed {
             Ok(Ok(1)) => {
-                metrics::WATCHDOG_RENEWALS.inc();
+                renewing.0.observer.observe(LockEvent::LeaseRenewed);
                 *hold.valid_until.lock().expect("hold poisoned") = sent + lease;
                 next = sent + every;
             }
             Ok(Ok(_)) => {
-                if renewing.lost(&hold, metrics::LOST_TAKEN_OR_GONE) {
+                if renewing.lost(&hold, LostReason::TakenOrGone) {
                     tracing::warn!(key = %hold.key, "lock lost: the watchdog found it taken or gone");
                 }
                 return;
@@ -654,7 +658,7 @@ async fn renew(
             Ok(Err(_)) | Err(_) => {
                 let now = Instant::now();
                 if now >= *hold.valid_until.lock().expect("hold poisoned") {
-                    if renewing.lost(&hold, metrics::LOST_REDIS_UNREACHABLE) {
+                    if renewing.lost(&hold, LostReason::RedisUnreachable) {
                         tracing::warn!(key = %hold.key, "lock lost: Redis unreachable until the lease ran out");
                     }
                     return;
@@ -693,7 +697,8 @@ mod tests {
     async fn a_retried_release_of_a_reentered_hold_does_not_take_a_second_hold() {
         let url =
             std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into());
-        let mut redis = crate::startup::connect_redis(&url, Duration::from_secs(10)).unwrap();
+        let client = redis::Client::open(url).unwrap();
+        let mut redis = ConnectionManager::new(client).await.unwrap();
         let key = format!("test:{}:lock:retried", uuid::Uuid::new_v4().simple());
         async fn take(redis: &mut ConnectionManager, key: &str, owner: &str) -> i64 {
             let (taken, _): (i64, i64) = LOCK

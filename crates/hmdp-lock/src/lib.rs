@@ -5,9 +5,14 @@
 //! without touching the purchase code. Fencing (`--fencing`) is a layer
 //! around any mode rather than a mode of its own.
 
+mod builder;
+mod faults;
 mod fencing;
+mod keys;
 mod local;
+mod mode;
 mod none;
+mod observer;
 mod owner;
 mod quorum;
 mod redis_lua;
@@ -18,23 +23,19 @@ mod release_events;
 mod set_nx;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::future::BoxFuture;
-use redis::aio::ConnectionManager;
 
-use crate::config::{LockMode, LockSettings};
-
+pub use builder::{build, BuildError, Options};
+pub use faults::{Faults, Pause};
 pub use fencing::Fenced;
+pub use keys::sibling;
 pub use local::LocalLock;
+pub use mode::LockMode;
 pub use none::NoLock;
+pub use observer::{LockEvent, LostReason, Observer, Unobserved};
 pub use quorum::{NodeReport, QuorumLock};
-use redis_lua::RedisLuaLock;
-use redis_naive::RedisNaiveLock;
-use redis_owner::RedisOwnerLock;
 pub use reentrant::{ReentrantLock, ReentrantOptions};
-use set_nx::SetNx;
 
 /// Something that went wrong talking to the lock's backing store, or a hold
 /// that turned out to be gone before the work under it committed.
@@ -169,74 +170,4 @@ where
             Err(error) => tracing::warn!(%error, %key, "dropped lock guard: release failed"),
         }
     });
-}
-
-/// A pause a fault injection point runs, e.g. sleeping until a chosen moment.
-pub type Pause = Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
-
-/// Fault injection points a lock honours, so the lab can stop a holder at
-/// the exact moment the course's failures need. The purchase injects none.
-#[derive(Clone, Default)]
-pub struct Faults {
-    /// Runs inside a release right before the command that deletes the key:
-    /// for `redis-owner` between its `GET` check and its `DEL` (lock v2's
-    /// gap), for `redis-naive` before its unchecked `DEL`, for `redis-lua`
-    /// before its script, whose check and delete are one step. Locks without
-    /// such a command (`none`, `local`) ignore it.
-    pub before_delete: Option<Pause>,
-}
-
-impl Faults {
-    /// No faults: what the purchase runs with.
-    pub fn none() -> Self {
-        Faults::default()
-    }
-}
-
-/// Builds the lock of the configured mode on `redis`, with `faults`
-/// injected; `redis_url` lets modes that need a dedicated connection of their
-/// own (the release subscription of `reentrant`) open one.
-pub fn build(
-    settings: &LockSettings,
-    redis: &ConnectionManager,
-    redis_url: &str,
-    faults: Faults,
-) -> anyhow::Result<Arc<dyn OrderLock>> {
-    let set_nx = || {
-        SetNx::new(
-            redis.clone(),
-            settings.lease(),
-            settings.wait(),
-            faults.clone(),
-        )
-    };
-    let lock: Arc<dyn OrderLock> = match settings.mode {
-        LockMode::None => Arc::new(NoLock),
-        LockMode::Local => Arc::new(LocalLock::new(settings.wait())),
-        LockMode::RedisNaive => Arc::new(RedisNaiveLock::new(set_nx(), redis_naive::DelUnlock)),
-        LockMode::RedisOwner => {
-            Arc::new(RedisOwnerLock::new(set_nx(), redis_owner::GetThenDelUnlock))
-        }
-        LockMode::RedisLua => Arc::new(RedisLuaLock::new(set_nx(), redis_lua::LuaUnlock)),
-        LockMode::Reentrant => Arc::new(ReentrantLock::new(
-            redis::Client::open(redis_url)?,
-            redis.clone(),
-            ReentrantOptions::from_settings(settings),
-        )),
-        LockMode::Multi => Arc::new(QuorumLock::multi(
-            &settings.lock_nodes,
-            settings.lease(),
-            settings.wait(),
-        )?),
-        LockMode::Redlock => Arc::new(QuorumLock::redlock(
-            &settings.lock_nodes,
-            settings.lease(),
-            settings.wait(),
-        )?),
-    };
-    Ok(if settings.fencing {
-        Arc::new(Fenced::new(lock, redis.clone()))
-    } else {
-        lock
-    })
 }

@@ -17,12 +17,12 @@ use async_trait::async_trait;
 use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
 
-use super::{HeldLock, Holder, LockError, OrderLock, Release};
-use crate::config::LockMode;
-use crate::keys::sibling;
-use crate::metrics;
+use crate::sibling;
+use crate::LockMode;
+use crate::{HeldLock, Holder, LockError, OrderLock, Release};
+use crate::{LockEvent, Observer, Unobserved};
 
-static MINT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/fence.lua")));
+static MINT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/fence.lua")));
 
 /// How long a key's counter outlives its last acquisition. Far longer than
 /// any lease, short enough that idle users' counters go away; tokens stay
@@ -35,14 +35,26 @@ pub struct Fenced {
     redis: ConnectionManager,
     /// Tells this process's holders apart from other processes' in the counter.
     process: String,
+    observer: Arc<dyn Observer>,
 }
 
 impl Fenced {
+    /// Fences `inner`, keeping the counters on `redis`.
     pub fn new(inner: Arc<dyn OrderLock>, redis: ConnectionManager) -> Self {
+        Self::observed(inner, redis, Unobserved::shared())
+    }
+
+    /// Like [`Fenced::new`], reporting rejections to `observer`.
+    pub fn observed(
+        inner: Arc<dyn OrderLock>,
+        redis: ConnectionManager,
+        observer: Arc<dyn Observer>,
+    ) -> Self {
         Fenced {
             inner,
             redis,
             process: uuid::Uuid::new_v4().simple().to_string(),
+            observer,
         }
     }
 
@@ -74,6 +86,7 @@ impl Fenced {
                         redis: self.redis.clone(),
                         counter,
                         token,
+                        observer: self.observer.clone(),
                     })))
                 }
                 Err(_) => LockError::Lost("the lease ran out before a fencing token was minted"),
@@ -109,6 +122,7 @@ struct FencedHold {
     redis: ConnectionManager,
     counter: String,
     token: u64,
+    observer: Arc<dyn Observer>,
 }
 
 #[async_trait]
@@ -126,7 +140,7 @@ impl HeldLock for FencedHold {
         let newest: Option<u64> = self.redis.clone().hget(&self.counter, "token").await?;
         match newest {
             Some(newest) if newest > self.token => {
-                metrics::FENCING_REJECTIONS.inc();
+                self.observer.observe(LockEvent::FencingRejected);
                 Err(LockError::Lost("a newer holder has a later fencing token"))
             }
             _ => Ok(()),

@@ -9,15 +9,15 @@
 use async_trait::async_trait;
 use redis::AsyncCommands;
 
-use super::set_nx::{SetNxLock, Taken, Unlock};
-use super::{LockError, Release};
-use crate::config::LockMode;
+use crate::set_nx::{SetNxLock, Taken, Unlock};
+use crate::LockMode;
+use crate::{LockError, Release};
 
 /// Lock v2.
-pub(super) type RedisOwnerLock = SetNxLock<GetThenDelUnlock>;
+pub(crate) type RedisOwnerLock = SetNxLock<GetThenDelUnlock>;
 
 /// Release of lock v2.
-pub(super) struct GetThenDelUnlock;
+pub(crate) struct GetThenDelUnlock;
 
 #[async_trait]
 impl Unlock for GetThenDelUnlock {

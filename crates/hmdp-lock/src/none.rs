@@ -4,8 +4,8 @@
 
 use async_trait::async_trait;
 
-use super::{HeldLock, Holder, LockError, OrderLock, Release};
-use crate::config::LockMode;
+use crate::LockMode;
+use crate::{HeldLock, Holder, LockError, OrderLock, Release};
 
 /// The absent lock.
 pub struct NoLock;

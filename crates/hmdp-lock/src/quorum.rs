@@ -24,16 +24,16 @@ use rand::RngExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
 
-use super::reentrant::{answer, unlock_once, LOCK};
-use super::{release_dropped, HeldLock, Holder, LockError, OrderLock, Release};
-use crate::config::{redact_url, LockMode};
-use crate::keys::sibling;
+use crate::reentrant::{answer, unlock_once, LOCK};
+use crate::sibling;
+use crate::{release_dropped, HeldLock, Holder, LockError, OrderLock, Release};
+use crate::{BuildError, LockMode};
 
 /// Numbers the rounds of this process, for their take markers.
 static NEXT_ROUND: AtomicU64 = AtomicU64::new(1);
 
 struct Node {
-    /// The URL without credentials, for reports and logs.
+    /// `host:port`, for reports and logs.
     name: String,
     redis: ConnectionManager,
 }
@@ -62,12 +62,12 @@ pub struct QuorumLock {
 
 impl QuorumLock {
     /// `multi`: every node must agree.
-    pub fn multi(urls: &[String], lease: Duration, wait: Duration) -> anyhow::Result<Self> {
+    pub fn multi(urls: &[String], lease: Duration, wait: Duration) -> Result<Self, BuildError> {
         Self::new(LockMode::Multi, urls, urls.len(), lease, wait)
     }
 
     /// `redlock`: a majority of the nodes must agree within the validity time.
-    pub fn redlock(urls: &[String], lease: Duration, wait: Duration) -> anyhow::Result<Self> {
+    pub fn redlock(urls: &[String], lease: Duration, wait: Duration) -> Result<Self, BuildError> {
         Self::new(LockMode::Redlock, urls, urls.len() / 2 + 1, lease, wait)
     }
 
@@ -77,11 +77,10 @@ impl QuorumLock {
         quorum: usize,
         lease: Duration,
         wait: Duration,
-    ) -> anyhow::Result<Self> {
-        anyhow::ensure!(
-            !urls.is_empty(),
-            "--lock {mode} needs independent Redis servers in --lock-nodes"
-        );
+    ) -> Result<Self, BuildError> {
+        if urls.is_empty() {
+            return Err(BuildError::NoNodes(mode));
+        }
         // At least 50 ms: a round may have to open a node's connection and
         // load the script before it can answer.
         let round = (lease / 4).clamp(Duration::from_millis(50), Duration::from_millis(500));
@@ -95,11 +94,12 @@ impl QuorumLock {
                     .set_number_of_retries(0)
                     .set_max_delay(Duration::from_millis(200));
                 Ok(Node {
-                    name: redact_url(url),
+                    // `host:port`, without the URL's credentials.
+                    name: client.get_connection_info().addr().to_string(),
                     redis: ConnectionManager::new_lazy_with_config(client, config)?,
                 })
             })
-            .collect::<anyhow::Result<Vec<_>>>()?;
+            .collect::<Result<Vec<_>, BuildError>>()?;
         Ok(QuorumLock {
             mode,
             nodes,

@@ -11,8 +11,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
-use super::{HeldLock, Holder, LockError, OrderLock, Release};
-use crate::config::LockMode;
+use crate::LockMode;
+use crate::{HeldLock, Holder, LockError, OrderLock, Release};
 
 type KeyMutex = AsyncMutex<()>;
 
