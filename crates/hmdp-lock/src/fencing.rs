@@ -10,19 +10,18 @@
 //! newer token exists, so a stale holder steps aside instead of committing
 //! ahead of the newer one whose transaction is waiting on the fence row.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::ConnectionManager;
-use redis::{AsyncCommands, Script};
+use redis::AsyncCommands;
 
+use crate::scripts::{MintFencingToken, Minted};
 use crate::sibling;
 use crate::LockMode;
 use crate::{HeldLock, Holder, LockError, OrderLock, Release};
 use crate::{LockEvent, Observer, Unobserved};
-
-static MINT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/fence.lua")));
 
 /// How long a key's counter outlives its last acquisition. Far longer than
 /// any lease, short enough that idle users' counters go away; tokens stay
@@ -33,8 +32,6 @@ const COUNTER_RETENTION: Duration = Duration::from_secs(24 * 3600);
 pub struct Fenced {
     inner: Arc<dyn OrderLock>,
     redis: ConnectionManager,
-    /// Tells this process's holders apart from other processes' in the counter.
-    process: String,
     observer: Arc<dyn Observer>,
 }
 
@@ -53,7 +50,6 @@ impl Fenced {
         Fenced {
             inner,
             redis,
-            process: uuid::Uuid::new_v4().simple().to_string(),
             observer,
         }
     }
@@ -70,28 +66,29 @@ impl Fenced {
         // The script reads the lock key too, so the counter lives in the
         // lock key's Cluster slot.
         let counter = sibling(key, "fence");
-        let minted: Result<i64, _> = MINT
-            .key(&counter)
-            .key(key)
-            .arg(format!("{}:{}", self.process, holder.id()))
-            .arg(COUNTER_RETENTION.as_millis() as u64)
-            .arg(held.owner_in_key().unwrap_or(""))
-            .invoke_async(&mut self.redis.clone())
-            .await;
+        let minted = MintFencingToken {
+            counter: &counter,
+            lock_key: key,
+            owner: &holder.owner(),
+            retention: COUNTER_RETENTION,
+            owner_in_key: held.owner_in_key().unwrap_or(""),
+        }
+        .run(&mut self.redis.clone())
+        .await;
         let failure = match minted {
-            Ok(token) => match u64::try_from(token) {
-                Ok(token) => {
-                    return Ok(Some(Box::new(FencedHold {
-                        inner: held,
-                        redis: self.redis.clone(),
-                        counter,
-                        token,
-                        observer: self.observer.clone(),
-                    })))
-                }
-                Err(_) => LockError::Lost("the lease ran out before a fencing token was minted"),
-            },
-            Err(error) => error.into(),
+            Ok(Minted::Token(token)) => {
+                return Ok(Some(Box::new(FencedHold {
+                    inner: held,
+                    redis: self.redis.clone(),
+                    counter,
+                    token,
+                    observer: self.observer.clone(),
+                })))
+            }
+            Ok(Minted::NotHeld) => {
+                LockError::Lost("the lease ran out before a fencing token was minted")
+            }
+            Err(error) => error,
         };
         // Without a token the hold is useless to a fenced purchase.
         if let Err(release) = held.release().await {

@@ -20,9 +20,8 @@ mod redis_naive;
 mod redis_owner;
 mod reentrant;
 mod release_events;
+mod scripts;
 mod set_nx;
-
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 
@@ -34,7 +33,8 @@ pub use local::LocalLock;
 pub use mode::LockMode;
 pub use none::NoLock;
 pub use observer::{LockEvent, LostReason, Observer, Unobserved};
-pub use quorum::{NodeReport, QuorumLock};
+pub use owner::Holder;
+pub use quorum::{NodeReport, QuorumLock, Vote};
 pub use reentrant::{ReentrantLock, ReentrantOptions};
 
 /// Something that went wrong talking to the lock's backing store, or a hold
@@ -71,31 +71,6 @@ impl Release {
     /// A clean release gave back a lock that was still ours.
     pub fn is_clean(self) -> bool {
         matches!(self, Release::Released | Release::StillHeld(_))
-    }
-}
-
-/// Who holds a lock, independent of threads: async tasks move between
-/// threads, so a holder is a value the code passes down to nested steps.
-/// Acquiring again as the same holder re-enters a reentrant lock; every other
-/// mode treats it as just another contender (and so blocks itself).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Holder(u64);
-
-impl Holder {
-    /// A holder no other holder in this process shares.
-    pub fn new() -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
-        Holder(NEXT.fetch_add(1, Ordering::Relaxed))
-    }
-
-    pub fn id(self) -> u64 {
-        self.0
-    }
-}
-
-impl Default for Holder {
-    fn default() -> Self {
-        Holder::new()
     }
 }
 

@@ -15,7 +15,6 @@
 //! given back: a re-entry that never reached a node must not take away the
 //! outer hold there. Every round reports which nodes agreed.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -24,13 +23,11 @@ use rand::RngExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
 
-use crate::reentrant::{answer, unlock_once, LOCK};
+use crate::owner;
+use crate::scripts::{GiveBack, Take, Taken};
 use crate::sibling;
 use crate::{release_dropped, HeldLock, Holder, LockError, OrderLock, Release};
 use crate::{BuildError, LockMode};
-
-/// Numbers the rounds of this process, for their take markers.
-static NEXT_ROUND: AtomicU64 = AtomicU64::new(1);
 
 struct Node {
     /// `host:port`, for reports and logs.
@@ -41,10 +38,44 @@ struct Node {
 /// What one node said in one round.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeReport {
+    /// The node's `host:port`.
     pub node: String,
+    /// Whether the node took the key for this round.
     pub agreed: bool,
-    /// `taken`, `busy`, `unreachable` or `timed out`.
-    pub detail: &'static str,
+    /// What the node answered.
+    pub detail: Vote,
+}
+
+/// One node's answer in one round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vote {
+    /// The node took the key.
+    Taken,
+    /// Another owner holds the key there.
+    Busy,
+    /// The node could not be reached.
+    Unreachable,
+    /// No answer before the round's deadline: the take may still land.
+    TimedOut,
+}
+
+impl Vote {
+    /// Whether the node took the key, or may have (no answer): a failed
+    /// round's takes to undo there.
+    fn may_hold(self) -> bool {
+        self != Vote::Busy
+    }
+}
+
+impl std::fmt::Display for Vote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Vote::Taken => "taken",
+            Vote::Busy => "busy",
+            Vote::Unreachable => "unreachable",
+            Vote::TimedOut => "timed out",
+        })
+    }
 }
 
 /// A lock over independent Redis nodes: all-or-nothing or majority.
@@ -57,7 +88,6 @@ pub struct QuorumLock {
     /// One round's deadline for all nodes: short against the lease, so a
     /// dead node costs little of the validity time.
     round: Duration,
-    process: String,
 }
 
 impl QuorumLock {
@@ -107,7 +137,6 @@ impl QuorumLock {
             lease,
             wait,
             round,
-            process: uuid::Uuid::new_v4().simple().to_string(),
         })
     }
 
@@ -123,38 +152,31 @@ impl QuorumLock {
         holder: Holder,
         key: &str,
     ) -> Result<(Option<Box<dyn HeldLock>>, Vec<NodeReport>), LockError> {
-        let owner = format!("{}:{}", self.process, holder.id());
+        let owner = holder.owner();
         let deadline = Instant::now() + self.wait;
         loop {
             let start = Instant::now();
             let round_end = start + self.round;
-            let marker = sibling(
-                key,
-                &format!(
-                    "take:{owner}:{}",
-                    NEXT_ROUND.fetch_add(1, Ordering::Relaxed)
-                ),
-            );
+            let marker = sibling(key, &format!("take:{}", owner::unique_name(&owner)));
             let votes = join_all(self.nodes.iter().map(|node| async {
-                let taken = tokio::time::timeout_at(
-                    round_end,
-                    LOCK.key(key)
-                        .key(&marker)
-                        .arg(self.lease.as_millis() as u64)
-                        .arg(&owner)
-                        .invoke_async::<(i64, i64)>(&mut node.redis.clone()),
-                )
-                .await;
-                let (agreed, detail) = match taken {
-                    Ok(Ok((1, _))) => (true, "taken"),
-                    Ok(Ok(_)) => (false, "busy"),
-                    Ok(Err(_)) => (false, "unreachable"),
-                    Err(_) => (false, "timed out"),
+                let take = Take {
+                    key,
+                    owner: &owner,
+                    lease: self.lease,
+                    marker: Some(&marker),
+                };
+                let taken =
+                    tokio::time::timeout_at(round_end, take.run(&mut node.redis.clone())).await;
+                let vote = match taken {
+                    Ok(Ok(Taken::Yes { .. })) => Vote::Taken,
+                    Ok(Ok(Taken::Busy { .. })) => Vote::Busy,
+                    Ok(Err(_)) => Vote::Unreachable,
+                    Err(_) => Vote::TimedOut,
                 };
                 NodeReport {
                     node: node.name.clone(),
-                    agreed,
-                    detail,
+                    agreed: vote == Vote::Taken,
+                    detail: vote,
                 }
             }))
             .await;
@@ -169,7 +191,7 @@ impl QuorumLock {
             let asked: Vec<(String, ConnectionManager)> = votes
                 .iter()
                 .zip(&self.nodes)
-                .filter(|(vote, _)| vote.detail != "busy")
+                .filter(|(vote, _)| vote.detail.may_hold())
                 .map(|(_, node)| (node.name.clone(), node.redis.clone()))
                 .collect();
             match validity {
@@ -290,16 +312,20 @@ async fn release_on(
     marker: &str,
     lease: Duration,
 ) -> Vec<Release> {
-    let release_id = uuid::Uuid::new_v4().simple().to_string();
+    let release_id = owner::unique_name(owner);
+    let give_back = GiveBack {
+        key,
+        owner,
+        lease,
+        release_id: &release_id,
+        attempt: 1,
+        take_marker: Some(marker),
+    };
     join_all(nodes.iter().map(|(name, redis)| {
-        let release_id = &release_id;
+        let give_back = &give_back;
         async move {
-            let released = unlock_once(redis, key, owner, lease, release_id, 1, Some(marker)).await;
-            match released
-                .map_err(LockError::from)
-                .and_then(|code| answer(code, false))
-            {
-                Ok(release) => release,
+            match give_back.run(&mut redis.clone()).await {
+                Ok(given_back) => given_back.release(false),
                 Err(error) => {
                     tracing::warn!(node = %name, %error, "cannot release the lock on a node");
                     Release::Expired

@@ -21,34 +21,24 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::ConnectionManager;
-use redis::Script;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::owner;
 use crate::release_events::ReleaseEvents;
+use crate::scripts::{self, GiveBack, Take, Taken};
 use crate::sibling;
 use crate::{release_dropped, HeldLock, Holder, LockError, OrderLock, Release};
 use crate::{LockEvent, LockMode, LostReason, Observer, Unobserved};
 
-/// Shared with `multi`/`redlock`, which take the same hash lock on each node.
-pub(crate) static LOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/reentrant_lock.lua")));
-static UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/reentrant_unlock.lua")));
-static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/reentrant_renew.lua")));
-
-/// How long a release's answer is remembered for retries; retries stop well
-/// before it is forgotten.
-const RELEASE_LATCH: Duration = Duration::from_secs(10);
+/// Sent at most this many times per release; the latch outlives them all
+/// ([`scripts::RELEASE_LATCH`]).
 const RELEASE_ATTEMPTS: u32 = 3;
-/// Numbers the releases of this process, for their idempotency latches.
-static NEXT_RELEASE: AtomicU64 = AtomicU64::new(1);
 /// While releases are not being delivered (subscription down), waiters poll.
 const POLL: Duration = Duration::from_millis(50);
 /// A failed renewal is retried this often until the lease runs out.
@@ -79,8 +69,6 @@ pub struct ReentrantLock {
 }
 
 struct Inner {
-    /// This process's part of every owner id; the holder id is the other.
-    process: String,
     redis: ConnectionManager,
     events: ReleaseEvents,
     options: ReentrantOptions,
@@ -158,11 +146,10 @@ impl Drop for Hold {
     }
 }
 
-enum Attempt {
-    /// Taken; `count` holds of this owner now, lease set by a command sent at `sent`.
-    Taken { count: u32, sent: Instant },
-    /// Another owner holds it for this much longer (`None`: no lease on it).
-    Busy(Option<Duration>),
+/// One take, and when the command that set its lease (if taken) was sent.
+struct Attempt {
+    taken: Taken,
+    sent: Instant,
 }
 
 impl ReentrantLock {
@@ -182,7 +169,6 @@ impl ReentrantLock {
     ) -> Self {
         ReentrantLock {
             inner: Arc::new(Inner {
-                process: uuid::Uuid::new_v4().simple().to_string(),
                 redis,
                 events: ReleaseEvents::new(client),
                 options,
@@ -227,23 +213,20 @@ impl ReentrantLock {
             lease,
         };
         let sent = Instant::now();
-        let reply: Result<(i64, i64), _> = LOCK
-            .key(key)
-            .arg(lease.as_millis() as u64)
-            .arg(owner)
-            .invoke_async(&mut self.inner.redis.clone())
-            .await;
+        let reply = Take {
+            key,
+            owner,
+            lease,
+            marker: None,
+        }
+        .run(&mut self.inner.redis.clone())
+        .await;
         // A lost reply leaves it open whether the script ran: undo it too.
         undo.armed &= matches!(&reply, Err(error) if is_transient(error));
         drop(undo);
-        let (taken, value) = reply?;
-        Ok(if taken == 1 {
-            Attempt::Taken {
-                count: u32::try_from(value).unwrap_or(u32::MAX),
-                sent,
-            }
-        } else {
-            Attempt::Busy(u64::try_from(value).ok().map(Duration::from_millis))
+        Ok(Attempt {
+            taken: reply?,
+            sent,
         })
     }
 
@@ -264,7 +247,7 @@ impl ReentrantLock {
                 let hold = Arc::new(Hold {
                     key: key.to_owned(),
                     holder,
-                    owner: inner.owner(holder),
+                    owner: holder.owner(),
                     lease,
                     guards: AtomicUsize::new(1),
                     releasing: AtomicBool::new(false),
@@ -289,23 +272,11 @@ impl ReentrantLock {
         drop(holds);
         Box::new(ReentrantHold {
             inner: inner.clone(),
+            release_id: owner::unique_name(&hold.owner),
             hold,
-            // Unique per key: the owner is unique, the counter tells its
-            // releases apart. (A random id would cost a getrandom call per hold.)
-            release_id: format!(
-                "{}:{}",
-                inner.owner(holder),
-                NEXT_RELEASE.fetch_add(1, Ordering::Relaxed)
-            ),
             progress: ReleaseProgress::default(),
             released: false,
         })
-    }
-}
-
-impl Inner {
-    fn owner(&self, holder: Holder) -> String {
-        format!("{}:{}", self.process, holder.id())
     }
 }
 
@@ -320,14 +291,18 @@ impl OrderLock for ReentrantLock {
         holder: Holder,
         key: &str,
     ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
-        let owner = self.inner.owner(holder);
+        let owner = holder.owner();
         let deadline = Instant::now() + self.inner.options.wait;
         let busy_for = match self.try_lock(key, holder, &owner).await? {
-            Attempt::Taken { count, sent } => {
-                return Ok(Some(self.guard(key, holder, count, sent)))
-            }
-            Attempt::Busy(_) if self.inner.options.wait.is_zero() => return Ok(None),
-            Attempt::Busy(busy_for) => busy_for,
+            Attempt {
+                taken: Taken::Yes { count },
+                sent,
+            } => return Ok(Some(self.guard(key, holder, count, sent))),
+            Attempt { .. } if self.inner.options.wait.is_zero() => return Ok(None),
+            Attempt {
+                taken: Taken::Busy { expires_in },
+                ..
+            } => expires_in,
         };
         // Subscribe first, then retry: a release that lands in between is
         // either seen by the retry or delivered to the listener. The wait for
@@ -353,10 +328,17 @@ impl OrderLock for ReentrantLock {
             // way may have come after a release.
             let live = listener.is_live();
             match self.try_lock(key, holder, &owner).await? {
-                Attempt::Taken { count, sent } => {
-                    return Ok(Some(self.guard(key, holder, count, sent)))
-                }
-                Attempt::Busy(busy_for) => {
+                Attempt {
+                    taken: Taken::Yes { count },
+                    sent,
+                } => return Ok(Some(self.guard(key, holder, count, sent))),
+                Attempt {
+                    taken:
+                        Taken::Busy {
+                            expires_in: busy_for,
+                        },
+                    ..
+                } => {
                     let now = Instant::now();
                     if now >= deadline {
                         return Ok(None);
@@ -486,62 +468,24 @@ async fn release(
     loop {
         progress.sent += 1;
         let attempt = progress.sent;
-        let result = unlock_once(redis, key, owner, lease, release_id, attempt, None).await;
-        match result {
-            Ok(code) => return answer(code, attempt > 1 && progress.lease_running),
-            Err(error) if attempt < RELEASE_ATTEMPTS && is_transient(&error) => {
+        let given_back = GiveBack {
+            key,
+            owner,
+            lease,
+            release_id,
+            attempt,
+            take_marker: None,
+        }
+        .run(&mut redis.clone())
+        .await;
+        match given_back {
+            Ok(given_back) => return Ok(given_back.release(attempt > 1 && progress.lease_running)),
+            Err(LockError::Redis(error)) if attempt < RELEASE_ATTEMPTS && is_transient(&error) => {
                 tracing::debug!(%error, attempt, "lock release reply lost; retrying");
                 tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
             }
-            Err(error) => return Err(error.into()),
+            Err(error) => return Err(error),
         }
-    }
-}
-
-/// One run of `lua/reentrant_unlock.lua` (shared with `multi`/`redlock`):
-/// gives back one hold of `owner` on `key`. `attempt` > 1 marks a retry,
-/// which may find the first attempt's latch.
-pub(crate) async fn unlock_once(
-    redis: &ConnectionManager,
-    key: &str,
-    owner: &str,
-    lease: Duration,
-    release_id: &str,
-    attempt: u32,
-    take_marker: Option<&str>,
-) -> redis::RedisResult<i64> {
-    let mut unlock = UNLOCK.key(key);
-    unlock
-        .key(sibling(key, "released"))
-        .key(sibling(key, &format!("release:{release_id}")));
-    if let Some(marker) = take_marker {
-        unlock.key(marker);
-    }
-    unlock
-        .arg(owner)
-        .arg(lease.as_millis() as u64)
-        .arg(RELEASE_LATCH.as_millis() as u64)
-        .arg(attempt)
-        .invoke_async(&mut redis.clone())
-        .await
-}
-
-/// What the unlock script's `code` means. `retried_in_lease`: this was a
-/// retry, and the lease was still running when the first attempt was sent.
-/// Then nobody else could have removed our hold (short of Redis losing the
-/// key), so a key found gone or someone else's means the first attempt
-/// released it and only its reply was lost.
-pub(crate) fn answer(code: i64, retried_in_lease: bool) -> Result<Release, LockError> {
-    match code {
-        -1 | -2 if retried_in_lease => Ok(Release::Released),
-        -1 => Ok(Release::Expired),
-        -2 => Ok(Release::NotOwner),
-        // Marked takes only: ours is not on this node (it never landed),
-        // though other holds of the same owner are.
-        -3 => Ok(Release::Expired),
-        0 => Ok(Release::Released),
-        left if left > 0 => Ok(Release::StillHeld(u32::try_from(left).unwrap_or(u32::MAX))),
-        other => Err(LockError::UnexpectedReply(other)),
     }
 }
 
@@ -569,7 +513,7 @@ impl Drop for Undo {
             std::mem::take(&mut self.owner),
         );
         runtime.spawn(async move {
-            let release_id = uuid::Uuid::new_v4().simple().to_string();
+            let release_id = owner::unique_name(&owner);
             // Whether the acquisition took the key at all is unknown.
             let mut progress = ReleaseProgress::default();
             let undone = release(&redis, &key, &owner, lease, &release_id, &mut progress).await;
@@ -636,20 +580,16 @@ async fn renew(
         let sent = Instant::now();
         let renewed = tokio::time::timeout(
             every,
-            RENEW
-                .key(&hold.key)
-                .arg(lease.as_millis() as u64)
-                .arg(&hold.owner)
-                .invoke_async::<i64>(&mut redis.clone()),
+            scripts::renew(&mut redis.clone(), &hold.key, &hold.owner, lease),
         )
         .await;
         match renewed {
-            Ok(Ok(1)) => {
+            Ok(Ok(true)) => {
                 renewing.0.observer.observe(LockEvent::LeaseRenewed);
                 *hold.valid_until.lock().expect("hold poisoned") = sent + lease;
                 next = sent + every;
             }
-            Ok(Ok(_)) => {
+            Ok(Ok(false)) => {
                 if renewing.lost(&hold, LostReason::TakenOrGone) {
                     tracing::warn!(key = %hold.key, "lock lost: the watchdog found it taken or gone");
                 }
@@ -672,6 +612,7 @@ async fn renew(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scripts::GaveBack;
 
     async fn unlock(
         redis: &mut ConnectionManager,
@@ -679,16 +620,16 @@ mod tests {
         owner: &str,
         id: &str,
         attempt: u32,
-    ) -> i64 {
-        unlock_once(
-            redis,
+    ) -> GaveBack {
+        GiveBack {
             key,
             owner,
-            Duration::from_secs(10),
-            id,
+            lease: Duration::from_secs(10),
+            release_id: id,
             attempt,
-            None,
-        )
+            take_marker: None,
+        }
+        .run(redis)
         .await
         .unwrap()
     }
@@ -700,35 +641,37 @@ mod tests {
         let client = redis::Client::open(url).unwrap();
         let mut redis = ConnectionManager::new(client).await.unwrap();
         let key = format!("test:{}:lock:retried", uuid::Uuid::new_v4().simple());
-        async fn take(redis: &mut ConnectionManager, key: &str, owner: &str) -> i64 {
-            let (taken, _): (i64, i64) = LOCK
-                .key(key)
-                .arg(10_000)
-                .arg(owner)
-                .invoke_async(redis)
-                .await
-                .unwrap();
-            taken
+        async fn take(redis: &mut ConnectionManager, key: &str, owner: &str) -> bool {
+            let take = Take {
+                key,
+                owner,
+                lease: Duration::from_secs(10),
+                marker: None,
+            };
+            matches!(take.run(redis).await.unwrap(), Taken::Yes { .. })
         }
 
-        assert_eq!(take(&mut redis, &key, "a:1").await, 1);
-        assert_eq!(take(&mut redis, &key, "a:1").await, 1, "re-entered");
-        assert_eq!(unlock(&mut redis, &key, "a:1", "r1", 1).await, 1);
+        assert!(take(&mut redis, &key, "a:1").await);
+        assert!(take(&mut redis, &key, "a:1").await, "re-entered");
+        assert_eq!(
+            unlock(&mut redis, &key, "a:1", "r1", 1).await,
+            GaveBack::Remaining(1)
+        );
         // A's reply was lost, so A sends the same release again.
         assert_eq!(
             unlock(&mut redis, &key, "a:1", "r1", 2).await,
-            1,
+            GaveBack::Remaining(1),
             "the first answer, not a second hold taken away"
         );
         assert_eq!(
             unlock(&mut redis, &key, "a:1", "r2", 1).await,
-            0,
+            GaveBack::Remaining(0),
             "the last hold"
         );
-        assert_eq!(take(&mut redis, &key, "b:1").await, 1, "the key is free");
+        assert!(take(&mut redis, &key, "b:1").await, "the key is free");
         assert_eq!(
             unlock(&mut redis, &key, "a:1", "r2", 2).await,
-            -2,
+            GaveBack::OtherOwner,
             "a retry of the last hold's release finds B's key"
         );
 
@@ -739,16 +682,5 @@ mod tests {
             .query_async(&mut redis)
             .await
             .unwrap();
-    }
-
-    #[test]
-    fn a_retry_within_the_lease_that_finds_the_key_gone_or_taken_was_released() {
-        assert_eq!(answer(-2, true).unwrap(), Release::Released);
-        assert_eq!(answer(-1, true).unwrap(), Release::Released);
-        assert_eq!(answer(-2, false).unwrap(), Release::NotOwner);
-        assert_eq!(answer(-1, false).unwrap(), Release::Expired);
-        assert_eq!(answer(2, true).unwrap(), Release::StillHeld(2));
-        assert_eq!(answer(-3, false).unwrap(), Release::Expired);
-        assert!(answer(-4, false).is_err());
     }
 }

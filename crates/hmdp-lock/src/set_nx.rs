@@ -10,7 +10,7 @@ use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
 use crate::LockMode;
-use crate::{owner, release_dropped, Faults, HeldLock, Holder, LockError, OrderLock, Release};
+use crate::{release_dropped, Faults, HeldLock, Holder, LockError, OrderLock, Release};
 
 /// How a `SET NX` lock gives its key back: the one step in which lock v1,
 /// v2 and v3 differ.
@@ -116,10 +116,11 @@ impl SetNx {
         }
     }
 
-    /// Sets `key` to a fresh owner token unless somebody holds it, retrying
+    /// Sets `key` to a fresh owner token (a new holder's: these locks do not
+    /// re-enter) unless somebody holds it, retrying
     /// until the wait deadline; `None` when it stayed busy throughout.
     pub async fn take(&self, key: &str) -> Result<Option<Taken>, LockError> {
-        let token = owner::next_token();
+        let token = Holder::new().owner();
         // PX 0 is an error in Redis; a sub-millisecond lease rounds up.
         let lease_ms = self.lease.as_millis().max(1) as u64;
         let deadline = Instant::now() + self.wait;
