@@ -266,4 +266,74 @@ mod tests {
         assert_eq!(GaveBack::Remaining(2).release(true), Release::StillHeld(2));
         assert_eq!(GaveBack::NotTakenHere.release(false), Release::Expired);
     }
+
+    async fn unlock(
+        redis: &mut ConnectionManager,
+        key: &str,
+        owner: &str,
+        id: &str,
+        attempt: u32,
+    ) -> GaveBack {
+        GiveBack {
+            key,
+            owner,
+            lease: Duration::from_secs(10),
+            release_id: id,
+            attempt,
+            take_marker: None,
+        }
+        .run(redis)
+        .await
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_retried_release_of_a_reentered_hold_does_not_take_a_second_hold() {
+        let url =
+            std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into());
+        let client = redis::Client::open(url).unwrap();
+        let mut redis = ConnectionManager::new(client).await.unwrap();
+        let key = format!("test:{}:lock:retried", uuid::Uuid::new_v4().simple());
+        async fn take(redis: &mut ConnectionManager, key: &str, owner: &str) -> bool {
+            let take = Take {
+                key,
+                owner,
+                lease: Duration::from_secs(10),
+                marker: None,
+            };
+            matches!(take.run(redis).await.unwrap(), Taken::Yes { .. })
+        }
+
+        assert!(take(&mut redis, &key, "a:1").await);
+        assert!(take(&mut redis, &key, "a:1").await, "re-entered");
+        assert_eq!(
+            unlock(&mut redis, &key, "a:1", "r1", 1).await,
+            GaveBack::Remaining(1)
+        );
+        // A's reply was lost, so A sends the same release again.
+        assert_eq!(
+            unlock(&mut redis, &key, "a:1", "r1", 2).await,
+            GaveBack::Remaining(1),
+            "the first answer, not a second hold taken away"
+        );
+        assert_eq!(
+            unlock(&mut redis, &key, "a:1", "r2", 1).await,
+            GaveBack::Remaining(0),
+            "the last hold"
+        );
+        assert!(take(&mut redis, &key, "b:1").await, "the key is free");
+        assert_eq!(
+            unlock(&mut redis, &key, "a:1", "r2", 2).await,
+            GaveBack::OtherOwner,
+            "a retry of the last hold's release finds B's key"
+        );
+
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .arg(sibling(&key, "release:r1"))
+            .arg(sibling(&key, "release:r2"))
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+    }
 }
