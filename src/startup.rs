@@ -60,7 +60,8 @@ pub fn build_lock(
         observer: Arc::new(metrics::LockMetrics),
         ..settings.options()
     };
-    Ok(hmdp_lock::build(&options, redis, redis_url)?)
+    hmdp_lock::build(&options, redis, redis_url)
+        .with_context(|| format!("cannot build --lock {}", settings.mode))
 }
 
 /// A built, bound, not yet running node.

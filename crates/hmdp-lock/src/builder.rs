@@ -98,7 +98,7 @@ impl std::fmt::Debug for Options {
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// `multi` and `redlock` need at least one node.
-    #[error("--lock {0} needs independent Redis servers in --lock-nodes")]
+    #[error("lock mode {0} needs independent Redis servers (Options::nodes), none given")]
     NoNodes(LockMode),
     /// A Redis URL did not parse.
     #[error("invalid Redis URL")]

@@ -1,11 +1,12 @@
-//! `--fencing`: a layer around any lock mode that mints a fencing token per
+//! Fencing tokens: a layer around any lock mode that mints a fencing token per
 //! acquisition (`lua/fence.lua`), for storage to refuse writes of a holder
 //! whose lock has since passed to someone else (Kleppmann's fencing tokens,
 //! Redisson's `RFencedLock`).
 //!
 //! A lease can run out under a paused holder whatever the lock does; only the
-//! storage can tell an old holder from a new one. The purchase records the
-//! token as the first statement of its transaction (see `store::record_fence`).
+//! storage can tell an old holder from a new one: it records the token with
+//! the write (hmdp's purchase does so as the first statement of its
+//! transaction) and refuses a write carrying an older one.
 //! Before committing, [`HeldLock::ensure_held`] also asks Redis whether a
 //! newer token exists, so a stale holder steps aside instead of committing
 //! ahead of the newer one whose transaction is waiting on the fence row.

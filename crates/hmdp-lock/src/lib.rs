@@ -1,9 +1,101 @@
-//! The per-user order lock: one trait, one file per mode (DESIGN.md "Lock modes").
+//! Redis locks for async Rust, from the textbook's first `SET NX` to a
+//! Redisson-grade reentrant lock, behind one trait.
 //!
-//! The purchase only sees [`OrderLock`] and the [`HeldLock`] it hands out, so
-//! swapping `--lock` changes how mutual exclusion is achieved (or broken)
-//! without touching the purchase code. Fencing (`--fencing`) is a layer
-//! around any mode rather than a mode of its own.
+//! It grew out of a Rust rewrite of the flash-sale backend of the Heima
+//! Dianping (黑马点评, "hmdp") course, which walks through every way a
+//! per-user purchase lock breaks and how each is fixed; every one of those
+//! locks is here, so their failures can be shown side by side.
+//!
+//! Every lock implements [`OrderLock`]: [`acquire`](OrderLock::acquire) a
+//! key, get a [`HeldLock`] guard, [`release`](HeldLock::release) it and learn
+//! what the release did ([`Release`]: released, still held n times, already
+//! expired, not the owner). Every wait has a deadline; a guard dropped
+//! without a release (a panic, a cancelled task) gives its hold back in the
+//! background. [`build`] makes the lock a [`LockMode`] names, so the code that
+//! takes the lock does not know which one runs.
+//!
+//! # Modes
+//!
+//! | [`LockMode`] | what it is | what it shows |
+//! |---|---|---|
+//! | `none` | no lock ([`NoLock`]) | duplicates even on one node |
+//! | `local` | a per-key mutex in this process ([`LocalLock`]) | correct on one node, not on two |
+//! | `redis-naive` | `SET NX PX`, release = `DEL` | deletes whoever holds the key |
+//! | `redis-owner` | owner token checked with `GET`, then `DEL` | a gap between check and delete |
+//! | `redis-lua` | compare-and-delete in one script | no renewal: a slow holder loses the key |
+//! | `reentrant` | Redisson `RLock` ([`ReentrantLock`]) | the fix: see below |
+//! | `multi` | all of several independent Redis servers ([`QuorumLock`]) | survives losing a server's writes |
+//! | `redlock` | a majority of them, within a validity time | the same, with a server down |
+//!
+//! [`Fenced`] wraps any mode with fencing tokens.
+//!
+//! # What it offers that other Rust lock crates lack
+//!
+//! - **Reentrancy**: a hash of owner → hold count, as Redisson's `RLock`.
+//!   The owner is a per-process UUID plus a [`Holder`] value the code passes
+//!   down (async tasks hop threads, so no thread id).
+//! - **Waiting by pub/sub**: a waiter sleeps until a release message or the
+//!   holder's lease, not in a polling loop; one subscription connection
+//!   serves every waiter of the process, pinged so a silent one is noticed.
+//! - **A watchdog** renewing the lease while the hold lives, **with a maximum
+//!   hold time** and a **lost-lock signal**: [`HeldLock::ensure_held`] fails
+//!   once a renewal found the key gone or could not reach Redis in time, and
+//!   an [`Observer`] hears of it ([`LockEvent::HoldLost`]). Redisson users ask
+//!   for these (redisson#4698, #4405, #7272).
+//! - **Idempotent release**: a release whose reply was lost is retried and
+//!   gets the first attempt's answer, never takes a second hold away.
+//! - **Fencing tokens** ([`Fenced`]): monotonic per key, even across the
+//!   counter's expiry, minted in the same step that checks the hold.
+//! - **Quorum locks** ([`QuorumLock`]): `multi` and RedLock over independent
+//!   servers, with a report of what each node said.
+//!
+//! Every key a script touches beside the lock key is its [`sibling`], in the
+//! same Redis Cluster slot.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use hmdp_lock::{build, Holder, LockMode, Options, Release};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into());
+//! let redis = redis::aio::ConnectionManager::new(redis::Client::open(url.as_str())?).await?;
+//! let lock = build(
+//!     &Options {
+//!         wait: Duration::from_millis(100),
+//!         ..Options::new(LockMode::Reentrant)
+//!     },
+//!     &redis,
+//!     &url,
+//! )?;
+//! let key = format!("doc:{}:lock", std::process::id());
+//!
+//! // The same holder re-enters; anybody else waits, then gives up.
+//! let me = Holder::new();
+//! let outer = lock.acquire_as(me, &key).await?.expect("a free key");
+//! let inner = lock.acquire_as(me, &key).await?.expect("re-entered");
+//! assert!(lock.acquire(&key).await?.is_none(), "busy for another holder");
+//!
+//! // The watchdog keeps the lease alive; check before committing work.
+//! inner.ensure_held().await?;
+//! assert_eq!(inner.release().await?, Release::StillHeld(1));
+//! assert_eq!(outer.release().await?, Release::Released);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Modules of the source
+//!
+//! One file per mode (`none`, `local`, `set_nx` with `redis_naive`,
+//! `redis_owner` and `redis_lua`, `reentrant/`, `quorum`), the `fencing`
+//! layer, `release_events` (the shared pub/sub subscription), `scripts`
+//! (every Lua script and its reply, parsed once), `owner` (the one owner
+//! identity), `builder`, `mode`, `observer`, `faults` and `keys`.
+
+#![warn(missing_docs)]
 
 mod builder;
 mod faults;
@@ -41,6 +133,7 @@ pub use reentrant::{ReentrantLock, ReentrantOptions};
 /// that turned out to be gone before the work under it committed.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
+    /// Redis could not be reached or refused a command.
     #[error("lock backend unreachable")]
     Redis(#[from] redis::RedisError),
     /// A lock script answered with a code it is not documented to return.
@@ -53,7 +146,7 @@ pub enum LockError {
 }
 
 /// What a release actually did: a release is not always clean, and the
-/// failures of the course's early locks show up exactly here.
+/// failures of the weaker locks show up exactly here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Release {
     /// The lock was ours and is now free.
@@ -74,7 +167,8 @@ impl Release {
     }
 }
 
-/// A lock guarding one key per holder.
+/// A lock guarding one key per holder: what every mode implements, so the
+/// code that takes a lock does not know which mode runs.
 #[async_trait]
 pub trait OrderLock: Send + Sync {
     /// The mode this lock implements.
@@ -101,9 +195,12 @@ pub trait OrderLock: Send + Sync {
 /// release twice.
 #[async_trait]
 pub trait HeldLock: Send + Sync {
+    /// Gives the hold back and tells what that did. Every release returns
+    /// what happened; a hold dropped without one is released in the
+    /// background instead.
     async fn release(self: Box<Self>) -> Result<Release, LockError>;
 
-    /// The fencing token minted for this hold (`--fencing`): storage that
+    /// The fencing token minted for this hold (see [`Fenced`]): storage that
     /// records it refuses writes carrying an older one.
     fn fencing_token(&self) -> Option<u64> {
         None

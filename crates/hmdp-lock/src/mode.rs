@@ -39,6 +39,10 @@ impl LockMode {
     ];
 
     /// The mode's name on a command line and in metrics labels.
+    ///
+    /// ```
+    /// assert_eq!(hmdp_lock::LockMode::RedisLua.as_str(), "redis-lua");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             LockMode::None => "none",

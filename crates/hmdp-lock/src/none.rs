@@ -1,4 +1,4 @@
-//! `--lock none`: no mutual exclusion at all (course stage V0/V1). Every
+//! `none`: no mutual exclusion at all (course stage V0/V1). Every
 //! concurrent request of one user runs the check-then-insert at once, so
 //! duplicates appear even on a single node.
 

@@ -37,7 +37,28 @@ impl LostReason {
 }
 
 /// Receives a lock's [`LockEvent`]s. Called inline on the lock's tasks: keep
-/// it cheap (incrementing a counter is the intended use).
+/// it cheap (incrementing a counter is the intended use). Any
+/// `Fn(LockEvent)` is one:
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::sync::Arc;
+///
+/// use hmdp_lock::{LockEvent, LockMode, Options};
+///
+/// let lost = Arc::new(AtomicU64::new(0));
+/// let counted = lost.clone();
+/// let options = Options {
+///     observer: Arc::new(move |event| {
+///         if let LockEvent::HoldLost(reason) = event {
+///             eprintln!("lock lost: {}", reason.as_str());
+///             counted.fetch_add(1, Ordering::Relaxed);
+///         }
+///     }),
+///     ..Options::new(LockMode::Reentrant)
+/// };
+/// # let _ = options;
+/// ```
 pub trait Observer: Send + Sync {
     /// Called once per event.
     fn observe(&self, event: LockEvent);

@@ -1,6 +1,7 @@
-//! `--lock multi` and `--lock redlock`: one lock over several independent
-//! Redis servers (`--lock-nodes`), not replicas of each other, so losing one
-//! server (or its unreplicated writes) cannot hand the lock to a second holder.
+//! `multi` and `redlock`: one lock over several independent Redis servers
+//! ([`Options::nodes`](crate::Options::nodes)), not replicas of each other,
+//! so losing one server (or its unreplicated writes) cannot hand the lock to
+//! a second holder.
 //!
 //! Both take the same key on every node in parallel, under one deadline for
 //! the whole round, with the reentrant hash scripts (so a holder can re-enter

@@ -1,4 +1,4 @@
-//! `--lock redis-lua`: the course's lock v3. Acquisition as in v1 and v2;
+//! `redis-lua`: the course's lock v3. Acquisition as in v1 and v2;
 //! release is one compare-and-delete Lua script (`lua/unlock.lua`), so the
 //! owner check and the `DEL` cannot be separated by an expiring lease.
 //!

@@ -1,4 +1,4 @@
-//! `--lock redis-naive`: the course's lock v1. `SET NX PX` to take the key,
+//! `redis-naive`: the course's lock v1. `SET NX PX` to take the key,
 //! a plain `DEL` to release it.
 //!
 //! The `DEL` deletes whoever holds the key. Once a holder outlives its lease

@@ -1,4 +1,4 @@
-//! `--lock redis-owner`: the course's lock v2. The value is the holder's
+//! `redis-owner`: the course's lock v2. The value is the holder's
 //! owner token; release reads it with `GET`, compares, then `DEL`s.
 //!
 //! That fixes lock v1's deletion of another holder's lock, but the check and

@@ -1,4 +1,4 @@
-//! `--lock reentrant`: a Redisson `RLock`-grade lock, the default mode.
+//! `reentrant`: a Redisson `RLock`-grade lock, the default mode.
 //!
 //! - A hash per key maps owner → hold count (`lua/reentrant_lock.lua`), so
 //!   the same [`Holder`] re-enters instead of blocking itself; every
