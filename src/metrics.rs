@@ -1,8 +1,9 @@
 //! Prometheus metrics of this process, served at `/metrics`.
 //!
-//! Metrics are process-wide statics: the lock implementations, the purchase
-//! and the HTTP middleware record into them without threading a handle
-//! through every call, and one process is one node.
+//! Metrics are process-wide statics: the purchase and the HTTP middleware
+//! record into them without threading a handle through every call, and one
+//! process is one node. The lock crate knows no metrics: it reports its
+//! events to [`LockMetrics`], which counts them here.
 
 use std::sync::LazyLock;
 use std::time::Instant;
