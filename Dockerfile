@@ -4,8 +4,9 @@
 FROM rust:1-slim-bookworm AS build
 WORKDIR /src
 # The whole source tree (less .dockerignore): cargo reads every target the
-# manifest declares (benches included) even to build one binary, and the
-# binary embeds migrations/, lua/ and nginx.conf.
+# manifest declares (benches included) even to build one binary, the
+# workspace's crates/ included, and the binary embeds migrations/, lua/,
+# crates/hmdp-lock/lua/ and nginx.conf.
 COPY . .
 RUN cargo build --release --locked --bin hmdp
 

@@ -2,7 +2,7 @@
 # The performance figures of the README, measured side by side in one run and
 # compared as ratios (absolute numbers move with the machine and its load):
 #
-#   redis-benchmark -c 1 / -c 50   EVALSHA of lua/unlock.lua: the Redis ceiling
+#   redis-benchmark -c 1 / -c 50   EVALSHA of crates/hmdp-lock/lua/unlock.lua: the Redis ceiling
 #   hmdp bench-lock                redis-lua and reentrant: 50 tasks on distinct
 #                                  keys, 1 task, 50 tasks on one hot key
 #   benches/peers/                 the 50-task distinct-key loop with redis-py's
@@ -88,7 +88,7 @@ keep() { # name, ratio, detail
   D[$1]="${D[$1]:-}${D[$1]:+; }$3"
 }
 
-SHA=$(redis-cli -h $REDIS_HOST -p $REDIS_PORT SCRIPT LOAD "$(cat lua/unlock.lua)")
+SHA=$(redis-cli -h $REDIS_HOST -p $REDIS_PORT SCRIPT LOAD "$(cat crates/hmdp-lock/lua/unlock.lua)")
 redis_bench() { # clients, requests -> CSV row: test,rps,avg,min,p50,...
   redis-benchmark -h $REDIS_HOST -p $REDIS_PORT -c "$1" -n "$2" --csv \
     EVALSHA "$SHA" 1 bench:run:key token | tail -1 | tr -d '"'
@@ -102,7 +102,7 @@ bench_lock() { # mode, concurrency, keys, json, extra flags...
 # --- Redis ceiling against hmdp's locks, alternating.
 RB50_ALL="" # each round's redis-benchmark -c 50, for the lock libraries' table
 for round in $(seq 1 "$ROUNDS"); do
-  say "round $round: redis-benchmark EVALSHA lua/unlock.lua, then bench-lock"
+  say "round $round: redis-benchmark EVALSHA crates/hmdp-lock/lua/unlock.lua, then bench-lock"
   RB50=$(redis_bench 50 $((30000 * DURATION)))
   RB50_RPS=$(cut -d, -f2 <<<"$RB50")
   RB50_ALL="$RB50_ALL $RB50_RPS"

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use clap::builder::TypedValueParser;
 use clap::error::ErrorKind;
-use clap::{Args, ValueEnum};
+use clap::Args;
+use hmdp_lock::LockMode;
 
 use crate::auth::AdminToken;
 
@@ -89,34 +90,6 @@ pub fn redact_url(url: &str) -> String {
     format!("{scheme}{path}?{}", query.join("&"))
 }
 
-/// The lock modes of DESIGN.md, one per stage of the course.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
-pub enum LockMode {
-    /// No lock at all: duplicates appear even on one node.
-    None,
-    /// A per-user mutex inside this process (`synchronized(userId.intern())`).
-    Local,
-    /// Lock v1: `SET NX PX`, release = `DEL` (deletes whoever holds it).
-    RedisNaive,
-    /// Lock v2: release = `GET`, compare, then `DEL` (two commands).
-    RedisOwner,
-    /// Lock v3: release = one Lua compare-and-delete.
-    RedisLua,
-    /// Redisson-style reentrant hash lock with pub/sub waiting and a watchdog.
-    Reentrant,
-    /// All-or-nothing over independent Redis nodes (MultiLock).
-    Multi,
-    /// Majority quorum over independent Redis nodes (RedLock).
-    Redlock,
-}
-
-impl std::fmt::Display for LockMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let value = self.to_possible_value().expect("no skipped variants");
-        f.write_str(value.get_name())
-    }
-}
-
 /// Upper bounds of the lock durations: far beyond any sane setting, and far
 /// from where `Instant + Duration` could overflow.
 const DAY_MS: u64 = 24 * 60 * 60 * 1000;
@@ -163,17 +136,22 @@ pub struct LockSettings {
 }
 
 impl LockSettings {
-    /// Lease used by the simple Redis locks when none is given.
-    pub const DEFAULT_LEASE: Duration = Duration::from_millis(10_000);
-
-    pub fn lease(&self) -> Duration {
-        self.lock_lease_ms
-            .map(Duration::from_millis)
-            .unwrap_or(Self::DEFAULT_LEASE)
-    }
-
     pub fn wait(&self) -> Duration {
         Duration::from_millis(self.lock_wait_ms)
+    }
+
+    /// What the lock crate builds from these settings (without an observer).
+    pub fn options(&self) -> hmdp_lock::Options {
+        hmdp_lock::Options {
+            lease: self.lock_lease_ms.map(Duration::from_millis),
+            watchdog_lease: Duration::from_millis(self.lock_watchdog_ms),
+            max_hold: (self.lock_max_hold_ms > 0)
+                .then(|| Duration::from_millis(self.lock_max_hold_ms)),
+            wait: self.wait(),
+            nodes: self.lock_nodes.clone(),
+            fencing: self.fencing,
+            ..hmdp_lock::Options::new(self.mode)
+        }
     }
 }
 

@@ -6,9 +6,9 @@
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
+use hmdp_lock::LockError;
 
 use crate::api::response::ApiResult;
-use crate::lock::LockError;
 
 /// A business "no": HTTP 200 with `success:false` (hmdp's front end relies on it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -51,31 +51,3 @@ impl Keys {
         format!("{}icr:{business}:{day}", self.prefix)
     }
 }
-
-/// A key (or channel) that must live in the same Redis Cluster slot as `key`,
-/// so one script may touch both: when `key` already has a hash tag the suffix
-/// keeps it, otherwise the whole key becomes the tag (`{lock:order:7}:fence`
-/// hashes exactly like `lock:order:7`). A key with a stray `}` cannot be
-/// wrapped in a tag; it gets a plain suffix (same slot only outside Cluster).
-pub fn sibling(key: &str, suffix: &str) -> String {
-    let tagged = key
-        .find('{')
-        .and_then(|open| key[open + 1..].find('}').map(|len| len > 0))
-        .unwrap_or(false);
-    if tagged || key.contains('}') {
-        format!("{key}:{suffix}")
-    } else {
-        format!("{{{key}}}:{suffix}")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::sibling;
-
-    #[test]
-    fn sibling_shares_the_hash_slot() {
-        assert_eq!(sibling("lock:order:7", "fence"), "{lock:order:7}:fence");
-        assert_eq!(sibling("lock:{u7}", "fence"), "lock:{u7}:fence");
-    }
-}

@@ -23,8 +23,6 @@ pub mod keys;
 pub mod lab;
 /// The load generator and the bulk login behind `hmdp tokens`.
 pub mod loadtest;
-/// The per-user order lock: trait and modes.
-pub mod lock;
 /// Prometheus metrics.
 pub mod metrics;
 /// Private redis-server processes for the lab and fault tests.

@@ -1,8 +1,9 @@
 //! Prometheus metrics of this process, served at `/metrics`.
 //!
-//! Metrics are process-wide statics: the lock implementations, the purchase
-//! and the HTTP middleware record into them without threading a handle
-//! through every call, and one process is one node.
+//! Metrics are process-wide statics: the purchase and the HTTP middleware
+//! record into them without threading a handle through every call, and one
+//! process is one node. The lock crate knows no metrics: it reports its
+//! events to [`LockMetrics`], which counts them here.
 
 use std::sync::LazyLock;
 use std::time::Instant;
@@ -10,6 +11,7 @@ use std::time::Instant;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
+use hmdp_lock::{LockEvent, LostReason};
 use prometheus::{
     register_histogram_vec_with_registry, register_int_counter_vec_with_registry,
     register_int_counter_with_registry, register_int_gauge_vec_with_registry, Encoder,
@@ -58,9 +60,18 @@ metric!(REDIS_ERRORS: IntCounter = register_int_counter_with_registry(
 metric!(DB_POOL: IntGaugeVec = register_int_gauge_vec_with_registry(
     "db_pool_connections", "MySQL pool connections by state", &["state"]));
 
-/// Why a hold was found lost (`lock_lost_total{reason}`).
-pub const LOST_TAKEN_OR_GONE: &str = "taken_or_gone";
-pub const LOST_REDIS_UNREACHABLE: &str = "redis_unreachable";
+/// Counts what the lock reports into the metrics above.
+pub struct LockMetrics;
+
+impl hmdp_lock::Observer for LockMetrics {
+    fn observe(&self, event: LockEvent) {
+        match event {
+            LockEvent::LeaseRenewed => WATCHDOG_RENEWALS.inc(),
+            LockEvent::HoldLost(reason) => LOCK_LOST.with_label_values(&[reason.as_str()]).inc(),
+            LockEvent::FencingRejected => FENCING_REJECTIONS.inc(),
+        }
+    }
+}
 
 /// Registers every metric, with the lock series of this node's mode at zero,
 /// so a dashboard sees "no lock lost yet" from the start rather than no
@@ -76,8 +87,8 @@ pub fn init(mode: &str) {
     LazyLock::force(&DB_POOL);
     LOCK_ACQUIRE.with_label_values(&[mode]);
     LOCK_BUSY.with_label_values(&[mode]);
-    for reason in [LOST_TAKEN_OR_GONE, LOST_REDIS_UNREACHABLE] {
-        LOCK_LOST.with_label_values(&[reason]);
+    for reason in LostReason::ALL {
+        LOCK_LOST.with_label_values(&[reason.as_str()]);
     }
 }
 

@@ -9,17 +9,18 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::middleware::{from_fn, DefaultHeaders};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
+use hmdp_lock::{Faults, OrderLock};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tracing_actix_web::TracingLogger;
 
 use crate::auth::{AdminToken, Sessions};
-use crate::config::{redact_url, ServeSettings};
+use crate::config::{redact_url, LockSettings, ServeSettings};
 use crate::id_worker::IdWorker;
 use crate::keys::Keys;
 use crate::seckill::Seckill;
 use crate::store::{self, Store};
 use crate::telemetry::RequestIdSpan;
-use crate::{api, lock, metrics};
+use crate::{api, metrics};
 
 /// Everything a request handler may need, shared by all workers.
 pub struct AppState {
@@ -46,6 +47,23 @@ pub fn connect_redis(url: &str, timeout: Duration) -> anyhow::Result<ConnectionM
     ConnectionManager::new_lazy_with_config(client, config).context("cannot set up Redis")
 }
 
+/// The lock `settings` configure, on `redis` (see [`hmdp_lock::build`]), with
+/// `faults` injected, counting its events into the node's metrics.
+pub fn build_lock(
+    settings: &LockSettings,
+    redis: &ConnectionManager,
+    redis_url: &str,
+    faults: Faults,
+) -> anyhow::Result<Arc<dyn OrderLock>> {
+    let options = hmdp_lock::Options {
+        faults,
+        observer: Arc::new(metrics::LockMetrics),
+        ..settings.options()
+    };
+    hmdp_lock::build(&options, redis, redis_url)
+        .with_context(|| format!("cannot build --lock {}", settings.mode))
+}
+
 /// A built, bound, not yet running node.
 pub struct Application {
     port: u16,
@@ -68,11 +86,11 @@ impl Application {
         }
         let redis = connect_redis(&settings.store.redis_url, timeout)?;
         let keys = Keys::new(settings.store.redis_prefix.clone());
-        let lock = lock::build(
+        let lock = build_lock(
             &settings.lock,
             &redis,
             &settings.store.redis_url,
-            lock::Faults::none(),
+            Faults::none(),
         )?;
 
         let listener = TcpListener::bind((settings.host.as_str(), settings.port))

@@ -2,12 +2,12 @@
 //! (`hmdp::cluster`), against the machine's MySQL, Redis and nginx: which lock
 //! modes keep one order per user across nodes, and what a node crash does.
 
+use hmdp_lock::LockMode;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use hmdp::cluster::{node_flags, Cluster, ClusterSpec, Sandbox, NODE_IDS};
-use hmdp::config::LockMode;
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
 use hmdp::loadtest::tokens::Login;

@@ -15,10 +15,10 @@ use crate::config::StoreSettings;
 use crate::id_worker::IdWorker;
 use crate::ids::{OrderId, UserId};
 use crate::keys::Keys;
-use crate::lock::{NoLock, OrderLock};
 use crate::seckill::Seckill;
 use crate::startup::connect_redis;
 use crate::store::{self, NewSeckillVoucher, NewVoucher, Store};
+use hmdp_lock::{NoLock, OrderLock};
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchDbArgs {

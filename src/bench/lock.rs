@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
+use hmdp_lock::{Faults, OrderLock};
 use redis::aio::ConnectionManager;
 use serde::Serialize;
 
 use super::{new_histogram, timed_loop, write_json, RunShape};
 use crate::config::{LockSettings, StoreSettings};
-use crate::lock::{Faults, OrderLock};
 use crate::startup::connect_redis;
 
 /// Hand-offs measured after a hot-key run.
@@ -143,7 +143,8 @@ async fn measure_handoffs(
 
 pub async fn run(args: BenchLockArgs) -> anyhow::Result<BenchLockResult> {
     let redis = connect_redis(&args.store.redis_url, args.store.backend_timeout())?;
-    let lock = crate::lock::build(&args.lock, &redis, &args.store.redis_url, Faults::none())?;
+    let lock =
+        crate::startup::build_lock(&args.lock, &redis, &args.store.redis_url, Faults::none())?;
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     let prefix = format!("{}bench:lock:{run_id}", args.store.redis_prefix);
     let spread = args.keys;

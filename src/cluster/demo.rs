@@ -7,11 +7,12 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
+use hmdp_lock::LockMode;
 use serde::Serialize;
 use serde_json::json;
 
 use super::{node_flags, until_signal, Cluster, ClusterSpec, Sandbox, NODE_IDS};
-use crate::config::{LockMode, StoreSettings};
+use crate::config::StoreSettings;
 use crate::ids::VoucherId;
 use crate::keys::Keys;
 use crate::loadtest::{self, tokens::Login, Plan, Report};

@@ -14,10 +14,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use hmdp_lock::LockMode;
 use tempfile::TempDir;
 use tokio::process::Child;
-
-use crate::config::LockMode;
 
 use node::{log_tail, Node};
 pub use sandbox::Sandbox;

@@ -12,11 +12,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
+use hmdp_lock::LockMode;
 use tokio::sync::Mutex;
 
 use super::{node_flags, until_signal};
 use super::{Cluster, ClusterSpec, Sandbox, NODE_IDS};
-use crate::config::{LockMode, StoreSettings};
+use crate::config::StoreSettings;
 use crate::ids::VoucherId;
 use crate::keys::Keys;
 use crate::loadtest::{self, tokens::Login, Plan};

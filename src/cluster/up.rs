@@ -7,10 +7,11 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
+use hmdp_lock::LockMode;
 
 use super::{node_flags, until_signal};
 use super::{Cluster, ClusterSpec, Sandbox};
-use crate::config::{LockMode, StoreSettings};
+use crate::config::StoreSettings;
 
 /// `hmdp cluster`.
 #[derive(Debug, Clone, Args)]

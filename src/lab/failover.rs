@@ -14,14 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use hmdp_lock::{Holder, LockMode, NodeReport, QuorumLock};
 use redis::AsyncCommands;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::harness::Lab;
-use crate::config::LockMode;
-use crate::lock::{Holder, NodeReport, QuorumLock};
 use crate::redis_server::RedisServer;
 
 const LEASE: Duration = Duration::from_millis(2000);

@@ -14,16 +14,16 @@ use std::time::Duration;
 
 use anyhow::Context;
 use futures::FutureExt;
+use hmdp_lock::{Faults, HeldLock, Holder, LockMode, OrderLock, Release};
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::LabArgs;
-use crate::config::{LockMode, LockSettings};
+use crate::config::LockSettings;
 use crate::ids::UserId;
 use crate::keys::Keys;
-use crate::lock::{self, Faults, HeldLock, Holder, OrderLock, Release};
 
 /// A participant of a scenario: "A", "B", "C".
 pub type Actor = &'static str;
@@ -163,7 +163,7 @@ impl Lab {
             fencing: self.fencing,
         };
         *self.lease.lock().expect("lease poisoned") = Some(lease);
-        lock::build(&settings, redis, redis_url, self.faults())
+        crate::startup::build_lock(&settings, redis, redis_url, self.faults())
     }
 
     /// The lock key the actors contend for.

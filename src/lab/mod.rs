@@ -23,8 +23,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use hmdp_lock::LockMode;
 
-use crate::config::{redact_url, LockMode};
+use crate::config::redact_url;
 use crate::startup;
 
 use harness::Lab;

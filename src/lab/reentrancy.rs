@@ -9,10 +9,10 @@
 //! `--lock reentrant` A enters again; the nested release leaves the lock
 //! held once, B is still kept out, and A's outer release frees it.
 
+use hmdp_lock::Holder;
 use std::time::Duration;
 
 use super::harness::Lab;
-use crate::lock::Holder;
 
 const LEASE: Duration = Duration::from_millis(2000);
 const WAIT: Duration = Duration::from_millis(300);

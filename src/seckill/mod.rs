@@ -16,13 +16,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Local;
+use hmdp_lock::{HeldLock, LockError, OrderLock};
 use tracing::Instrument;
 
 use crate::error::{Error, Rejection};
 use crate::id_worker::IdWorker;
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
-use crate::lock::{HeldLock, LockError, OrderLock};
 use crate::metrics;
 use crate::store::{self, NewOrder, Store, Tx};
 use catalog::Catalog;

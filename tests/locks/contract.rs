@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use hmdp::config::LockMode;
-use hmdp::lock::Release;
+use hmdp_lock::{LockMode, Release};
 use tokio::time::{sleep, Instant};
 
 use crate::helpers::{without_hanging, Subject};

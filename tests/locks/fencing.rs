@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hmdp::lock::{Fenced, Holder, OrderLock, ReentrantLock, ReentrantOptions};
+use hmdp_lock::{Fenced, Holder, OrderLock, ReentrantLock, ReentrantOptions};
 use redis::AsyncCommands;
 
 use crate::helpers::{connect, redis_url};
@@ -25,7 +25,7 @@ fn fenced() -> Fenced {
     Fenced::new(Arc::new(lock), redis)
 }
 
-async fn token(lock: &Fenced, holder: Holder, key: &str) -> (u64, Box<dyn hmdp::lock::HeldLock>) {
+async fn token(lock: &Fenced, holder: Holder, key: &str) -> (u64, Box<dyn hmdp_lock::HeldLock>) {
     let held = lock
         .acquire_as(holder, key)
         .await
@@ -50,7 +50,7 @@ async fn tokens_grow_per_acquisition_and_survive_a_lost_counter() {
     let (second, held) = token(&lock, Holder::new(), &key).await;
     assert!(second > first, "{second} > {first}");
     held.ensure_held().await.expect("the newest token");
-    let counter = hmdp::keys::sibling(&key, "fence");
+    let counter = hmdp_lock::sibling(&key, "fence");
     let ttl: i64 = redis.pttl(&counter).await.unwrap();
     assert!(ttl > 0, "the counter expires: {ttl}");
     held.release().await.unwrap();
@@ -84,9 +84,9 @@ async fn a_holder_outdated_by_a_newer_token_knows_it() {
 /// could outdate the next holder's.
 #[tokio::test]
 async fn no_token_for_an_acquisition_that_no_longer_holds_the_key() {
-    let mint = redis::Script::new(include_str!("../../lua/fence.lua"));
+    let mint = redis::Script::new(include_str!("../../crates/hmdp-lock/lua/fence.lua"));
     let key = format!("test:{}:lock:order:1", uuid::Uuid::new_v4().simple());
-    let counter = hmdp::keys::sibling(&key, "fence");
+    let counter = hmdp_lock::sibling(&key, "fence");
     let mut redis = connect(&redis_url()).await;
     let minting = redis.clone();
     let mint_as = |owner_in_key: &'static str| {

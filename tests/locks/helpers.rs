@@ -1,12 +1,13 @@
 //! What the lock tests share: the Redis they run on and locks built the way
 //! the purchase builds them, under a key prefix of each test's own.
 
+use hmdp_lock::{Faults, LockMode, OrderLock};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hmdp::config::{LockMode, LockSettings};
-use hmdp::lock::{self, Faults, OrderLock};
+use hmdp::config::LockSettings;
 use hmdp::redis_server::RedisServer;
+use hmdp::startup::build_lock;
 use redis::aio::ConnectionManager;
 
 pub fn redis_url() -> String {
@@ -62,8 +63,7 @@ impl Subject {
             lock_max_hold_ms: 0,
             fencing: false,
         };
-        lock::build(&settings, &self.redis, &redis_url(), Faults::none())
-            .expect("mode is available")
+        build_lock(&settings, &self.redis, &redis_url(), Faults::none()).expect("mode is available")
     }
 
     pub fn key(&self, name: &str) -> String {

@@ -2,11 +2,11 @@
 //! each simple mode, checking who overlapped in the critical section and what
 //! the releases reported; and the `hmdp lab` command's exit codes and help.
 
+use hmdp_lock::LockMode;
 use std::process::Command;
 
-use hmdp::config::LockMode;
 use hmdp::lab::{self, LabArgs, Report, Scenario};
-use hmdp::lock::Release;
+use hmdp_lock::Release;
 use redis::AsyncCommands;
 
 use crate::helpers::{connect, redis_url};

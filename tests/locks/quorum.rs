@@ -2,9 +2,9 @@
 //! leaves nothing behind, a majority still locks, and both say who agreed;
 //! a re-entry that fails on a node leaves the outer hold there.
 
+use hmdp_lock::{HeldLock, Holder, QuorumLock, Release};
 use std::time::Duration;
 
-use hmdp::lock::{HeldLock, Holder, QuorumLock, Release};
 use hmdp::redis_server::RedisServer;
 use redis::AsyncCommands;
 

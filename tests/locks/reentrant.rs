@@ -1,13 +1,13 @@
 //! `reentrant` beyond the shared contract: re-entry by the same holder,
 //! waiting on release messages, the watchdog and its lost-lock signal.
 
+use hmdp_lock::{HeldLock, Holder, OrderLock, ReentrantLock, ReentrantOptions, Release};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use hmdp::lock::{HeldLock, Holder, OrderLock, ReentrantLock, ReentrantOptions, Release};
 use hmdp::redis_server::RedisServer;
 use redis::AsyncCommands;
 use tokio::task::JoinHandle;

@@ -1,28 +1,28 @@
-//! `--fencing`: a layer around any lock mode that mints a fencing token per
+//! Fencing tokens: a layer around any lock mode that mints a fencing token per
 //! acquisition (`lua/fence.lua`), for storage to refuse writes of a holder
 //! whose lock has since passed to someone else (Kleppmann's fencing tokens,
 //! Redisson's `RFencedLock`).
 //!
 //! A lease can run out under a paused holder whatever the lock does; only the
-//! storage can tell an old holder from a new one. The purchase records the
-//! token as the first statement of its transaction (see `store::record_fence`).
+//! storage can tell an old holder from a new one: it records the token with
+//! the write (hmdp's purchase does so as the first statement of its
+//! transaction) and refuses a write carrying an older one.
 //! Before committing, [`HeldLock::ensure_held`] also asks Redis whether a
 //! newer token exists, so a stale holder steps aside instead of committing
 //! ahead of the newer one whose transaction is waiting on the fence row.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::ConnectionManager;
-use redis::{AsyncCommands, Script};
+use redis::AsyncCommands;
 
-use super::{HeldLock, Holder, LockError, OrderLock, Release};
-use crate::config::LockMode;
-use crate::keys::sibling;
-use crate::metrics;
-
-static MINT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/fence.lua")));
+use crate::scripts::{MintFencingToken, Minted};
+use crate::sibling;
+use crate::LockMode;
+use crate::{HeldLock, Holder, LockError, OrderLock, Release};
+use crate::{LockEvent, Observer, Unobserved};
 
 /// How long a key's counter outlives its last acquisition. Far longer than
 /// any lease, short enough that idle users' counters go away; tokens stay
@@ -33,16 +33,25 @@ const COUNTER_RETENTION: Duration = Duration::from_secs(24 * 3600);
 pub struct Fenced {
     inner: Arc<dyn OrderLock>,
     redis: ConnectionManager,
-    /// Tells this process's holders apart from other processes' in the counter.
-    process: String,
+    observer: Arc<dyn Observer>,
 }
 
 impl Fenced {
+    /// Fences `inner`, keeping the counters on `redis`.
     pub fn new(inner: Arc<dyn OrderLock>, redis: ConnectionManager) -> Self {
+        Self::observed(inner, redis, Unobserved::shared())
+    }
+
+    /// Like [`Fenced::new`], reporting rejections to `observer`.
+    pub fn observed(
+        inner: Arc<dyn OrderLock>,
+        redis: ConnectionManager,
+        observer: Arc<dyn Observer>,
+    ) -> Self {
         Fenced {
             inner,
             redis,
-            process: uuid::Uuid::new_v4().simple().to_string(),
+            observer,
         }
     }
 
@@ -58,27 +67,29 @@ impl Fenced {
         // The script reads the lock key too, so the counter lives in the
         // lock key's Cluster slot.
         let counter = sibling(key, "fence");
-        let minted: Result<i64, _> = MINT
-            .key(&counter)
-            .key(key)
-            .arg(format!("{}:{}", self.process, holder.id()))
-            .arg(COUNTER_RETENTION.as_millis() as u64)
-            .arg(held.owner_in_key().unwrap_or(""))
-            .invoke_async(&mut self.redis.clone())
-            .await;
+        let minted = MintFencingToken {
+            counter: &counter,
+            lock_key: key,
+            owner: &holder.owner(),
+            retention: COUNTER_RETENTION,
+            owner_in_key: held.owner_in_key().unwrap_or(""),
+        }
+        .run(&mut self.redis.clone())
+        .await;
         let failure = match minted {
-            Ok(token) => match u64::try_from(token) {
-                Ok(token) => {
-                    return Ok(Some(Box::new(FencedHold {
-                        inner: held,
-                        redis: self.redis.clone(),
-                        counter,
-                        token,
-                    })))
-                }
-                Err(_) => LockError::Lost("the lease ran out before a fencing token was minted"),
-            },
-            Err(error) => error.into(),
+            Ok(Minted::Token(token)) => {
+                return Ok(Some(Box::new(FencedHold {
+                    inner: held,
+                    redis: self.redis.clone(),
+                    counter,
+                    token,
+                    observer: self.observer.clone(),
+                })))
+            }
+            Ok(Minted::NotHeld) => {
+                LockError::Lost("the lease ran out before a fencing token was minted")
+            }
+            Err(error) => error,
         };
         // Without a token the hold is useless to a fenced purchase.
         if let Err(release) = held.release().await {
@@ -109,6 +120,7 @@ struct FencedHold {
     redis: ConnectionManager,
     counter: String,
     token: u64,
+    observer: Arc<dyn Observer>,
 }
 
 #[async_trait]
@@ -126,7 +138,7 @@ impl HeldLock for FencedHold {
         let newest: Option<u64> = self.redis.clone().hget(&self.counter, "token").await?;
         match newest {
             Some(newest) if newest > self.token => {
-                metrics::FENCING_REJECTIONS.inc();
+                self.observer.observe(LockEvent::FencingRejected);
                 Err(LockError::Lost("a newer holder has a later fencing token"))
             }
             _ => Ok(()),

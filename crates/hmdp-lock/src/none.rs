@@ -1,11 +1,11 @@
-//! `--lock none`: no mutual exclusion at all (course stage V0/V1). Every
+//! `none`: no mutual exclusion at all (course stage V0/V1). Every
 //! concurrent request of one user runs the check-then-insert at once, so
 //! duplicates appear even on a single node.
 
 use async_trait::async_trait;
 
-use super::{HeldLock, Holder, LockError, OrderLock, Release};
-use crate::config::LockMode;
+use crate::LockMode;
+use crate::{HeldLock, Holder, LockError, OrderLock, Release};
 
 /// The absent lock.
 pub struct NoLock;

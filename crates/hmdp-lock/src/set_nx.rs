@@ -9,26 +9,26 @@ use rand::RngExt;
 use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
-use super::{owner, release_dropped, Faults, HeldLock, Holder, LockError, OrderLock, Release};
-use crate::config::LockMode;
+use crate::LockMode;
+use crate::{release_dropped, Faults, HeldLock, Holder, LockError, OrderLock, Release};
 
 /// How a `SET NX` lock gives its key back: the one step in which lock v1,
 /// v2 and v3 differ.
 #[async_trait]
-pub(super) trait Unlock: Send + Sync + 'static {
+pub(crate) trait Unlock: Send + Sync + 'static {
     const MODE: LockMode;
 
     async fn unlock(&self, taken: Taken) -> Result<Release, LockError>;
 }
 
 /// A `SET NX PX` lock releasing with `U`.
-pub(super) struct SetNxLock<U> {
+pub(crate) struct SetNxLock<U> {
     set_nx: SetNx,
     unlock: std::sync::Arc<U>,
 }
 
 impl<U: Unlock> SetNxLock<U> {
-    pub(super) fn new(set_nx: SetNx, unlock: U) -> Self {
+    pub(crate) fn new(set_nx: SetNx, unlock: U) -> Self {
         SetNxLock {
             set_nx,
             unlock: std::sync::Arc::new(unlock),
@@ -90,7 +90,7 @@ impl<U: Unlock> Drop for SetNxHold<U> {
 const RETRY_PAUSE_MS: std::ops::RangeInclusive<u64> = 5..=15;
 
 /// Settings and connection shared by the `SET NX PX` locks.
-pub(super) struct SetNx {
+pub(crate) struct SetNx {
     redis: ConnectionManager,
     lease: Duration,
     /// Zero: try once (hmdp's `tryLock()`); otherwise retry until this has passed.
@@ -99,7 +99,7 @@ pub(super) struct SetNx {
 }
 
 /// A key this process set with its own token.
-pub(super) struct Taken {
+pub(crate) struct Taken {
     pub redis: ConnectionManager,
     pub key: String,
     pub token: String,
@@ -116,10 +116,11 @@ impl SetNx {
         }
     }
 
-    /// Sets `key` to a fresh owner token unless somebody holds it, retrying
+    /// Sets `key` to a fresh owner token (a new holder's: these locks do not
+    /// re-enter) unless somebody holds it, retrying
     /// until the wait deadline; `None` when it stayed busy throughout.
     pub async fn take(&self, key: &str) -> Result<Option<Taken>, LockError> {
-        let token = owner::next_token();
+        let token = Holder::new().owner();
         // PX 0 is an error in Redis; a sub-millisecond lease rounds up.
         let lease_ms = self.lease.as_millis().max(1) as u64;
         let deadline = Instant::now() + self.wait;

@@ -1,6 +1,7 @@
-//! `--lock multi` and `--lock redlock`: one lock over several independent
-//! Redis servers (`--lock-nodes`), not replicas of each other, so losing one
-//! server (or its unreplicated writes) cannot hand the lock to a second holder.
+//! `multi` and `redlock`: one lock over several independent Redis servers
+//! ([`Options::nodes`](crate::Options::nodes)), not replicas of each other,
+//! so losing one server (or its unreplicated writes) cannot hand the lock to
+//! a second holder.
 //!
 //! Both take the same key on every node in parallel, under one deadline for
 //! the whole round, with the reentrant hash scripts (so a holder can re-enter
@@ -15,7 +16,6 @@
 //! given back: a re-entry that never reached a node must not take away the
 //! outer hold there. Every round reports which nodes agreed.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -24,16 +24,14 @@ use rand::RngExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
 
-use super::reentrant::{answer, unlock_once, LOCK};
-use super::{release_dropped, HeldLock, Holder, LockError, OrderLock, Release};
-use crate::config::{redact_url, LockMode};
-use crate::keys::sibling;
-
-/// Numbers the rounds of this process, for their take markers.
-static NEXT_ROUND: AtomicU64 = AtomicU64::new(1);
+use crate::owner;
+use crate::scripts::{GiveBack, Take, Taken};
+use crate::sibling;
+use crate::{release_dropped, HeldLock, Holder, LockError, OrderLock, Release};
+use crate::{BuildError, LockMode};
 
 struct Node {
-    /// The URL without credentials, for reports and logs.
+    /// `host:port`, for reports and logs.
     name: String,
     redis: ConnectionManager,
 }
@@ -41,10 +39,44 @@ struct Node {
 /// What one node said in one round.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeReport {
+    /// The node's `host:port`.
     pub node: String,
+    /// Whether the node took the key for this round.
     pub agreed: bool,
-    /// `taken`, `busy`, `unreachable` or `timed out`.
-    pub detail: &'static str,
+    /// What the node answered.
+    pub detail: Vote,
+}
+
+/// One node's answer in one round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vote {
+    /// The node took the key.
+    Taken,
+    /// Another owner holds the key there.
+    Busy,
+    /// The node could not be reached.
+    Unreachable,
+    /// No answer before the round's deadline: the take may still land.
+    TimedOut,
+}
+
+impl Vote {
+    /// Whether the node took the key, or may have (no answer): a failed
+    /// round's takes to undo there.
+    fn may_hold(self) -> bool {
+        self != Vote::Busy
+    }
+}
+
+impl std::fmt::Display for Vote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Vote::Taken => "taken",
+            Vote::Busy => "busy",
+            Vote::Unreachable => "unreachable",
+            Vote::TimedOut => "timed out",
+        })
+    }
 }
 
 /// A lock over independent Redis nodes: all-or-nothing or majority.
@@ -57,17 +89,16 @@ pub struct QuorumLock {
     /// One round's deadline for all nodes: short against the lease, so a
     /// dead node costs little of the validity time.
     round: Duration,
-    process: String,
 }
 
 impl QuorumLock {
     /// `multi`: every node must agree.
-    pub fn multi(urls: &[String], lease: Duration, wait: Duration) -> anyhow::Result<Self> {
+    pub fn multi(urls: &[String], lease: Duration, wait: Duration) -> Result<Self, BuildError> {
         Self::new(LockMode::Multi, urls, urls.len(), lease, wait)
     }
 
     /// `redlock`: a majority of the nodes must agree within the validity time.
-    pub fn redlock(urls: &[String], lease: Duration, wait: Duration) -> anyhow::Result<Self> {
+    pub fn redlock(urls: &[String], lease: Duration, wait: Duration) -> Result<Self, BuildError> {
         Self::new(LockMode::Redlock, urls, urls.len() / 2 + 1, lease, wait)
     }
 
@@ -77,11 +108,10 @@ impl QuorumLock {
         quorum: usize,
         lease: Duration,
         wait: Duration,
-    ) -> anyhow::Result<Self> {
-        anyhow::ensure!(
-            !urls.is_empty(),
-            "--lock {mode} needs independent Redis servers in --lock-nodes"
-        );
+    ) -> Result<Self, BuildError> {
+        if urls.is_empty() {
+            return Err(BuildError::NoNodes(mode));
+        }
         // At least 50 ms: a round may have to open a node's connection and
         // load the script before it can answer.
         let round = (lease / 4).clamp(Duration::from_millis(50), Duration::from_millis(500));
@@ -95,11 +125,12 @@ impl QuorumLock {
                     .set_number_of_retries(0)
                     .set_max_delay(Duration::from_millis(200));
                 Ok(Node {
-                    name: redact_url(url),
+                    // `host:port`, without the URL's credentials.
+                    name: client.get_connection_info().addr().to_string(),
                     redis: ConnectionManager::new_lazy_with_config(client, config)?,
                 })
             })
-            .collect::<anyhow::Result<Vec<_>>>()?;
+            .collect::<Result<Vec<_>, BuildError>>()?;
         Ok(QuorumLock {
             mode,
             nodes,
@@ -107,7 +138,6 @@ impl QuorumLock {
             lease,
             wait,
             round,
-            process: uuid::Uuid::new_v4().simple().to_string(),
         })
     }
 
@@ -123,38 +153,31 @@ impl QuorumLock {
         holder: Holder,
         key: &str,
     ) -> Result<(Option<Box<dyn HeldLock>>, Vec<NodeReport>), LockError> {
-        let owner = format!("{}:{}", self.process, holder.id());
+        let owner = holder.owner();
         let deadline = Instant::now() + self.wait;
         loop {
             let start = Instant::now();
             let round_end = start + self.round;
-            let marker = sibling(
-                key,
-                &format!(
-                    "take:{owner}:{}",
-                    NEXT_ROUND.fetch_add(1, Ordering::Relaxed)
-                ),
-            );
+            let marker = sibling(key, &format!("take:{}", owner::unique_name(&owner)));
             let votes = join_all(self.nodes.iter().map(|node| async {
-                let taken = tokio::time::timeout_at(
-                    round_end,
-                    LOCK.key(key)
-                        .key(&marker)
-                        .arg(self.lease.as_millis() as u64)
-                        .arg(&owner)
-                        .invoke_async::<(i64, i64)>(&mut node.redis.clone()),
-                )
-                .await;
-                let (agreed, detail) = match taken {
-                    Ok(Ok((1, _))) => (true, "taken"),
-                    Ok(Ok(_)) => (false, "busy"),
-                    Ok(Err(_)) => (false, "unreachable"),
-                    Err(_) => (false, "timed out"),
+                let take = Take {
+                    key,
+                    owner: &owner,
+                    lease: self.lease,
+                    marker: Some(&marker),
+                };
+                let taken =
+                    tokio::time::timeout_at(round_end, take.run(&mut node.redis.clone())).await;
+                let vote = match taken {
+                    Ok(Ok(Taken::Yes { .. })) => Vote::Taken,
+                    Ok(Ok(Taken::Busy { .. })) => Vote::Busy,
+                    Ok(Err(_)) => Vote::Unreachable,
+                    Err(_) => Vote::TimedOut,
                 };
                 NodeReport {
                     node: node.name.clone(),
-                    agreed,
-                    detail,
+                    agreed: vote == Vote::Taken,
+                    detail: vote,
                 }
             }))
             .await;
@@ -169,7 +192,7 @@ impl QuorumLock {
             let asked: Vec<(String, ConnectionManager)> = votes
                 .iter()
                 .zip(&self.nodes)
-                .filter(|(vote, _)| vote.detail != "busy")
+                .filter(|(vote, _)| vote.detail.may_hold())
                 .map(|(_, node)| (node.name.clone(), node.redis.clone()))
                 .collect();
             match validity {
@@ -290,16 +313,20 @@ async fn release_on(
     marker: &str,
     lease: Duration,
 ) -> Vec<Release> {
-    let release_id = uuid::Uuid::new_v4().simple().to_string();
+    let release_id = owner::unique_name(owner);
+    let give_back = GiveBack {
+        key,
+        owner,
+        lease,
+        release_id: &release_id,
+        attempt: 1,
+        take_marker: Some(marker),
+    };
     join_all(nodes.iter().map(|(name, redis)| {
-        let release_id = &release_id;
+        let give_back = &give_back;
         async move {
-            let released = unlock_once(redis, key, owner, lease, release_id, 1, Some(marker)).await;
-            match released
-                .map_err(LockError::from)
-                .and_then(|code| answer(code, false))
-            {
-                Ok(release) => release,
+            match give_back.run(&mut redis.clone()).await {
+                Ok(given_back) => given_back.release(false),
                 Err(error) => {
                     tracing::warn!(node = %name, %error, "cannot release the lock on a node");
                     Release::Expired

@@ -1,4 +1,4 @@
-//! `--lock redis-owner`: the course's lock v2. The value is the holder's
+//! `redis-owner`: the course's lock v2. The value is the holder's
 //! owner token; release reads it with `GET`, compares, then `DEL`s.
 //!
 //! That fixes lock v1's deletion of another holder's lock, but the check and
@@ -9,15 +9,15 @@
 use async_trait::async_trait;
 use redis::AsyncCommands;
 
-use super::set_nx::{SetNxLock, Taken, Unlock};
-use super::{LockError, Release};
-use crate::config::LockMode;
+use crate::set_nx::{SetNxLock, Taken, Unlock};
+use crate::LockMode;
+use crate::{LockError, Release};
 
 /// Lock v2.
-pub(super) type RedisOwnerLock = SetNxLock<GetThenDelUnlock>;
+pub(crate) type RedisOwnerLock = SetNxLock<GetThenDelUnlock>;
 
 /// Release of lock v2.
-pub(super) struct GetThenDelUnlock;
+pub(crate) struct GetThenDelUnlock;
 
 #[async_trait]
 impl Unlock for GetThenDelUnlock {

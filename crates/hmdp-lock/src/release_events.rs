@@ -40,7 +40,7 @@ const KEEPALIVE_EVERY: Duration = Duration::from_secs(1);
 const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The process's subscription to lock release channels.
-pub struct ReleaseEvents {
+pub(crate) struct ReleaseEvents {
     shared: Arc<Shared>,
     /// Started on first use: building a lock must not need Redis or a runtime.
     dispatcher: std::sync::Once,
@@ -64,7 +64,7 @@ struct Channel {
 }
 
 /// One waiter's interest in one release channel; dropping it withdraws it.
-pub struct Listener {
+pub(crate) struct Listener {
     shared: Arc<Shared>,
     name: String,
     channel: Arc<Channel>,

@@ -1,4 +1,4 @@
-//! `--lock redis-naive`: the course's lock v1. `SET NX PX` to take the key,
+//! `redis-naive`: the course's lock v1. `SET NX PX` to take the key,
 //! a plain `DEL` to release it.
 //!
 //! The `DEL` deletes whoever holds the key. Once a holder outlives its lease
@@ -8,15 +8,15 @@
 
 use async_trait::async_trait;
 
-use super::set_nx::{SetNxLock, Taken, Unlock};
-use super::{LockError, Release};
-use crate::config::LockMode;
+use crate::set_nx::{SetNxLock, Taken, Unlock};
+use crate::LockMode;
+use crate::{LockError, Release};
 
 /// Lock v1.
-pub(super) type RedisNaiveLock = SetNxLock<DelUnlock>;
+pub(crate) type RedisNaiveLock = SetNxLock<DelUnlock>;
 
 /// Release of lock v1.
-pub(super) struct DelUnlock;
+pub(crate) struct DelUnlock;
 
 #[async_trait]
 impl Unlock for DelUnlock {

@@ -1,4 +1,4 @@
-//! `--lock local`: a per-user async mutex inside this process, the Rust
+//! `local`: a per-user async mutex inside this process, the Rust
 //! analogue of hmdp's `synchronized(userId.toString().intern())`.
 //!
 //! Correct on one node; behind nginx with two nodes each process has its own
@@ -11,8 +11,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
-use super::{HeldLock, Holder, LockError, OrderLock, Release};
-use crate::config::LockMode;
+use crate::LockMode;
+use crate::{HeldLock, Holder, LockError, OrderLock, Release};
 
 type KeyMutex = AsyncMutex<()>;
 
@@ -35,6 +35,7 @@ struct Interned {
 const MIN_SWEEP_AT: usize = 1024;
 
 impl LocalLock {
+    /// A lock whose acquisitions wait up to `wait` for a busy key.
     pub fn new(wait: Duration) -> Self {
         LocalLock {
             wait,

@@ -1,0 +1,156 @@
+//! One entry point from settings to a lock: the caller names a mode and its
+//! durations, and gets the [`OrderLock`] without knowing which type runs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+
+use crate::redis_lua::{LuaUnlock, RedisLuaLock};
+use crate::redis_naive::{DelUnlock, RedisNaiveLock};
+use crate::redis_owner::{GetThenDelUnlock, RedisOwnerLock};
+use crate::set_nx::SetNx;
+use crate::{
+    Faults, Fenced, LocalLock, LockMode, NoLock, Observer, OrderLock, QuorumLock, ReentrantLock,
+    ReentrantOptions, Unobserved,
+};
+
+/// How [`build`] makes a lock.
+#[derive(Clone)]
+pub struct Options {
+    /// Which lock.
+    pub mode: LockMode,
+    /// An explicit lease. The simple Redis locks and the quorum locks use
+    /// [`Options::DEFAULT_LEASE`] without one; `reentrant` runs its watchdog
+    /// instead, and an explicit lease turns the watchdog off.
+    pub lease: Option<Duration>,
+    /// `reentrant` without an explicit lease: the lease the watchdog keeps
+    /// renewing, every third of it, while the holder lives.
+    pub watchdog_lease: Duration,
+    /// `reentrant`: the watchdog stops renewing after a hold has lasted this
+    /// long, so a stuck holder cannot keep a key locked forever.
+    pub max_hold: Option<Duration>,
+    /// How long an acquisition waits for a busy key; zero fails at once.
+    pub wait: Duration,
+    /// `multi` and `redlock`: URLs of independent Redis servers.
+    pub nodes: Vec<String>,
+    /// Wraps the lock in [`Fenced`]: every hold gets a fencing token.
+    pub fencing: bool,
+    /// Fault injection points (see [`Faults`]); none by default.
+    pub faults: Faults,
+    /// Receives the lock's events; ignored by default.
+    pub observer: Arc<dyn Observer>,
+}
+
+impl Options {
+    /// Lease of the simple Redis locks and the quorum locks when none is given.
+    pub const DEFAULT_LEASE: Duration = Duration::from_millis(10_000);
+    /// The watchdog's default lease, Redisson's `lockWatchdogTimeout`.
+    pub const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
+
+    /// `mode` with the defaults: default leases, no maximum hold, no wait
+    /// (a busy key fails at once), no fencing, no faults, no observer.
+    pub fn new(mode: LockMode) -> Self {
+        Options {
+            mode,
+            lease: None,
+            watchdog_lease: Self::DEFAULT_WATCHDOG_LEASE,
+            max_hold: None,
+            wait: Duration::ZERO,
+            nodes: Vec::new(),
+            fencing: false,
+            faults: Faults::none(),
+            observer: Unobserved::shared(),
+        }
+    }
+
+    /// The lease of the modes that always lease.
+    fn fixed_lease(&self) -> Duration {
+        self.lease.unwrap_or(Self::DEFAULT_LEASE)
+    }
+
+    fn reentrant(&self) -> ReentrantOptions {
+        ReentrantOptions {
+            lease: self.lease,
+            watchdog_lease: self.watchdog_lease,
+            max_hold: self.max_hold,
+            wait: self.wait,
+        }
+    }
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("mode", &self.mode)
+            .field("lease", &self.lease)
+            .field("watchdog_lease", &self.watchdog_lease)
+            .field("max_hold", &self.max_hold)
+            .field("wait", &self.wait)
+            .field("nodes", &self.nodes.len())
+            .field("fencing", &self.fencing)
+            .field("faults", &self.faults)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why [`build`] could not make a lock.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// `multi` and `redlock` need at least one node.
+    #[error("lock mode {0} needs independent Redis servers (Options::nodes), none given")]
+    NoNodes(LockMode),
+    /// A Redis URL did not parse.
+    #[error("invalid Redis URL")]
+    Redis(#[from] redis::RedisError),
+}
+
+/// Builds the lock `options` describe on `redis`; `redis_url` lets modes that
+/// need a dedicated connection of their own (the release subscription of
+/// `reentrant`) open one. Nothing connects yet: connections open on first use.
+pub fn build(
+    options: &Options,
+    redis: &ConnectionManager,
+    redis_url: &str,
+) -> Result<Arc<dyn OrderLock>, BuildError> {
+    let set_nx = || {
+        SetNx::new(
+            redis.clone(),
+            options.fixed_lease(),
+            options.wait,
+            options.faults.clone(),
+        )
+    };
+    let lock: Arc<dyn OrderLock> = match options.mode {
+        LockMode::None => Arc::new(NoLock),
+        LockMode::Local => Arc::new(LocalLock::new(options.wait)),
+        LockMode::RedisNaive => Arc::new(RedisNaiveLock::new(set_nx(), DelUnlock)),
+        LockMode::RedisOwner => Arc::new(RedisOwnerLock::new(set_nx(), GetThenDelUnlock)),
+        LockMode::RedisLua => Arc::new(RedisLuaLock::new(set_nx(), LuaUnlock)),
+        LockMode::Reentrant => Arc::new(ReentrantLock::observed(
+            redis::Client::open(redis_url)?,
+            redis.clone(),
+            options.reentrant(),
+            options.observer.clone(),
+        )),
+        LockMode::Multi => Arc::new(QuorumLock::multi(
+            &options.nodes,
+            options.fixed_lease(),
+            options.wait,
+        )?),
+        LockMode::Redlock => Arc::new(QuorumLock::redlock(
+            &options.nodes,
+            options.fixed_lease(),
+            options.wait,
+        )?),
+    };
+    Ok(if options.fencing {
+        Arc::new(Fenced::observed(
+            lock,
+            redis.clone(),
+            options.observer.clone(),
+        ))
+    } else {
+        lock
+    })
+}

@@ -1,0 +1,87 @@
+//! What a lock reports while it runs, for the caller's metrics or logs: the
+//! lock itself depends on no metrics library.
+
+use std::sync::Arc;
+
+/// Something a lock noticed that its caller may want to count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockEvent {
+    /// A watchdog extended a hold's lease.
+    LeaseRenewed,
+    /// A hold was found lost while its holder still held it.
+    HoldLost(LostReason),
+    /// A holder stepped aside because a newer holder has a later fencing token.
+    FencingRejected,
+}
+
+/// How a hold was found lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LostReason {
+    /// A lease renewal found the key gone or held by another owner.
+    TakenOrGone,
+    /// Redis could not be reached to renew before the lease ran out.
+    RedisUnreachable,
+}
+
+impl LostReason {
+    /// Every reason, e.g. to register a metric series for each up front.
+    pub const ALL: [LostReason; 2] = [LostReason::TakenOrGone, LostReason::RedisUnreachable];
+
+    /// A short name fit for a metrics label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LostReason::TakenOrGone => "taken_or_gone",
+            LostReason::RedisUnreachable => "redis_unreachable",
+        }
+    }
+}
+
+/// Receives a lock's [`LockEvent`]s. Called inline on the lock's tasks: keep
+/// it cheap (incrementing a counter is the intended use). Any
+/// `Fn(LockEvent)` is one:
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::sync::Arc;
+///
+/// use hmdp_lock::{LockEvent, LockMode, Options};
+///
+/// let lost = Arc::new(AtomicU64::new(0));
+/// let counted = lost.clone();
+/// let options = Options {
+///     observer: Arc::new(move |event| {
+///         if let LockEvent::HoldLost(reason) = event {
+///             eprintln!("lock lost: {}", reason.as_str());
+///             counted.fetch_add(1, Ordering::Relaxed);
+///         }
+///     }),
+///     ..Options::new(LockMode::Reentrant)
+/// };
+/// # let _ = options;
+/// ```
+pub trait Observer: Send + Sync {
+    /// Called once per event.
+    fn observe(&self, event: LockEvent);
+}
+
+/// Any `Fn(LockEvent)` observes.
+impl<F: Fn(LockEvent) + Send + Sync> Observer for F {
+    fn observe(&self, event: LockEvent) {
+        self(event)
+    }
+}
+
+/// The observer of a lock nobody watches: ignores every event.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Unobserved;
+
+impl Observer for Unobserved {
+    fn observe(&self, _event: LockEvent) {}
+}
+
+impl Unobserved {
+    /// As the shared observer a lock keeps.
+    pub(crate) fn shared() -> Arc<dyn Observer> {
+        Arc::new(Unobserved)
+    }
+}

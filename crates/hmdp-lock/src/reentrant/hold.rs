@@ -1,0 +1,325 @@
+//! The hold behind a reentrant lock's guards (Redisson's `RedissonBaseLock`):
+//! one shared hold per holder and key that re-entries join, the guard that
+//! gives back exactly one hold, and the release that retries a lost reply
+//! without taking a second hold away.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::ConnectionManager;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::owner;
+use crate::scripts::GiveBack;
+use crate::{release_dropped, HeldLock, Holder, LockError, Release};
+
+/// Sent at most this many times per release; the latch outlives them all
+/// ([`RELEASE_LATCH`](crate::scripts::RELEASE_LATCH)).
+const RELEASE_ATTEMPTS: u32 = 3;
+
+/// A take that landed, as [`guard`] needs it.
+pub(super) struct Landed<'a> {
+    pub key: &'a str,
+    pub holder: Holder,
+    pub lease: Duration,
+    /// The holder's holds of the key now, this one included.
+    pub count: u32,
+    /// When the command that set the lease was sent.
+    pub sent: Instant,
+}
+
+/// Whether `holder` has a live hold of `key` in this process.
+pub(super) fn is_held(registry: &Registry, key: &str, holder: Holder) -> bool {
+    registry
+        .lock()
+        .expect("registry poisoned")
+        .get(&(key.to_owned(), holder))
+        .is_some_and(|hold| hold.strong_count() > 0)
+}
+
+/// The live holds of this process by (key, holder), so that a re-entry joins
+/// the hold (and watchdog) its holder already has. Weak: a hold lives as long
+/// as its guards.
+pub(super) type Registry = Mutex<HashMap<(String, Holder), Weak<Hold>>>;
+
+/// One holder's hold on one key, shared by all of its reentrant guards.
+pub(super) struct Hold {
+    pub(super) key: String,
+    holder: Holder,
+    pub(super) owner: String,
+    pub(super) lease: Duration,
+    /// Guards of this hold not yet giving their hold back.
+    guards: AtomicUsize,
+    /// Set when the last guard starts giving back the last hold: a renewal
+    /// that finds the key gone from now on saw the release, not a loss.
+    pub(super) releasing: AtomicBool,
+    /// Set when a renewal found the key taken or gone.
+    pub(super) lost: AtomicBool,
+    /// Until when Redis keeps the key for us, by our clock: counted from
+    /// when the command that set the lease was sent, so never too late.
+    pub(super) valid_until: Mutex<Instant>,
+    renewal: Mutex<Option<JoinHandle<()>>>,
+    registry: Arc<Registry>,
+}
+
+impl Hold {
+    /// Whether the key is surely still ours: no renewal found it gone and
+    /// the lease has not run out by our (conservative) clock.
+    fn lease_running(&self) -> bool {
+        !self.lost.load(Ordering::SeqCst)
+            && Instant::now() < *self.valid_until.lock().expect("hold poisoned")
+    }
+
+    /// One guard starts giving its hold back; the last one stops the
+    /// watchdog first, so that no renewal reports the key it deletes as lost.
+    fn guard_leaves(&self) {
+        if self.guards.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.releasing.store(true, Ordering::SeqCst);
+            if let Some(renewal) = self.renewal.lock().expect("hold poisoned").take() {
+                renewal.abort();
+            }
+        }
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if let Some(renewal) = self.renewal.lock().expect("hold poisoned").take() {
+            renewal.abort();
+        }
+        let mut holds = self.registry.lock().expect("registry poisoned");
+        let entry = (std::mem::take(&mut self.key), self.holder);
+        if holds
+            .get(&entry)
+            .is_some_and(|hold| hold.strong_count() == 0)
+        {
+            holds.remove(&entry);
+        }
+    }
+}
+
+/// The guard of a take that left `holder` with `count` holds of `key`,
+/// its lease set by a command sent at `sent`: a re-entry joins the
+/// holder's live hold, a first take starts one, and `watchdog` with it.
+pub(super) fn guard(
+    registry: &Arc<Registry>,
+    redis: &ConnectionManager,
+    landed: Landed,
+    watchdog: impl FnOnce(&Arc<Hold>) -> Option<JoinHandle<()>>,
+) -> Box<dyn HeldLock> {
+    let Landed {
+        key,
+        holder,
+        lease,
+        count,
+        sent,
+    } = landed;
+    let mut holds = registry.lock().expect("registry poisoned");
+    let entry = (key.to_owned(), holder);
+    let existing = holds.get(&entry).and_then(Weak::upgrade);
+    let hold = match existing {
+        Some(hold) if count > 1 => {
+            // The re-entry reset the lease.
+            *hold.valid_until.lock().expect("hold poisoned") = sent + lease;
+            hold.guards.fetch_add(1, Ordering::SeqCst);
+            hold
+        }
+        _ => {
+            let hold = Arc::new(Hold {
+                key: key.to_owned(),
+                holder,
+                owner: holder.owner(),
+                lease,
+                guards: AtomicUsize::new(1),
+                releasing: AtomicBool::new(false),
+                lost: AtomicBool::new(false),
+                valid_until: Mutex::new(sent + lease),
+                renewal: Mutex::new(None),
+                registry: registry.clone(),
+            });
+            *hold.renewal.lock().expect("hold poisoned") = watchdog(&hold);
+            holds.insert(entry, Arc::downgrade(&hold));
+            hold
+        }
+    };
+    drop(holds);
+    Box::new(ReentrantHold {
+        redis: redis.clone(),
+        release_id: owner::unique_name(&hold.owner),
+        hold,
+        progress: ReleaseProgress::default(),
+        released: false,
+    })
+}
+
+/// One acquisition's guard: gives back exactly one hold, on `release` or,
+/// failing that, when dropped (a panic or a cancelled task included).
+struct ReentrantHold {
+    redis: ConnectionManager,
+    hold: Arc<Hold>,
+    /// Names this release for the idempotency latch.
+    release_id: String,
+    progress: ReleaseProgress,
+    released: bool,
+}
+
+/// How far one guard's release got: a release abandoned midway (its future
+/// dropped after an attempt was sent) is resumed from here by `Drop`, as a
+/// retry that finds the first attempt's answer. Sent again as a first
+/// attempt, it would skip the latch and take a second hold away.
+#[derive(Default)]
+struct ReleaseProgress {
+    /// Attempts sent so far.
+    sent: u32,
+    /// Whether the key was surely still ours when the first one was sent.
+    lease_running: bool,
+}
+
+/// Gives back one guard's hold of `hold`, or resumes doing so.
+async fn give_back(
+    redis: &ConnectionManager,
+    hold: &Hold,
+    release_id: &str,
+    progress: &mut ReleaseProgress,
+) -> Result<Release, LockError> {
+    if progress.sent == 0 {
+        progress.lease_running = hold.lease_running();
+        hold.guard_leaves();
+    }
+    release(
+        redis,
+        &hold.key,
+        &hold.owner,
+        hold.lease,
+        release_id,
+        progress,
+    )
+    .await
+}
+
+#[async_trait]
+impl HeldLock for ReentrantHold {
+    fn owner_in_key(&self) -> Option<&str> {
+        Some(&self.hold.owner)
+    }
+
+    async fn release(mut self: Box<Self>) -> Result<Release, LockError> {
+        let this = &mut *self;
+        let outcome = give_back(
+            &this.redis,
+            &this.hold,
+            &this.release_id,
+            &mut this.progress,
+        )
+        .await;
+        // Only now: a release abandoned halfway (its future dropped) leaves
+        // `released` unset, and `Drop` resumes it.
+        self.released = true;
+        outcome
+    }
+
+    async fn ensure_held(&self) -> Result<(), LockError> {
+        if self.hold.lost.load(Ordering::SeqCst) {
+            return Err(LockError::Lost(
+                "a lease renewal found the lock taken or gone",
+            ));
+        }
+        if Instant::now() >= *self.hold.valid_until.lock().expect("hold poisoned") {
+            return Err(LockError::Lost(
+                "the lease ran out before it could be renewed",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ReentrantHold {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let redis = self.redis.clone();
+        let hold = self.hold.clone();
+        let release_id = std::mem::take(&mut self.release_id);
+        let mut progress = std::mem::take(&mut self.progress);
+        release_dropped(hold.key.clone(), async move {
+            give_back(&redis, &hold, &release_id, &mut progress).await
+        });
+    }
+}
+
+/// Gives back one hold, retrying (with the same release id) when the reply
+/// is lost, so the answer is the first attempt's; `progress` counts the
+/// attempts sent, this call's and any earlier call's for the same release.
+async fn release(
+    redis: &ConnectionManager,
+    key: &str,
+    owner: &str,
+    lease: Duration,
+    release_id: &str,
+    progress: &mut ReleaseProgress,
+) -> Result<Release, LockError> {
+    loop {
+        progress.sent += 1;
+        let attempt = progress.sent;
+        let given_back = GiveBack {
+            key,
+            owner,
+            lease,
+            release_id,
+            attempt,
+            take_marker: None,
+        }
+        .run(&mut redis.clone())
+        .await;
+        match given_back {
+            Ok(given_back) => return Ok(given_back.release(attempt > 1 && progress.lease_running)),
+            Err(LockError::Redis(error)) if attempt < RELEASE_ATTEMPTS && is_transient(&error) => {
+                tracing::debug!(%error, attempt, "lock release reply lost; retrying");
+                tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// Gives back the hold an abandoned acquisition may have taken, if dropped
+/// while armed.
+pub(super) struct Undo {
+    pub(super) armed: bool,
+    pub(super) redis: ConnectionManager,
+    pub(super) key: String,
+    pub(super) owner: String,
+    pub(super) lease: Duration,
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (redis, lease) = (self.redis.clone(), self.lease);
+        let (key, owner) = (
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.owner),
+        );
+        runtime.spawn(async move {
+            let release_id = owner::unique_name(&owner);
+            // Whether the acquisition took the key at all is unknown.
+            let mut progress = ReleaseProgress::default();
+            let undone = release(&redis, &key, &owner, lease, &release_id, &mut progress).await;
+            tracing::debug!(?undone, %key, "undid an abandoned acquisition");
+        });
+    }
+}
+
+pub(super) fn is_transient(error: &redis::RedisError) -> bool {
+    error.is_io_error() || error.is_timeout() || error.is_connection_dropped()
+}

@@ -1,0 +1,249 @@
+//! `reentrant`: a Redisson `RLock`-grade lock, the default mode.
+//!
+//! - A hash per key maps owner → hold count (`lua/reentrant_lock.lua`), so
+//!   the same [`Holder`] re-enters instead of blocking itself; every
+//!   acquisition returns its own guard that gives back exactly one hold, when
+//!   released or when dropped.
+//! - Waiting: a waiter subscribes to the key's release channel before it
+//!   retries, then sleeps until a release message or the holder's remaining
+//!   lease, whichever comes first, and always stops at its deadline. One
+//!   subscription connection serves all waiters ([`ReleaseEvents`]).
+//! - Watchdog: without an explicit lease the key gets a 30 s lease renewed
+//!   every 10 s while the hold lives, up to a maximum hold time. A renewal
+//!   that finds the key gone, or that cannot reach Redis before the lease
+//!   runs out, marks the hold lost, and [`HeldLock::ensure_held`] then stops
+//!   the work under it from committing.
+//! - Release is idempotent per guard: a retry after a lost reply gets the
+//!   first attempt's answer, from a latch when holds remain, from the lease
+//!   when the first attempt took the last one (`lua/reentrant_unlock.lua`).
+//!   A release abandoned midway is resumed by the guard's `Drop` as a retry
+//!   of the same release, never sent again as a new one.
+//!
+//! Split along Redisson's seams: this module is `RedissonLock` (the take
+//! script and the wait loop), [`hold`] is `RedissonBaseLock` (identity, the
+//! hold and its guards, the release latch), [`watchdog`] the lease renewal,
+//! and `release_events` is `LockPubSub`.
+
+mod hold;
+mod watchdog;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::ConnectionManager;
+use tokio::time::Instant;
+
+use crate::release_events::ReleaseEvents;
+use crate::scripts::{Take, Taken};
+use crate::sibling;
+use crate::{HeldLock, Holder, LockError, LockMode, Observer, OrderLock, Unobserved};
+use hold::{is_transient, Registry, Undo};
+use watchdog::Watchdogs;
+
+/// While releases are not being delivered (subscription down), waiters poll.
+const POLL: Duration = Duration::from_millis(50);
+
+/// How a [`ReentrantLock`] leases and waits.
+#[derive(Debug, Clone)]
+pub struct ReentrantOptions {
+    /// An explicit lease: no watchdog, the key simply expires after it.
+    pub lease: Option<Duration>,
+    /// The watchdog's lease, renewed every third of it.
+    pub watchdog_lease: Duration,
+    /// The watchdog stops renewing after a hold has lasted this long.
+    pub max_hold: Option<Duration>,
+    /// How long an acquisition waits for a busy key; zero fails at once.
+    pub wait: Duration,
+}
+
+impl ReentrantOptions {
+    fn lease(&self) -> Duration {
+        self.lease.unwrap_or(self.watchdog_lease)
+    }
+}
+
+/// The reentrant lock of one process.
+pub struct ReentrantLock {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    redis: ConnectionManager,
+    events: ReleaseEvents,
+    options: ReentrantOptions,
+    holds: Arc<Registry>,
+    watchdogs: Arc<Watchdogs>,
+}
+
+/// One take, and when the command that set its lease (if taken) was sent.
+struct Attempt {
+    taken: Taken,
+    sent: Instant,
+}
+
+impl ReentrantLock {
+    /// `client` opens the release subscription (lazily, on the first wait);
+    /// `redis` carries the lock commands.
+    pub fn new(client: redis::Client, redis: ConnectionManager, options: ReentrantOptions) -> Self {
+        Self::observed(client, redis, options, Unobserved::shared())
+    }
+
+    /// Like [`ReentrantLock::new`], reporting renewals and lost holds to
+    /// `observer`.
+    pub fn observed(
+        client: redis::Client,
+        redis: ConnectionManager,
+        options: ReentrantOptions,
+        observer: Arc<dyn Observer>,
+    ) -> Self {
+        ReentrantLock {
+            inner: Arc::new(Inner {
+                redis,
+                events: ReleaseEvents::new(client),
+                options,
+                holds: Arc::new(Mutex::new(HashMap::new())),
+                watchdogs: Arc::new(Watchdogs::new(observer)),
+            }),
+        }
+    }
+
+    /// Holds whose lease a watchdog is renewing right now.
+    pub fn renewing(&self) -> usize {
+        self.inner.watchdogs.renewing()
+    }
+
+    /// Holds of this lock that a watchdog declared lost so far.
+    pub fn holds_lost(&self) -> u64 {
+        self.inner.watchdogs.lost()
+    }
+
+    async fn try_lock(&self, key: &str, holder: Holder, owner: &str) -> Result<Attempt, LockError> {
+        let lease = self.inner.options.lease();
+        // A caller that gives up while the script is in flight (its future
+        // dropped: a timeout, a client gone) may have taken the key with no
+        // guard left to give it back; undo that. Not for a re-entry: its
+        // extra hold would be undone from the outer guard's count.
+        let reentry = hold::is_held(&self.inner.holds, key, holder);
+        let mut undo = Undo {
+            armed: !reentry,
+            redis: self.inner.redis.clone(),
+            key: key.to_owned(),
+            owner: owner.to_owned(),
+            lease,
+        };
+        let sent = Instant::now();
+        let reply = Take {
+            key,
+            owner,
+            lease,
+            marker: None,
+        }
+        .run(&mut self.inner.redis.clone())
+        .await;
+        // A lost reply leaves it open whether the script ran: undo it too.
+        undo.armed &= matches!(&reply, Err(error) if is_transient(error));
+        drop(undo);
+        Ok(Attempt {
+            taken: reply?,
+            sent,
+        })
+    }
+
+    fn guard(&self, key: &str, holder: Holder, count: u32, sent: Instant) -> Box<dyn HeldLock> {
+        let inner = &self.inner;
+        let landed = hold::Landed {
+            key,
+            holder,
+            lease: inner.options.lease(),
+            count,
+            sent,
+        };
+        hold::guard(&inner.holds, &inner.redis, landed, |hold| {
+            // An explicit lease runs out by itself: no watchdog.
+            inner.options.lease.is_none().then(|| {
+                let stop_at = inner.options.max_hold.map(|max| sent + max);
+                watchdog::start(&inner.watchdogs, hold, inner.redis.clone(), stop_at)
+            })
+        })
+    }
+}
+
+#[async_trait]
+impl OrderLock for ReentrantLock {
+    fn mode(&self) -> LockMode {
+        LockMode::Reentrant
+    }
+
+    async fn acquire_as(
+        &self,
+        holder: Holder,
+        key: &str,
+    ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+        let owner = holder.owner();
+        let deadline = Instant::now() + self.inner.options.wait;
+        let busy_for = match self.try_lock(key, holder, &owner).await? {
+            Attempt {
+                taken: Taken::Yes { count },
+                sent,
+            } => return Ok(Some(self.guard(key, holder, count, sent))),
+            Attempt { .. } if self.inner.options.wait.is_zero() => return Ok(None),
+            Attempt {
+                taken: Taken::Busy { expires_in },
+                ..
+            } => expires_in,
+        };
+        // Subscribe first, then retry: a release that lands in between is
+        // either seen by the retry or delivered to the listener. The wait for
+        // Redis to confirm the subscription lasts one poll at most: while it
+        // is unconfirmed (slow to come, or the subscription connection cannot
+        // be opened) releases may go unseen, and the loop below polls instead,
+        // and retries as soon as the confirmation arrives.
+        let patience = busy_for
+            .map_or(deadline, |busy| deadline.min(Instant::now() + busy))
+            .min(Instant::now() + POLL);
+        let listener = self
+            .inner
+            .events
+            .listen(&sibling(key, "released"), patience)
+            .await;
+        loop {
+            let notified = listener.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            // Read before the retry, not after: only a subscription confirmed
+            // before the retry ran is sure to deliver every release the retry
+            // did not see. One confirmed while the retry's answer was on its
+            // way may have come after a release.
+            let live = listener.is_live();
+            match self.try_lock(key, holder, &owner).await? {
+                Attempt {
+                    taken: Taken::Yes { count },
+                    sent,
+                } => return Ok(Some(self.guard(key, holder, count, sent))),
+                Attempt {
+                    taken:
+                        Taken::Busy {
+                            expires_in: busy_for,
+                        },
+                    ..
+                } => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Ok(None);
+                    }
+                    let mut nap = busy_for.unwrap_or(deadline - now).min(deadline - now);
+                    if !live {
+                        nap = nap.min(POLL);
+                    }
+                    tokio::select! {
+                        _ = &mut notified => {}
+                        _ = tokio::time::sleep(nap) => {}
+                        _ = listener.live(), if !live => {}
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! Every Lua script of the crate, each wrapped once: keys and arguments go in
+//! as Rust values, the reply comes out as an enum, so no other module reads a
+//! script's numeric codes.
+//!
+//! Each `Script` is built once: `invoke_async` sends `EVALSHA` with the
+//! precomputed hash and loads the script only when Redis answers `NOSCRIPT`.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::Script;
+
+use crate::{sibling, LockError, Release};
+
+static COMPARE_AND_DELETE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/unlock.lua")));
+static MINT_FENCING_TOKEN: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/fence.lua")));
+static TAKE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/reentrant_lock.lua")));
+static RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/reentrant_renew.lua")));
+static GIVE_BACK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/reentrant_unlock.lua")));
+
+/// Whole milliseconds, as the scripts take durations.
+fn millis(duration: Duration) -> u64 {
+    duration.as_millis() as u64
+}
+
+/// What `lua/unlock.lua` did with a `SET NX` key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CompareAndDelete {
+    /// The key held the caller's token and is deleted.
+    Deleted,
+    /// The key was gone.
+    Gone,
+    /// Another token holds the key; it was left alone.
+    OtherOwner,
+}
+
+/// Deletes `key` only if it still holds `token` (lock v3's release).
+pub(crate) async fn compare_and_delete(
+    redis: &mut ConnectionManager,
+    key: &str,
+    token: &str,
+) -> Result<CompareAndDelete, LockError> {
+    let code: i64 = COMPARE_AND_DELETE
+        .key(key)
+        .arg(token)
+        .invoke_async(redis)
+        .await?;
+    match code {
+        1 => Ok(CompareAndDelete::Deleted),
+        0 => Ok(CompareAndDelete::Gone),
+        -1 => Ok(CompareAndDelete::OtherOwner),
+        other => Err(LockError::UnexpectedReply(other)),
+    }
+}
+
+/// One call of `lua/fence.lua`.
+pub(crate) struct MintFencingToken<'a> {
+    /// The counter hash beside the lock key.
+    pub counter: &'a str,
+    pub lock_key: &'a str,
+    /// The acquisition's owner, recorded in the counter.
+    pub owner: &'a str,
+    /// How long the counter outlives its last use.
+    pub retention: Duration,
+    /// How the acquisition appears in the lock key; empty when it cannot be
+    /// checked there.
+    pub owner_in_key: &'a str,
+}
+
+/// What minting a fencing token gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Minted {
+    Token(u64),
+    /// The lock key no longer holds the acquisition: no token.
+    NotHeld,
+}
+
+impl MintFencingToken<'_> {
+    pub async fn run(&self, redis: &mut ConnectionManager) -> Result<Minted, LockError> {
+        let token: i64 = MINT_FENCING_TOKEN
+            .key(self.counter)
+            .key(self.lock_key)
+            .arg(self.owner)
+            .arg(millis(self.retention))
+            .arg(self.owner_in_key)
+            .invoke_async(redis)
+            .await?;
+        match token {
+            -1 => Ok(Minted::NotHeld),
+            token => u64::try_from(token)
+                .map(Minted::Token)
+                .map_err(|_| LockError::UnexpectedReply(token)),
+        }
+    }
+}
+
+/// One call of `lua/reentrant_lock.lua`: take one hold of a hash lock.
+pub(crate) struct Take<'a> {
+    pub key: &'a str,
+    pub owner: &'a str,
+    pub lease: Duration,
+    /// `multi`/`redlock`: the round's marker, set where the take lands.
+    pub marker: Option<&'a str>,
+}
+
+/// What a take found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// Taken; the owner now has `count` holds, this one included.
+    Yes { count: u32 },
+    /// Another owner holds the key, for this much longer (`None`: no lease).
+    Busy { expires_in: Option<Duration> },
+}
+
+impl Take<'_> {
+    pub async fn run(&self, redis: &mut ConnectionManager) -> redis::RedisResult<Taken> {
+        let mut take = TAKE.key(self.key);
+        if let Some(marker) = self.marker {
+            take.key(marker);
+        }
+        let (taken, value): (i64, i64) = take
+            .arg(millis(self.lease))
+            .arg(self.owner)
+            .invoke_async(redis)
+            .await?;
+        Ok(if taken == 1 {
+            Taken::Yes {
+                count: u32::try_from(value).unwrap_or(u32::MAX),
+            }
+        } else {
+            Taken::Busy {
+                expires_in: u64::try_from(value).ok().map(Duration::from_millis),
+            }
+        })
+    }
+}
+
+/// Extends `owner`'s lease on the hash lock `key` (`lua/reentrant_renew.lua`);
+/// `false` when the owner no longer holds it.
+pub(crate) async fn renew(
+    redis: &mut ConnectionManager,
+    key: &str,
+    owner: &str,
+    lease: Duration,
+) -> redis::RedisResult<bool> {
+    let renewed: i64 = RENEW
+        .key(key)
+        .arg(millis(lease))
+        .arg(owner)
+        .invoke_async(redis)
+        .await?;
+    Ok(renewed == 1)
+}
+
+/// One call of `lua/reentrant_unlock.lua`: give back one hold of a hash lock.
+pub(crate) struct GiveBack<'a> {
+    pub key: &'a str,
+    pub owner: &'a str,
+    /// Reset on the key while holds remain.
+    pub lease: Duration,
+    /// Names this release for its idempotency latch; unique per key.
+    pub release_id: &'a str,
+    /// 1 for the first attempt; a later one may find the first one's latch.
+    pub attempt: u32,
+    /// `multi`/`redlock`: the marker the take left; without it on a node,
+    /// nothing of this take is given back there.
+    pub take_marker: Option<&'a str>,
+}
+
+/// How long a release's answer is remembered for retries; retries stop well
+/// before it is forgotten.
+pub(crate) const RELEASE_LATCH: Duration = Duration::from_secs(10);
+
+/// What giving back one hold found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GaveBack {
+    /// Given back; the owner still has this many holds (0: key deleted and
+    /// the release published).
+    Remaining(u32),
+    /// The key was gone: the lease expired.
+    Gone,
+    /// Another owner holds the key.
+    OtherOwner,
+    /// `multi`/`redlock`: no take marker, yet the owner holds the key: those
+    /// are other takes' holds, this one never landed here. Nothing changed.
+    NotTakenHere,
+}
+
+impl GiveBack<'_> {
+    pub async fn run(&self, redis: &mut ConnectionManager) -> Result<GaveBack, LockError> {
+        let mut give_back = GIVE_BACK.key(self.key);
+        give_back
+            .key(sibling(self.key, "released"))
+            .key(sibling(self.key, &format!("release:{}", self.release_id)));
+        if let Some(marker) = self.take_marker {
+            give_back.key(marker);
+        }
+        let code: i64 = give_back
+            .arg(self.owner)
+            .arg(millis(self.lease))
+            .arg(millis(RELEASE_LATCH))
+            .arg(self.attempt)
+            .invoke_async(redis)
+            .await?;
+        GaveBack::parse(code)
+    }
+}
+
+impl GaveBack {
+    /// What giving back one hold did, as the caller's [`Release`].
+    /// `retried_in_lease`: this was a retry, and the lease was still running
+    /// when the first attempt was sent. Then nobody else could have removed
+    /// our hold (short of Redis losing the key), so a key found gone or
+    /// someone else's means the first attempt released it and only its
+    /// reply was lost.
+    pub fn release(self, retried_in_lease: bool) -> Release {
+        match self {
+            GaveBack::Gone | GaveBack::OtherOwner if retried_in_lease => Release::Released,
+            GaveBack::Gone => Release::Expired,
+            GaveBack::OtherOwner => Release::NotOwner,
+            // Ours is not on this node (it never landed), though other holds
+            // of the same owner are.
+            GaveBack::NotTakenHere => Release::Expired,
+            GaveBack::Remaining(0) => Release::Released,
+            GaveBack::Remaining(left) => Release::StillHeld(left),
+        }
+    }
+
+    fn parse(code: i64) -> Result<GaveBack, LockError> {
+        match code {
+            -1 => Ok(GaveBack::Gone),
+            -2 => Ok(GaveBack::OtherOwner),
+            -3 => Ok(GaveBack::NotTakenHere),
+            left if left >= 0 => Ok(GaveBack::Remaining(u32::try_from(left).unwrap_or(u32::MAX))),
+            other => Err(LockError::UnexpectedReply(other)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn give_back_codes_parse_at_once() {
+        assert_eq!(GaveBack::parse(2).unwrap(), GaveBack::Remaining(2));
+        assert_eq!(GaveBack::parse(0).unwrap(), GaveBack::Remaining(0));
+        assert_eq!(GaveBack::parse(-1).unwrap(), GaveBack::Gone);
+        assert_eq!(GaveBack::parse(-2).unwrap(), GaveBack::OtherOwner);
+        assert_eq!(GaveBack::parse(-3).unwrap(), GaveBack::NotTakenHere);
+        assert!(GaveBack::parse(-4).is_err());
+    }
+
+    #[test]
+    fn a_retry_within_the_lease_that_finds_the_key_gone_or_taken_was_released() {
+        assert_eq!(GaveBack::OtherOwner.release(true), Release::Released);
+        assert_eq!(GaveBack::Gone.release(true), Release::Released);
+        assert_eq!(GaveBack::OtherOwner.release(false), Release::NotOwner);
+        assert_eq!(GaveBack::Gone.release(false), Release::Expired);
+        assert_eq!(GaveBack::Remaining(2).release(true), Release::StillHeld(2));
+        assert_eq!(GaveBack::NotTakenHere.release(false), Release::Expired);
+    }
+
+    async fn unlock(
+        redis: &mut ConnectionManager,
+        key: &str,
+        owner: &str,
+        id: &str,
+        attempt: u32,
+    ) -> GaveBack {
+        GiveBack {
+            key,
+            owner,
+            lease: Duration::from_secs(10),
+            release_id: id,
+            attempt,
+            take_marker: None,
+        }
+        .run(redis)
+        .await
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_retried_release_of_a_reentered_hold_does_not_take_a_second_hold() {
+        let url =
+            std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into());
+        let client = redis::Client::open(url).unwrap();
+        let mut redis = ConnectionManager::new(client).await.unwrap();
+        let key = format!("test:{}:lock:retried", uuid::Uuid::new_v4().simple());
+        async fn take(redis: &mut ConnectionManager, key: &str, owner: &str) -> bool {
+            let take = Take {
+                key,
+                owner,
+                lease: Duration::from_secs(10),
+                marker: None,
+            };
+            matches!(take.run(redis).await.unwrap(), Taken::Yes { .. })
+        }
+
+        assert!(take(&mut redis, &key, "a:1").await);
+        assert!(take(&mut redis, &key, "a:1").await, "re-entered");
+        assert_eq!(
+            unlock(&mut redis, &key, "a:1", "r1", 1).await,
+            GaveBack::Remaining(1)
+        );
+        // A's reply was lost, so A sends the same release again.
+        assert_eq!(
+            unlock(&mut redis, &key, "a:1", "r1", 2).await,
+            GaveBack::Remaining(1),
+            "the first answer, not a second hold taken away"
+        );
+        assert_eq!(
+            unlock(&mut redis, &key, "a:1", "r2", 1).await,
+            GaveBack::Remaining(0),
+            "the last hold"
+        );
+        assert!(take(&mut redis, &key, "b:1").await, "the key is free");
+        assert_eq!(
+            unlock(&mut redis, &key, "a:1", "r2", 2).await,
+            GaveBack::OtherOwner,
+            "a retry of the last hold's release finds B's key"
+        );
+
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .arg(sibling(&key, "release:r1"))
+            .arg(sibling(&key, "release:r2"))
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+    }
+}
