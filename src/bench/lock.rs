@@ -11,13 +11,14 @@
 //! woken by a release message needs the message's way plus one round trip;
 //! one that polls sleeps first.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use hmdp_lock::{Faults, OrderLock};
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, MultiplexedConnection};
+use redis::Script;
 use serde::Serialize;
 
 use super::{new_histogram, timed_loop, write_json, RunShape};
@@ -53,6 +54,14 @@ pub struct BenchLockArgs {
     /// Which keys the tasks lock.
     #[arg(long, value_enum, default_value_t = KeySpread::Distinct)]
     pub keys: KeySpread,
+
+    /// Run the same loop without the lock crate, as bare redis-rs commands
+    /// on one multiplexed connection: per pair `SET key token NX PX`, then
+    /// `EVALSHA` of a compare-and-delete (what `redis-lua` sends). The
+    /// client library's own cost: the lock's figures divided by these say
+    /// what the lock adds. `--lock` is then ignored.
+    #[arg(long, default_value_t = false)]
+    pub baseline: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -141,10 +150,46 @@ async fn measure_handoffs(
     })
 }
 
+/// The compare-and-delete of the baseline loop: the textbook script, as
+/// short as such a release can be.
+static COMPARE_AND_DELETE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0",
+    )
+});
+
+/// One pair of the baseline: take the key with a token, give it back if
+/// still ours.
+async fn bare_pair(mut redis: MultiplexedConnection, key: &str, token: &str) -> bool {
+    let taken: redis::RedisResult<Option<String>> = redis::cmd("SET")
+        .arg(key)
+        .arg(token)
+        .arg("NX")
+        .arg("PX")
+        .arg(10_000)
+        .query_async(&mut redis)
+        .await;
+    if !matches!(taken, Ok(Some(_))) {
+        return false;
+    }
+    let released: redis::RedisResult<i64> = COMPARE_AND_DELETE
+        .key(key)
+        .arg(token)
+        .invoke_async(&mut redis)
+        .await;
+    matches!(released, Ok(1))
+}
+
 pub async fn run(args: BenchLockArgs) -> anyhow::Result<BenchLockResult> {
     let redis = connect_redis(&args.store.redis_url, args.store.backend_timeout())?;
     let lock =
         crate::startup::build_lock(&args.lock, &redis, &args.store.redis_url, Faults::none())?;
+    let bare = if args.baseline {
+        let client = redis::Client::open(args.store.redis_url.as_str())?;
+        Some(client.get_multiplexed_async_connection().await?)
+    } else {
+        None
+    };
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     let prefix = format!("{}bench:lock:{run_id}", args.store.redis_prefix);
     let spread = args.keys;
@@ -158,26 +203,40 @@ pub async fn run(args: BenchLockArgs) -> anyhow::Result<BenchLockResult> {
             })
             .collect(),
     );
-    let measured = {
-        let (lock, keys) = (lock.clone(), keys.clone());
-        timed_loop(&args.shape, move |task, _| {
+    let measured = match bare {
+        Some(bare) => {
+            let token = Arc::new(run_id.clone());
+            timed_loop(&args.shape, move |task, _| {
+                let (bare, keys, token) = (bare.clone(), keys.clone(), token.clone());
+                async move { bare_pair(bare, &keys[task], &token).await }
+            })
+            .await
+        }
+        None => {
             let (lock, keys) = (lock.clone(), keys.clone());
-            async move {
-                match lock.acquire(&keys[task]).await {
-                    Ok(Some(held)) => held.release().await.is_ok(),
-                    Ok(None) | Err(_) => false,
+            timed_loop(&args.shape, move |task, _| {
+                let (lock, keys) = (lock.clone(), keys.clone());
+                async move {
+                    match lock.acquire(&keys[task]).await {
+                        Ok(Some(held)) => held.release().await.is_ok(),
+                        Ok(None) | Err(_) => false,
+                    }
                 }
-            }
-        })
-        .await
+            })
+            .await
+        }
     };
-    let handoff = if spread == KeySpread::One && !args.lock.wait().is_zero() {
+    let handoff = if !args.baseline && spread == KeySpread::One && !args.lock.wait().is_zero() {
         Some(measure_handoffs(lock, redis, &format!("{prefix}:handoff")).await?)
     } else {
         None
     };
     let result = BenchLockResult {
-        mode: args.lock.mode.to_string(),
+        mode: if args.baseline {
+            "bare redis-rs".to_owned()
+        } else {
+            args.lock.mode.to_string()
+        },
         keys: spread,
         pairs_per_s: measured.per_second(),
         p50_ms: measured.latency.p50_ms,
