@@ -7,7 +7,7 @@ WORKDIR /src
 # manifest declares (benches included) even to build one binary, and the
 # binary embeds migrations/, lua/ and nginx.conf.
 COPY . .
-RUN cargo build --release --locked --bin hmdp
+RUN cargo build --release --locked -p hmdp-tools --bin hmdp
 
 FROM debian:bookworm-slim
 # curl: the compose health check asks the node's /ready.

@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/services.sh
-cargo test --locked "$@"
+cargo test --locked --workspace "$@"

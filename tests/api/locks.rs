@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use serde_json::Value;
 
+use hmdp::config::LockMode;
 use hmdp::store::{record_fence, Store};
 
 use crate::helpers::{phone, spawn_app, NodeProcess, TestApp};
@@ -37,7 +38,7 @@ async fn wait_for_key(app: &TestApp, key: &str, present: bool, within: Duration)
 #[tokio::test]
 async fn a_node_killed_while_holding_a_lock_frees_it_within_the_lease() {
     const LEASE: Duration = Duration::from_millis(1000);
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let voucher = app.create_open_seckill(10).await;
     let token = app.login(&phone(1)).await;
     let key = lock_key(&app, &token).await;
@@ -62,7 +63,7 @@ async fn a_node_killed_while_holding_a_lock_frees_it_within_the_lease() {
     tokio::time::sleep(LEASE * 2).await;
     wait_for_key(&app, &key, true, Duration::ZERO).await;
 
-    node.kill();
+    node.kill().await;
     let freed_after = wait_for_key(&app, &key, false, LEASE * 2).await;
     assert!(
         freed_after <= LEASE + Duration::from_millis(100),
@@ -79,11 +80,11 @@ async fn a_node_killed_while_holding_a_lock_frees_it_within_the_lease() {
 
 #[tokio::test]
 async fn a_purchase_whose_lock_is_lost_rolls_back() {
-    let app = spawn_app(&[
-        "--lock=reentrant",
-        "--lock-watchdog-ms=300",
-        "--chaos-hold-ms=800",
-    ])
+    let app = spawn_app(|s| {
+        s.lock.mode = LockMode::Reentrant;
+        s.lock.lock_watchdog_ms = 300;
+        s.chaos_hold_ms = 800;
+    })
     .await;
     let voucher = app.create_open_seckill(10).await;
     let token = app.login(&phone(1)).await;
@@ -112,15 +113,13 @@ async fn a_purchase_whose_lock_is_lost_rolls_back() {
 /// pause inside the transaction: the second takes the expired lock while the
 /// first is paused. Returns the number of orders written.
 async fn stale_holder_race(fencing: bool) -> (i64, Vec<Value>) {
-    let mut flags = vec![
-        "--lock=redis-lua",
-        "--lock-lease-ms=300",
-        "--chaos-hold-ms=800",
-    ];
-    if fencing {
-        flags.push("--fencing");
-    }
-    let app = spawn_app(&flags).await;
+    let app = spawn_app(|s| {
+        s.lock.mode = LockMode::RedisLua;
+        s.lock.lock_lease_ms = Some(300);
+        s.chaos_hold_ms = 800;
+        s.lock.fencing = fencing;
+    })
+    .await;
     let voucher = app.create_open_seckill(10).await;
     let token = app.login(&phone(1)).await;
     let first = tokio::spawn({
@@ -164,7 +163,7 @@ async fn overlapping_first_fenced_writes_do_not_deadlock() {
         tx.commit().await?;
         Ok(recorded)
     }
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     for user in 1..=50 {
         let (older, newer) = tokio::join!(fence(&app.store, user, 10), fence(&app.store, user, 11));
         assert!(

@@ -11,7 +11,7 @@ use crate::helpers::{spawn_app, NodeProcess};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_in_flight_purchases_and_exits_zero() {
     const USERS: usize = 20;
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let voucher = app.create_open_seckill(100).await;
     let tokens = app.login_many(USERS).await;
     let mut node = NodeProcess::start(&app, &["--lock=reentrant", "--chaos-hold-ms=1500"]).await;

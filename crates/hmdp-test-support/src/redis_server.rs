@@ -1,0 +1,121 @@
+//! Private `redis-server` processes on free local ports, for the lab
+//! scenarios and tests that must kill, restart or replicate Redis without
+//! touching the shared server.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::free_ports;
+
+/// How long a fresh redis-server may take to answer PING.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A redis-server child process; killed when dropped.
+pub struct RedisServer {
+    port: u16,
+    child: Option<Child>,
+    extra_args: Vec<String>,
+    /// The server's working directory: replication writes RDB files even
+    /// with saving off, and they belong in a directory removed with the
+    /// server, not wherever the caller runs.
+    dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// Starts a server on a free port, keeping nothing on disk.
+    pub async fn start() -> anyhow::Result<RedisServer> {
+        Self::start_with(&[]).await
+    }
+
+    /// Starts a server with extra `redis-server` arguments
+    /// (e.g. `["--replicaof", "127.0.0.1", "6380"]`).
+    pub async fn start_with(extra_args: &[&str]) -> anyhow::Result<RedisServer> {
+        let [port] = free_ports()?;
+        let mut server = RedisServer {
+            port,
+            child: None,
+            extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
+            dir: tempfile::Builder::new().prefix("hmdp-redis-").tempdir()?,
+        };
+        server.spawn().await?;
+        Ok(server)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Whether the process is running (not killed).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// SIGKILLs the server: no shutdown, no goodbye to clients.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // Reaped at once (SIGKILL leaves nothing to wait for), so a
+            // restart finds the port free.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, empty.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        self.spawn().await
+    }
+
+    async fn spawn(&mut self) -> anyhow::Result<()> {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(&self.extra_args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start redis-server (is it installed? see scripts/services.sh)")?;
+        self.child = Some(child);
+        self.wait_until_ready().await
+    }
+
+    /// Polls PING until the server answers, sleeping on tokio's timer between
+    /// tries, so the runtime's other tasks keep running meanwhile.
+    async fn wait_until_ready(&self) -> anyhow::Result<()> {
+        let client = redis::Client::open(self.url())?;
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        loop {
+            let pong = async {
+                let mut conn = client.get_multiplexed_async_connection().await?;
+                redis::cmd("PING").query_async::<String>(&mut conn).await
+            };
+            match tokio::time::timeout(Duration::from_millis(200), pong).await {
+                Ok(Ok(_)) => return Ok(()),
+                _ if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                Ok(Err(error)) => {
+                    return Err(error).context(format!("redis-server on {} not ready", self.port))
+                }
+                Err(_) => anyhow::bail!(
+                    "redis-server on {} not ready in {READY_TIMEOUT:?}",
+                    self.port
+                ),
+            }
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

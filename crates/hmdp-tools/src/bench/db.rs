@@ -1,0 +1,137 @@
+//! `hmdp bench-db`: the bare purchase transaction (count this user's orders,
+//! insert, conditional stock update) straight on MySQL, distinct users, no
+//! HTTP and no lock: the ceiling of synchronous ordering on this database.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use clap::Args;
+use serde::Serialize;
+
+use super::{timed_loop, write_json, Latency, RunShape};
+use hmdp::config::StoreSettings;
+use hmdp::store::{self, NewOrder, NewSeckillVoucher, NewVoucher, Store};
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchDbArgs {
+    #[command(flatten)]
+    pub store: StoreSettings,
+
+    #[command(flatten)]
+    pub shape: RunShape,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BenchDbResult {
+    pub tx_per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    pub transactions: u64,
+    pub errors: u64,
+    pub concurrency: usize,
+    pub duration_s: u64,
+}
+
+/// Users of the benchmark: far above any real user id, so the benchmark's
+/// orders never mix with a real user's.
+const FIRST_BENCH_USER: u64 = 9_000_000_000_000;
+
+pub async fn run(args: BenchDbArgs) -> anyhow::Result<BenchDbResult> {
+    store::create_database_if_missing(&args.store.database_url).await?;
+    let pool_size = u32::try_from(args.shape.concurrency)?.max(1);
+    let db = Store::connect_lazy(
+        &args.store.database_url,
+        pool_size,
+        args.store.backend_timeout(),
+    )?;
+    db.migrate().await?;
+    let voucher_id = db
+        .insert_seckill_voucher(&bench_voucher(), &unlimited_sale())
+        .await?;
+
+    let next_order_id = Arc::new(AtomicI64::new(chrono::Utc::now().timestamp_micros() << 8));
+    let measured = {
+        let db = db.clone();
+        timed_loop(&args.shape, move |task, i| {
+            let db = db.clone();
+            let order = NewOrder {
+                id: next_order_id.fetch_add(1, Ordering::Relaxed),
+                user_id: FIRST_BENCH_USER + ((task as u64) << 32) + i,
+                voucher_id,
+            };
+            async move { purchase_transaction(&db, order).await.is_ok() }
+        })
+        .await
+    };
+
+    sqlx::query("DELETE FROM tb_voucher_order WHERE voucher_id = ?")
+        .bind(voucher_id)
+        .execute(db.pool())
+        .await?;
+    sqlx::query("DELETE FROM tb_seckill_voucher WHERE voucher_id = ?")
+        .bind(voucher_id)
+        .execute(db.pool())
+        .await?;
+    sqlx::query("DELETE FROM tb_voucher WHERE id = ?")
+        .bind(voucher_id)
+        .execute(db.pool())
+        .await?;
+
+    let Latency {
+        p50_ms,
+        p99_ms,
+        max_ms,
+    } = measured.latency;
+    let result = BenchDbResult {
+        tx_per_s: measured.per_second(),
+        p50_ms,
+        p99_ms,
+        max_ms,
+        transactions: measured.operations,
+        errors: measured.errors,
+        concurrency: args.shape.concurrency,
+        duration_s: args.shape.duration,
+    };
+    println!(
+        "bench-db: {:.0} tx/s  p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms  ({} tx, {} errors, concurrency {})",
+        result.tx_per_s, p50_ms, p99_ms, max_ms, result.transactions, result.errors, result.concurrency
+    );
+    write_json(args.shape.json.as_ref(), &result)?;
+    Ok(result)
+}
+
+/// The purchase's SQL, as the purchase runs it, minus lock and HTTP.
+async fn purchase_transaction(db: &Store, order: NewOrder) -> Result<(), sqlx::Error> {
+    let mut tx = db.begin().await?;
+    let existing = store::count_user_orders(&mut tx, order.user_id, order.voucher_id).await?;
+    if existing == 0 {
+        store::insert_order(&mut tx, order).await?;
+        if !store::take_stock(&mut tx, order.voucher_id).await? {
+            return tx.rollback().await;
+        }
+    }
+    tx.commit().await
+}
+
+fn bench_voucher() -> NewVoucher {
+    NewVoucher {
+        shop_id: 0,
+        title: "bench-db".into(),
+        sub_title: None,
+        rules: None,
+        pay_value: 1,
+        actual_value: 1,
+        voucher_type: 1,
+        status: 2,
+    }
+}
+
+fn unlimited_sale() -> NewSeckillVoucher {
+    let now = chrono::Local::now().naive_local();
+    NewSeckillVoucher {
+        stock: i32::MAX,
+        begin_time: now,
+        end_time: now + chrono::Duration::days(1),
+    }
+}

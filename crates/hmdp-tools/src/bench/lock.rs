@@ -1,0 +1,213 @@
+//! `hmdp bench-lock`: acquire+release pairs per second and pair latency for
+//! one lock mode against the configured Redis, on distinct keys (no
+//! contention) or one hot key (hand-off between holders).
+//!
+//! On one hot key (with a lock wait) it then measures the hand-off alone: a
+//! holder releases while one waiter is blocked on the key, and the time from
+//! the release returning to the waiter's acquisition returning is counted in
+//! milliseconds and in Redis round trips. The unit is the median acquisition
+//! of a free key, measured in the same rounds: one round trip of the lock's
+//! own command, client work included (a `PING` is reported too). A waiter
+//! woken by a release message needs the message's way plus one round trip;
+//! one that polls sleeps first.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use redis::aio::ConnectionManager;
+use serde::Serialize;
+
+use super::{new_histogram, timed_loop, write_json, RunShape};
+use hmdp::config::{LockSettings, StoreSettings};
+use hmdp::lock::{Faults, OrderLock};
+use hmdp::startup::connect_redis;
+
+/// Hand-offs measured after a hot-key run.
+const HANDOFF_ROUNDS: usize = 500;
+/// How long the holder keeps the key once the waiter has started waiting:
+/// long enough for the waiter to have tried once and gone to sleep.
+const HANDOFF_HOLD: Duration = Duration::from_millis(3);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeySpread {
+    /// One key per task: measures the lock's own cost.
+    Distinct,
+    /// Every task on one key: measures hand-off (use --lock-wait-ms).
+    One,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchLockArgs {
+    #[command(flatten)]
+    pub store: StoreSettings,
+
+    #[command(flatten)]
+    pub lock: LockSettings,
+
+    #[command(flatten)]
+    pub shape: RunShape,
+
+    /// Which keys the tasks lock.
+    #[arg(long, value_enum, default_value_t = KeySpread::Distinct)]
+    pub keys: KeySpread,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BenchLockResult {
+    pub mode: String,
+    pub keys: KeySpread,
+    pub pairs_per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    pub pairs: u64,
+    /// Acquisitions that found the key busy past the wait (hot key only).
+    pub busy: u64,
+    pub concurrency: usize,
+    pub duration_s: u64,
+    /// Hot key with a lock wait only: median time from a release returning
+    /// to the waiting next holder's acquisition returning.
+    pub handoff_p50_ms: Option<f64>,
+    /// Hot key with a lock wait only: median acquisition of a free key, the
+    /// unit of `handoff_round_trips`.
+    pub acquire_p50_ms: Option<f64>,
+    /// Hot key with a lock wait only: median `PING` on the same connection.
+    pub ping_p50_ms: Option<f64>,
+    /// Hot key with a lock wait only: the median hand-off in round trips.
+    pub handoff_round_trips: Option<f64>,
+}
+
+/// Median hand-off and round trips, in milliseconds.
+struct Handoff {
+    gap_p50_ms: f64,
+    /// Acquiring a free key: one round trip of the lock's command.
+    acquire_p50_ms: f64,
+    ping_p50_ms: f64,
+}
+
+/// One holder, one waiter, `HANDOFF_ROUNDS` times: the waiter starts waiting,
+/// the holder releases, and the gap from the release returning to the
+/// waiter's acquisition returning is recorded, next to a `PING` round trip.
+async fn measure_handoffs(
+    lock: Arc<dyn OrderLock>,
+    mut redis: ConnectionManager,
+    key: &str,
+) -> anyhow::Result<Handoff> {
+    let (mut gaps, mut acquires, mut pings) = (new_histogram(), new_histogram(), new_histogram());
+    let micros = |since: Instant| (since.elapsed().as_micros() as u64).max(1);
+    let free_key = format!("{key}:free");
+    for _ in 0..HANDOFF_ROUNDS {
+        let sent = Instant::now();
+        let _: String = redis::cmd("PING").query_async(&mut redis).await?;
+        pings.saturating_record(micros(sent));
+        let sent = Instant::now();
+        let free = lock
+            .acquire(&free_key)
+            .await?
+            .context("the free key is busy")?;
+        acquires.saturating_record(micros(sent));
+        free.release().await?;
+
+        let holder = lock
+            .acquire(key)
+            .await?
+            .context("the hand-off key is busy")?;
+        let waiter = {
+            let (lock, key) = (lock.clone(), key.to_owned());
+            tokio::spawn(async move {
+                let held = lock.acquire(&key).await;
+                (Instant::now(), held)
+            })
+        };
+        tokio::time::sleep(HANDOFF_HOLD).await;
+        holder.release().await?;
+        let released = Instant::now();
+        let (acquired, held) = waiter.await?;
+        let held = held?.context("the waiter gave up: raise --lock-wait-ms")?;
+        gaps.saturating_record(
+            (acquired.saturating_duration_since(released).as_micros() as u64).max(1),
+        );
+        held.release().await?;
+    }
+    let p50 =
+        |histogram: &hdrhistogram::Histogram<u64>| histogram.value_at_quantile(0.5) as f64 / 1000.0;
+    Ok(Handoff {
+        gap_p50_ms: p50(&gaps),
+        acquire_p50_ms: p50(&acquires),
+        ping_p50_ms: p50(&pings),
+    })
+}
+
+pub async fn run(args: BenchLockArgs) -> anyhow::Result<BenchLockResult> {
+    let redis = connect_redis(&args.store.redis_url, args.store.backend_timeout())?;
+    let lock = hmdp::lock::build(&args.lock, &redis, &args.store.redis_url, Faults::none())?;
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let prefix = format!("{}bench:lock:{run_id}", args.store.redis_prefix);
+    let spread = args.keys;
+    // Keys are built once per task, not per pair: the benchmark measures the
+    // lock, not string formatting.
+    let keys: Arc<Vec<String>> = Arc::new(
+        (0..args.shape.concurrency)
+            .map(|task| match spread {
+                KeySpread::Distinct => format!("{prefix}:{task}"),
+                KeySpread::One => format!("{prefix}:hot"),
+            })
+            .collect(),
+    );
+    let measured = {
+        let (lock, keys) = (lock.clone(), keys.clone());
+        timed_loop(&args.shape, move |task, _| {
+            let (lock, keys) = (lock.clone(), keys.clone());
+            async move {
+                match lock.acquire(&keys[task]).await {
+                    Ok(Some(held)) => held.release().await.is_ok(),
+                    Ok(None) | Err(_) => false,
+                }
+            }
+        })
+        .await
+    };
+    let handoff = if spread == KeySpread::One && !args.lock.wait().is_zero() {
+        Some(measure_handoffs(lock, redis, &format!("{prefix}:handoff")).await?)
+    } else {
+        None
+    };
+    let result = BenchLockResult {
+        mode: args.lock.mode.to_string(),
+        keys: spread,
+        pairs_per_s: measured.per_second(),
+        p50_ms: measured.latency.p50_ms,
+        p99_ms: measured.latency.p99_ms,
+        max_ms: measured.latency.max_ms,
+        pairs: measured.operations,
+        busy: measured.errors,
+        concurrency: args.shape.concurrency,
+        duration_s: args.shape.duration,
+        handoff_p50_ms: handoff.as_ref().map(|h| h.gap_p50_ms),
+        acquire_p50_ms: handoff.as_ref().map(|h| h.acquire_p50_ms),
+        ping_p50_ms: handoff.as_ref().map(|h| h.ping_p50_ms),
+        handoff_round_trips: handoff.as_ref().map(|h| h.gap_p50_ms / h.acquire_p50_ms),
+    };
+    println!(
+        "bench-lock {} ({:?} keys): {:.0} pairs/s  p50 {:.3} ms  p99 {:.3} ms  max {:.2} ms  ({} pairs, {} busy, concurrency {})",
+        result.mode, spread, result.pairs_per_s, result.p50_ms, result.p99_ms, result.max_ms,
+        result.pairs, result.busy, result.concurrency
+    );
+    if let Some(Handoff {
+        gap_p50_ms,
+        acquire_p50_ms,
+        ping_p50_ms,
+    }) = handoff
+    {
+        println!(
+            "hand-off: p50 {gap_p50_ms:.3} ms from a release to the waiting next holder = {:.2} round trips \
+             (free-key acquisition p50 {acquire_p50_ms:.3} ms; PING p50 {ping_p50_ms:.3} ms; {HANDOFF_ROUNDS} rounds)",
+            gap_p50_ms / acquire_p50_ms
+        );
+    }
+    write_json(args.shape.json.as_ref(), &result)?;
+    Ok(result)
+}

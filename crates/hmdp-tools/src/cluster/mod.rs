@@ -1,0 +1,160 @@
+//! Two `hmdp serve` nodes and nginx in front of them, as local child
+//! processes on free ports with a private nginx prefix: what `hmdp demo` runs
+//! and what the cluster tests start, the same way.
+
+pub mod demo;
+pub mod nginx;
+mod node;
+mod sandbox;
+pub mod soak;
+pub mod up;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use hmdp::config::LockMode;
+use hmdp_test_support::{free_ports, ChildProcess};
+use tempfile::TempDir;
+
+use node::Node;
+pub use sandbox::Sandbox;
+
+/// Runs `work` to its end unless Ctrl-C (SIGINT) or SIGTERM comes first:
+/// then `work` is dropped, and with it every child process it started, and
+/// the signal's name comes back instead.
+pub async fn until_signal<T>(
+    work: impl std::future::Future<Output = T>,
+) -> Result<T, &'static str> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        outcome = work => Ok(outcome),
+        _ = tokio::signal::ctrl_c() => Err("Ctrl-C"),
+        _ = term.recv() => Err("SIGTERM"),
+    }
+}
+
+/// The flags each node gets for one mode.
+pub fn node_flags(mode: LockMode, chaos_hold_ms: u64) -> Vec<String> {
+    vec![
+        format!("--lock={mode}"),
+        format!("--chaos-hold-ms={chaos_hold_ms}"),
+    ]
+}
+
+/// Ids of the two nodes, as they answer in `x-served-by`.
+pub const NODE_IDS: [&str; 2] = ["node1", "node2"];
+
+/// What every node of a cluster shares.
+#[derive(Debug, Clone)]
+pub struct ClusterSpec {
+    /// The `hmdp` executable the nodes run.
+    pub exe: PathBuf,
+    /// A migrated database (the nodes start with `--no-migrate`).
+    pub database_url: String,
+    pub redis_url: String,
+    pub redis_prefix: String,
+    /// The admin token of every node, to create vouchers.
+    pub admin_token: String,
+}
+
+impl ClusterSpec {
+    /// The spec of nodes living in `sandbox`, run from `exe`.
+    pub fn in_sandbox(exe: PathBuf, sandbox: &Sandbox) -> ClusterSpec {
+        ClusterSpec {
+            exe,
+            database_url: sandbox.database.url.clone(),
+            redis_url: sandbox.redis.redis_url.clone(),
+            redis_prefix: sandbox.redis.prefix.clone(),
+            admin_token: uuid::Uuid::new_v4().simple().to_string(),
+        }
+    }
+}
+
+/// Two running nodes behind a running nginx. Dropping it kills them all
+/// (`kill_on_drop`) and removes nginx's prefix directory.
+pub struct Cluster {
+    spec: ClusterSpec,
+    nodes: Vec<Node>,
+    nginx: ChildProcess,
+    nginx_port: u16,
+    /// nginx's prefix: config, pid, temp files, logs. Only held to be
+    /// removed on drop, last, after the children are gone.
+    _dir: TempDir,
+}
+
+impl Cluster {
+    /// Starts the two nodes with `node_flags` (`--lock=...`, ...) and nginx
+    /// rendered from the top-level `nginx.conf`; returns once nginx answers.
+    pub async fn start(spec: ClusterSpec, node_flags: &[String]) -> anyhow::Result<Cluster> {
+        let nginx_bin = nginx::find()?;
+        let dir = tempfile::Builder::new()
+            .prefix("hmdp-cluster-")
+            .tempdir()
+            .context("cannot create nginx's prefix directory")?;
+        let [nginx_port, port1, port2] = free_ports().context("no free local port")?;
+        let mut nodes = vec![
+            Node::new(NODE_IDS[0], port1, dir.path().join("node1.log")),
+            Node::new(NODE_IDS[1], port2, dir.path().join("node2.log")),
+        ];
+        for node in &mut nodes {
+            node.start(&spec, node_flags).await?;
+        }
+
+        let conf = nginx::render(nginx::TEMPLATE, nginx_port, &[port1, port2])?;
+        let conf_file = dir.path().join("nginx.conf");
+        std::fs::write(&conf_file, conf).context("writing nginx.conf")?;
+        let log = dir.path().join("nginx.log");
+        let mut nginx = nginx::spawn(&nginx_bin, dir.path(), &conf_file, &log)?;
+        let health = format!("http://127.0.0.1:{nginx_port}/nginx-health");
+        nginx
+            .wait_until_answers(&health, Duration::from_secs(10))
+            .await?;
+        Ok(Cluster {
+            spec,
+            nodes,
+            nginx,
+            nginx_port,
+            _dir: dir,
+        })
+    }
+
+    /// nginx's base URL: the cluster's front door.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.nginx_port)
+    }
+
+    pub fn spec(&self) -> &ClusterSpec {
+        &self.spec
+    }
+
+    /// Restarts both nodes, on the same ports, with other flags (another
+    /// lock mode); nginx keeps running and reconnects to them.
+    pub async fn restart_nodes(&mut self, node_flags: &[String]) -> anyhow::Result<()> {
+        for index in 0..self.nodes.len() {
+            self.start_node(index, node_flags).await?;
+        }
+        Ok(())
+    }
+
+    /// Process ids of the running nodes.
+    pub fn node_pids(&self) -> Vec<u32> {
+        self.nodes.iter().filter_map(Node::pid).collect()
+    }
+
+    /// Process id of nginx (`None` once it has been reaped).
+    pub fn nginx_pid(&self) -> Option<u32> {
+        self.nginx.id()
+    }
+
+    /// (Re)starts one node on its port, e.g. after [`Cluster::kill_node`].
+    pub async fn start_node(&mut self, index: usize, node_flags: &[String]) -> anyhow::Result<()> {
+        self.nodes[index].start(&self.spec, node_flags).await
+    }
+
+    /// Kills one node with SIGKILL, as a crash would.
+    pub async fn kill_node(&mut self, index: usize) {
+        self.nodes[index].kill().await;
+    }
+}

@@ -1,0 +1,94 @@
+//! `hmdp cluster`: the demo's two nodes and nginx, left running for outside
+//! tools (wrk, oha, JMeter, `hmdp loadtest`) until Ctrl-C or SIGTERM, in a
+//! sandbox database and Redis prefix that are removed when it stops.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::{node_flags, until_signal};
+use super::{Cluster, ClusterSpec, Sandbox};
+use hmdp::config::{LockMode, StoreSettings};
+
+/// `hmdp cluster`.
+#[derive(Debug, Clone, Args)]
+pub struct ClusterSettings {
+    /// Lock mode of both nodes.
+    #[arg(long, value_enum, default_value_t = LockMode::Reentrant)]
+    pub lock: LockMode,
+
+    /// Passed to both nodes: sleep this long inside the critical section.
+    #[arg(long, default_value_t = 0)]
+    pub chaos_hold_ms: u64,
+
+    /// Once everything answers, write `NAME=value` lines here (nginx's URL,
+    /// the sandbox's `DATABASE_URL`, `HMDP_REDIS_PREFIX`, `HMDP_ADMIN_TOKEN`,
+    /// the process ids of the nodes and of nginx) for a shell to source.
+    #[arg(long)]
+    pub env_file: Option<PathBuf>,
+
+    /// MySQL server (a sandbox database is created on it) and Redis (a
+    /// sandbox key prefix is used on it).
+    #[command(flatten)]
+    pub store: StoreSettings,
+}
+
+/// `hmdp cluster`: runs until interrupted, then stops the children and
+/// removes the sandbox.
+pub async fn run(settings: ClusterSettings) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("cannot find the hmdp executable")?;
+    let sandbox = Sandbox::create(
+        &settings.store.database_url,
+        &settings.store.redis_url,
+        "cluster",
+    )
+    .await?;
+    let outcome = until_signal(serve(&settings, exe, &sandbox))
+        .await
+        .unwrap_or_else(|signal| {
+            eprintln!("{signal}: stopping");
+            Ok(())
+        });
+    // The cluster went with the `serve` future; now the data goes too.
+    drop(sandbox);
+    outcome
+}
+
+/// Starts the cluster and keeps it until the future is dropped: a signal
+/// during start-up stops the children as surely as one afterwards.
+async fn serve(settings: &ClusterSettings, exe: PathBuf, sandbox: &Sandbox) -> anyhow::Result<()> {
+    let spec = ClusterSpec::in_sandbox(exe, sandbox);
+    let cluster = Cluster::start(spec, &node_flags(settings.lock, settings.chaos_hold_ms)).await?;
+    let env = describe(&cluster, sandbox);
+    if let Some(path) = &settings.env_file {
+        std::fs::write(path, &env).with_context(|| format!("writing {}", path.display()))?;
+    }
+    print!("{env}");
+    eprintln!(
+        "two nodes ({}) behind nginx; Ctrl-C stops them",
+        settings.lock
+    );
+    std::future::pending().await
+}
+
+/// The cluster as shell variable assignments.
+fn describe(cluster: &Cluster, sandbox: &Sandbox) -> String {
+    let pids: Vec<String> = cluster
+        .node_pids()
+        .iter()
+        .map(|pid| pid.to_string())
+        .collect();
+    let mut out = String::new();
+    let _ = writeln!(out, "HMDP_TARGET={}", cluster.url());
+    let _ = writeln!(out, "DATABASE_URL={}", sandbox.database.url);
+    let _ = writeln!(out, "REDIS_URL={}", sandbox.redis.redis_url);
+    let _ = writeln!(out, "HMDP_REDIS_PREFIX={}", sandbox.redis.prefix);
+    let _ = writeln!(out, "HMDP_ADMIN_TOKEN={}", cluster.spec().admin_token);
+    let _ = writeln!(out, "HMDP_NODE_PIDS=\"{}\"", pids.join(" "));
+    if let Some(pid) = cluster.nginx_pid() {
+        let _ = writeln!(out, "HMDP_NGINX_PID={pid}");
+    }
+    out
+}

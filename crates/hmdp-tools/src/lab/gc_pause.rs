@@ -1,0 +1,163 @@
+//! `hmdp lab gc-pause`: a holder paused past its lease (a GC pause, a slow
+//! disk) wakes up and commits as if it still held the lock. Only the storage
+//! can tell, with fencing tokens (`--fencing`).
+//!
+//! It runs the real purchase against a database of its own (created, then
+//! dropped). Timeline (lease 400 ms, nothing renews it): A's purchase takes
+//! the lock, checks that user 1 has no order yet, then pauses 1200 ms inside
+//! its transaction. The key expires; 600 ms after A started, B's purchase
+//! for the same user takes the lock. Without fencing both commit: two orders. With
+//! `--fencing` B's newer token wins: A finds it before committing and rolls
+//! back, and the fence row orders B's transaction after A's.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::{Local, TimeDelta};
+use sqlx::migrate::MigrateDatabase;
+use sqlx::MySql;
+
+use super::harness::{Actor, Lab};
+use hmdp::error::Error;
+use hmdp::id_worker::IdWorker;
+use hmdp::keys::Keys;
+use hmdp::seckill::Seckill;
+use hmdp::store::{self, NewSeckillVoucher, NewVoucher, Store};
+
+const LEASE: Duration = Duration::from_millis(400);
+const PAUSE: Duration = Duration::from_millis(1200);
+/// When B's purchase starts, after A's: past A's lease, however long A's
+/// first look at the voucher took before it locked.
+const B_STARTS: u64 = 600;
+/// The user both purchases are for: the lab's key is `lock:order:1`.
+const USER: u64 = 1;
+
+/// Plays the scenario on `database`, created before the lab's clock started.
+pub(super) async fn run(lab: &Lab, database: &LabDatabase) -> anyhow::Result<String> {
+    let store = &database.store;
+    let now = Local::now().naive_local();
+    let voucher = store
+        .insert_seckill_voucher(
+            &NewVoucher {
+                shop_id: 1,
+                title: "gc-pause".into(),
+                sub_title: None,
+                rules: None,
+                pay_value: 100,
+                actual_value: 200,
+                voucher_type: 1,
+                status: 1,
+            },
+            &NewSeckillVoucher {
+                stock: 10,
+                begin_time: now - TimeDelta::hours(1),
+                end_time: now + TimeDelta::hours(1),
+            },
+        )
+        .await
+        .context("cannot create the lab's voucher")?;
+    let lock = lab.lock(LEASE, Duration::ZERO)?;
+    let keys = Keys::new(lab.namespace());
+    let ids = IdWorker::new(lab.redis(), keys.clone());
+    let paused = Arc::new(Seckill::new(
+        store.clone(),
+        lock.clone(),
+        ids.clone(),
+        keys.clone(),
+        PAUSE,
+    ));
+    let prompt = Arc::new(Seckill::new(store.clone(), lock, ids, keys, Duration::ZERO));
+
+    // Setting up took a moment: the story starts at the next round 100 ms.
+    let start = (lab.now_ms() / 100 + 1) * 100;
+    let a = async {
+        lab.at(start).await;
+        lab.say(
+            "A",
+            "purchases: takes the lock, finds no order of user 1, then pauses 1200 ms \
+             inside its transaction",
+        );
+        let outcome = paused.purchase(USER, voucher).await;
+        say_outcome(lab, "A", outcome);
+    };
+    let b = async {
+        lab.at(start + B_STARTS).await;
+        lab.say("B", "purchases for the same user");
+        let outcome = prompt.purchase(USER, voucher).await;
+        say_outcome(lab, "B", outcome);
+    };
+    let redis = lab.observe_key_at([start + B_STARTS - 50]);
+    let ((), (), observed) = tokio::join!(a, b, redis);
+    observed?;
+
+    let audit = store.audit_voucher(voucher).await?;
+    lab.say("mysql", format!("user 1 has {} order(s)", audit.orders));
+    if audit.orders > 1 {
+        lab.fail("A", "committed after its lease ran out, beside B's order");
+    }
+    Ok(if lab.broken() {
+        "A's lease expired during its pause and B took the lock; A woke up still \
+         believing it held the lock, and its write landed next to B's. No lock can \
+         prevent this alone: the storage has to reject the stale holder (--fencing)."
+    } else if lab.fencing() {
+        "B's acquisition minted a newer fencing token than A's; the fence row made B's \
+         transaction wait for A's, and A, seeing the newer token before committing, \
+         rolled back. One order."
+    } else {
+        "Only one purchase committed."
+    }
+    .to_owned())
+}
+
+fn say_outcome(lab: &Lab, who: Actor, outcome: Result<i64, Error>) {
+    match outcome {
+        Ok(order) => lab.say(who, format!("commits order {order}")),
+        Err(error) => {
+            let cause = std::error::Error::source(&error)
+                .map(|cause| format!(": {cause}"))
+                .unwrap_or_default();
+            let ended = if matches!(error, Error::Rejected(_)) {
+                "gets no order"
+            } else {
+                "is rolled back"
+            };
+            lab.say(
+                who,
+                format!("{ended}: {} {error}{cause}", error.error_code()),
+            );
+        }
+    }
+}
+
+/// A database of the run's own next to the configured one, dropped afterwards.
+pub(super) struct LabDatabase {
+    url: String,
+    store: Store,
+}
+
+impl LabDatabase {
+    pub(super) async fn create(database_url: &str) -> anyhow::Result<Self> {
+        let (base, query) = match database_url.split_once('?') {
+            Some((base, query)) => (base, format!("?{query}")),
+            None => (database_url, String::new()),
+        };
+        let server = base
+            .rsplit_once('/')
+            .map(|(server, _)| server)
+            .context("DATABASE_URL names no database")?;
+        let name = format!("hmdp_lab_{}", uuid::Uuid::new_v4().simple());
+        let url = format!("{server}/{name}{query}");
+        store::create_database_if_missing(&url).await?;
+        let store = Store::connect_lazy(&url, 8, Duration::from_secs(10))?;
+        store.migrate().await?;
+        Ok(LabDatabase { url, store })
+    }
+
+    pub(super) async fn drop(self) -> anyhow::Result<()> {
+        self.store.pool().close().await;
+        MySql::drop_database(&self.url)
+            .await
+            .context("cannot drop the lab's database")
+    }
+}

@@ -1,0 +1,563 @@
+//! What every lab scenario runs on: locks built by the purchase's own
+//! factory with a short lease, a clock shared by the actors, a timeline, and
+//! the tracking of who is inside the critical section, from which the
+//! verdict follows.
+//!
+//! Mutual exclusion is judged on the critical section, not on the lock: an
+//! actor is inside between `enter` and `leave`, and the lock kept its promise
+//! when no two actors were ever inside at once.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use futures::FutureExt;
+use redis::aio::ConnectionManager;
+use redis::AsyncCommands;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::LabArgs;
+use hmdp::config::{LockMode, LockSettings};
+use hmdp::keys::Keys;
+use hmdp::lock::{self, Faults, HeldLock, Holder, OrderLock, Release};
+use hmdp_test_support::remove_keys_with_prefix;
+
+/// A participant of a scenario: "A", "B", "C".
+pub type Actor = &'static str;
+
+/// One line of the timeline.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub at: Duration,
+    pub who: &'static str,
+    pub what: String,
+}
+
+/// The scenario clock and the events recorded against it. Shared with the
+/// fault injected into the lock, which outlives any borrow of the [`Lab`].
+struct Timeline {
+    start: Instant,
+    events: Mutex<Vec<Event>>,
+}
+
+impl Timeline {
+    fn record(&self, who: &'static str, what: impl Into<String>) {
+        let event = Event {
+            at: self.start.elapsed(),
+            who,
+            what: what.into(),
+        };
+        self.events.lock().expect("timeline poisoned").push(event);
+    }
+
+    async fn sleep_until(&self, ms: u64) {
+        tokio::time::sleep_until(self.start + Duration::from_millis(ms)).await;
+    }
+}
+
+/// Who is inside the critical section, and every moment more than one was.
+#[derive(Default)]
+struct Section {
+    inside: BTreeSet<Actor>,
+    overlaps: Vec<Vec<Actor>>,
+    /// Breaks of the lock's promise other than an overlap (a holder
+    /// blocked by itself, a stale holder's write that landed).
+    failures: Vec<String>,
+}
+
+/// A stall armed for the next release that reaches the lock's
+/// before-delete fault point: who stalls, and until when (ms on the clock).
+type ArmedStall = Arc<Mutex<Option<(Actor, u64)>>>;
+
+/// The stage a scenario plays on.
+pub struct Lab {
+    mode: LockMode,
+    redis: ConnectionManager,
+    redis_url: String,
+    lock_nodes: Vec<String>,
+    /// `--fencing`: the scenario's locks mint fencing tokens.
+    fencing: bool,
+    /// Every key of this run starts with it, so a run sees nothing but its
+    /// own keys and can delete them all afterwards.
+    namespace: String,
+    /// The lock key the actors contend for (user 1's `lock:order:1`).
+    key: String,
+    lease: Mutex<Option<Duration>>,
+    timeline: Arc<Timeline>,
+    section: Mutex<Section>,
+    /// Who took the lock last: the owner of the key's token for the modes
+    /// that keep the lock in one Redis key.
+    last_acquirer: Mutex<Option<Actor>>,
+    releases: Mutex<Vec<(Actor, Release)>>,
+    stall: ArmedStall,
+}
+
+impl Lab {
+    /// A stage for `mode` on `redis` (already reached), the rest as `args`
+    /// asks. The scenario clock starts here.
+    pub(super) fn new(mode: LockMode, redis: ConnectionManager, args: &LabArgs) -> Self {
+        // A fresh namespace per run, so runs never see each other's keys.
+        let namespace = format!("{}lab:{}:", args.redis_prefix, Uuid::new_v4());
+        let key = Keys::new(namespace.clone()).order_lock(1);
+        Lab {
+            mode,
+            redis,
+            redis_url: args.redis_url.clone(),
+            lock_nodes: args.lock_nodes.clone(),
+            fencing: args.fencing,
+            namespace,
+            key,
+            lease: Mutex::new(None),
+            timeline: Arc::new(Timeline {
+                start: Instant::now(),
+                events: Mutex::new(Vec::new()),
+            }),
+            section: Mutex::default(),
+            last_acquirer: Mutex::default(),
+            releases: Mutex::default(),
+            stall: ArmedStall::default(),
+        }
+    }
+
+    /// A lock of the mode under test, built exactly as the purchase builds
+    /// it but with the scenario's `lease` and `wait`, and with the lab's
+    /// fault points wired in.
+    /// `reentrant` runs as the purchase runs it, with its watchdog: the
+    /// scenario's lease becomes the lease the watchdog renews.
+    pub fn lock(&self, lease: Duration, wait: Duration) -> anyhow::Result<Arc<dyn OrderLock>> {
+        self.build_lock(&self.redis, &self.redis_url, &self.lock_nodes, lease, wait)
+    }
+
+    /// Like [`Lab::lock`], on Redis servers the scenario runs itself: the
+    /// single-Redis modes use `redis_url`, `multi` and `redlock` use `nodes`.
+    pub fn lock_on(
+        &self,
+        redis_url: &str,
+        nodes: &[String],
+        lease: Duration,
+        wait: Duration,
+    ) -> anyhow::Result<Arc<dyn OrderLock>> {
+        let redis = hmdp::startup::connect_redis(redis_url, Duration::from_secs(1))?;
+        self.build_lock(&redis, redis_url, nodes, lease, wait)
+    }
+
+    fn build_lock(
+        &self,
+        redis: &ConnectionManager,
+        redis_url: &str,
+        nodes: &[String],
+        lease: Duration,
+        wait: Duration,
+    ) -> anyhow::Result<Arc<dyn OrderLock>> {
+        let watchdog = self.mode == LockMode::Reentrant;
+        let settings = LockSettings {
+            mode: self.mode,
+            lock_nodes: nodes.to_vec(),
+            lock_lease_ms: (!watchdog).then_some(lease.as_millis() as u64),
+            lock_wait_ms: wait.as_millis() as u64,
+            lock_watchdog_ms: lease.as_millis() as u64,
+            lock_max_hold_ms: 0,
+            fencing: self.fencing,
+        };
+        *self.lease.lock().expect("lease poisoned") = Some(lease);
+        lock::build(&settings, redis, redis_url, self.faults())
+    }
+
+    /// The lock key the actors contend for.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Every key of this run starts with it.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Whether the scenario's locks mint fencing tokens.
+    pub fn fencing(&self) -> bool {
+        self.fencing
+    }
+
+    /// The mode under test.
+    pub fn mode(&self) -> LockMode {
+        self.mode
+    }
+
+    /// The lab's Redis, for scenarios that run the purchase itself.
+    pub fn redis(&self) -> ConnectionManager {
+        self.redis.clone()
+    }
+
+    /// Milliseconds since the scenario started.
+    pub fn now_ms(&self) -> u64 {
+        self.timeline.start.elapsed().as_millis() as u64
+    }
+
+    /// Sleeps until `ms` after the scenario started.
+    pub async fn at(&self, ms: u64) {
+        self.timeline.sleep_until(ms).await;
+    }
+
+    /// Adds a line of narrative to the timeline.
+    pub fn say(&self, who: Actor, what: impl Into<String>) {
+        self.timeline.record(who, what);
+    }
+
+    /// `who` tries to take the lock; the attempt and its outcome go on the timeline.
+    pub async fn acquire(
+        &self,
+        who: Actor,
+        lock: &dyn OrderLock,
+    ) -> anyhow::Result<Option<Box<dyn HeldLock>>> {
+        self.acquire_as(who, Holder::new(), lock).await
+    }
+
+    /// `who` tries to take the lock as `holder`: the same holder again
+    /// re-enters a reentrant lock.
+    pub async fn acquire_as(
+        &self,
+        who: Actor,
+        holder: Holder,
+        lock: &dyn OrderLock,
+    ) -> anyhow::Result<Option<Box<dyn HeldLock>>> {
+        let held = lock
+            .acquire_as(holder, &self.key)
+            .await
+            .with_context(|| format!("{who} could not reach the lock"))?;
+        match &held {
+            Some(_) => {
+                *self.last_acquirer.lock().expect("acquirer poisoned") = Some(who);
+                self.say(who, "acquires the lock")
+            }
+            None => self.say(who, "is refused: the lock is busy"),
+        }
+        Ok(held)
+    }
+
+    /// `who` takes the lock and enters the critical section. The lock must be
+    /// free: the scenario's story starts from this holder, so a refusal is an
+    /// error of the run, not a verdict.
+    pub async fn acquire_and_enter(
+        &self,
+        who: Actor,
+        lock: &dyn OrderLock,
+    ) -> anyhow::Result<Box<dyn HeldLock>> {
+        self.acquire_and_enter_as(who, Holder::new(), lock).await
+    }
+
+    /// Like [`Lab::acquire_and_enter`], as `holder`.
+    pub async fn acquire_and_enter_as(
+        &self,
+        who: Actor,
+        holder: Holder,
+        lock: &dyn OrderLock,
+    ) -> anyhow::Result<Box<dyn HeldLock>> {
+        let held = self
+            .acquire_as(who, holder, lock)
+            .await?
+            .with_context(|| format!("{who} found the key busy"))?;
+        self.enter(who);
+        Ok(held)
+    }
+
+    /// `who` tries the lock once; if it gets in, it works until `until_ms`
+    /// on the clock (or leaves at once when `None`), then releases. Whether
+    /// it got in: a refusal is part of the story, the verdict judges it.
+    pub async fn visit(
+        &self,
+        who: Actor,
+        lock: &dyn OrderLock,
+        until_ms: Option<u64>,
+    ) -> anyhow::Result<bool> {
+        let Some(held) = self.acquire(who, lock).await? else {
+            return Ok(false);
+        };
+        self.enter(who);
+        if let Some(until_ms) = until_ms {
+            self.at(until_ms).await;
+        }
+        self.leave(who);
+        self.release(who, held).await?;
+        Ok(true)
+    }
+
+    /// `who` starts the work the lock guards. Entering beside someone else
+    /// is the failure every scenario watches for.
+    pub fn enter(&self, who: Actor) {
+        let mut section = self.section.lock().expect("section poisoned");
+        section.inside.insert(who);
+        if section.inside.len() == 1 {
+            self.say(who, "enters the critical section");
+            return;
+        }
+        let together: Vec<Actor> = section.inside.iter().copied().collect();
+        let others: Vec<Actor> = together.iter().copied().filter(|o| *o != who).collect();
+        self.say(
+            who,
+            format!(
+                "enters the critical section while {} is still inside: MUTUAL EXCLUSION BROKEN",
+                others.join(" and ")
+            ),
+        );
+        section.overlaps.push(together);
+    }
+
+    /// `who` has finished the work the lock guards.
+    pub fn leave(&self, who: Actor) {
+        self.section
+            .lock()
+            .expect("section poisoned")
+            .inside
+            .remove(who);
+        self.say(who, "leaves the critical section");
+    }
+
+    /// `who` releases; what the release reported goes on the timeline.
+    pub async fn release(&self, who: Actor, held: Box<dyn HeldLock>) -> anyhow::Result<Release> {
+        let release = held
+            .release()
+            .await
+            .with_context(|| format!("{who} could not reach the lock to release it"))?;
+        let what = match release {
+            Release::Released => "releases: the lock is freed (Released)".to_owned(),
+            Release::StillHeld(left) => {
+                format!("releases one hold: still holds the lock {left} more time(s) (StillHeld)")
+            }
+            Release::Expired => "releases: the key was already gone (Expired)".to_owned(),
+            Release::NotOwner => {
+                "releases: another owner holds the lock, left alone (NotOwner)".to_owned()
+            }
+        };
+        let owner = *self.last_acquirer.lock().expect("acquirer poisoned");
+        match owner {
+            Some(owner) if release == Release::Released && owner != who && self.one_redis_key() => {
+                self.say(
+                    who,
+                    format!(
+                        "releases: reports Released, but the key it deleted was {owner}'s lock"
+                    ),
+                )
+            }
+            _ => self.say(who, what),
+        }
+        self.releases
+            .lock()
+            .expect("releases poisoned")
+            .push((who, release));
+        Ok(release)
+    }
+
+    /// Makes the next release that reaches the lock's before-delete point
+    /// (see [`Faults::before_delete`]) stall there until `until_ms`.
+    pub fn stall_next_release(&self, who: Actor, until_ms: u64) {
+        *self.stall.lock().expect("stall poisoned") = Some((who, until_ms));
+    }
+
+    /// Puts the state of the lock key in Redis on the timeline at each of
+    /// `times_ms` on the clock, for the modes that keep the lock in that one
+    /// key.
+    pub async fn observe_key_at(
+        &self,
+        times_ms: impl IntoIterator<Item = u64>,
+    ) -> anyhow::Result<()> {
+        for ms in times_ms {
+            self.at(ms).await;
+            self.observe_key().await?;
+        }
+        Ok(())
+    }
+
+    /// The lock key's state at this moment, on the timeline.
+    async fn observe_key(&self) -> anyhow::Result<()> {
+        if !self.one_redis_key() {
+            return Ok(());
+        }
+        let mut redis = self.redis.clone();
+        let ttl_ms: i64 = redis
+            .pttl(&self.key)
+            .await
+            .context("cannot observe the lock key")?;
+        let what = if ttl_ms >= 0 {
+            format!("the lock key is held, {ttl_ms} ms of lease left")
+        } else {
+            "the lock key is free".to_owned()
+        };
+        self.timeline.record("redis", what);
+        Ok(())
+    }
+
+    /// Whether the mode keeps the lock in the one key `key` names in
+    /// the lab's Redis, so that the key's state is the lock's state.
+    fn one_redis_key(&self) -> bool {
+        matches!(
+            self.mode,
+            LockMode::RedisNaive | LockMode::RedisOwner | LockMode::RedisLua | LockMode::Reentrant
+        )
+    }
+
+    /// Records a break of the lock's promise that is not an overlap.
+    pub fn fail(&self, who: Actor, what: impl Into<String>) {
+        let what = what.into();
+        self.say(who, format!("{what}: BROKEN"));
+        self.section
+            .lock()
+            .expect("section poisoned")
+            .failures
+            .push(format!("{who} {what}"));
+    }
+
+    /// Whether two actors were ever inside the critical section at once, or
+    /// the lock broke its promise otherwise.
+    pub fn broken(&self) -> bool {
+        let section = self.section.lock().expect("section poisoned");
+        !section.overlaps.is_empty() || !section.failures.is_empty()
+    }
+
+    /// The fault points of this lab's locks: a release stalls only when a
+    /// scenario armed a stall for it.
+    fn faults(&self) -> Faults {
+        let stall = self.stall.clone();
+        let timeline = self.timeline.clone();
+        Faults {
+            before_delete: Some(Arc::new(move || {
+                let armed = stall.lock().expect("stall poisoned").take();
+                let timeline = timeline.clone();
+                async move {
+                    let Some((who, until_ms)) = armed else {
+                        return;
+                    };
+                    timeline.record(
+                        who,
+                        "stalls inside its release, just before the command that deletes the key",
+                    );
+                    timeline.sleep_until(until_ms).await;
+                    timeline.record(who, "resumes its release");
+                }
+                .boxed()
+            })),
+        }
+    }
+
+    /// Deletes every key of this run.
+    pub(super) async fn clean_up(&self) -> anyhow::Result<()> {
+        remove_keys_with_prefix(&mut self.redis.clone(), &self.namespace)
+            .await
+            .context("cannot delete the lab's keys")?;
+        Ok(())
+    }
+
+    /// Everything the run observed, with the scenario's explanation.
+    pub(super) fn report(&self, scenario: &'static str, explanation: String) -> Report {
+        let section = self.section.lock().expect("section poisoned");
+        Report {
+            scenario,
+            mode: self.mode,
+            key: self.key.clone(),
+            lease: *self.lease.lock().expect("lease poisoned"),
+            events: self
+                .timeline
+                .events
+                .lock()
+                .expect("timeline poisoned")
+                .clone(),
+            overlaps: section.overlaps.clone(),
+            failures: section.failures.clone(),
+            fencing: self.fencing,
+            releases: self.releases.lock().expect("releases poisoned").clone(),
+            explanation,
+        }
+    }
+}
+
+/// The outcome of one run: the timeline, who overlapped, what each release
+/// reported, and the verdict.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub scenario: &'static str,
+    pub mode: LockMode,
+    pub key: String,
+    pub lease: Option<Duration>,
+    pub events: Vec<Event>,
+    /// Each moment two or more actors were inside the critical section: who.
+    pub overlaps: Vec<Vec<Actor>>,
+    /// Other breaks of the lock's promise, in the scenario's words.
+    pub failures: Vec<String>,
+    pub fencing: bool,
+    /// Each release, in order, with what it reported.
+    pub releases: Vec<(Actor, Release)>,
+    /// Why mutual exclusion held or broke, in the scenario's words.
+    pub explanation: String,
+}
+
+impl Report {
+    /// Whether no two actors were ever inside the critical section at once
+    /// and the lock broke no other promise.
+    pub fn kept(&self) -> bool {
+        self.overlaps.is_empty() && self.failures.is_empty()
+    }
+
+    /// 0 when mutual exclusion held, 1 when it broke.
+    pub fn exit_code(&self) -> i32 {
+        if self.kept() {
+            0
+        } else {
+            1
+        }
+    }
+
+    /// What `who`'s release reported, if it released.
+    pub fn release_of(&self, who: Actor) -> Option<Release> {
+        self.releases
+            .iter()
+            .find(|(actor, _)| *actor == who)
+            .map(|(_, release)| *release)
+    }
+
+    /// The one-line verdict.
+    pub fn verdict(&self) -> String {
+        if self.kept() {
+            format!("KEPT: mutual exclusion held. {}", self.explanation)
+        } else if self.overlaps.is_empty() {
+            format!("BROKEN: {}. {}", self.failures.join("; "), self.explanation)
+        } else {
+            let who: Vec<String> = self.overlaps.iter().map(|set| set.join("+")).collect();
+            format!(
+                "BROKEN: {} inside the critical section at once. {}",
+                who.join(", "),
+                self.explanation
+            )
+        }
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "lab {} --lock {}{} (key {}",
+            self.scenario,
+            self.mode,
+            if self.fencing { " --fencing" } else { "" },
+            self.key
+        )?;
+        // The in-process modes ignore the lease.
+        let leased = !matches!(self.mode, LockMode::None | LockMode::Local);
+        if let (Some(lease), true) = (self.lease, leased) {
+            let renewed = if self.mode == LockMode::Reentrant {
+                ", renewed by the watchdog"
+            } else {
+                ""
+            };
+            write!(f, ", lease {} ms{renewed}", lease.as_millis())?;
+        }
+        writeln!(f, ")")?;
+        for event in &self.events {
+            let at = format!("t={}ms", event.at.as_millis());
+            writeln!(f, "  {at:<9} {:<6} {}", event.who, event.what)?;
+        }
+        writeln!(f, "verdict: {}", self.verdict())
+    }
+}

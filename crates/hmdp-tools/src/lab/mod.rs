@@ -1,0 +1,219 @@
+//! `hmdp lab SCENARIO`: deterministic reproductions of the failures the
+//! course walks through, each run against a real Redis with the purchase's
+//! own lock implementations, printed as a timeline with a one-line verdict.
+//!
+//! One file per scenario; [`harness`] holds what they share, and
+//! [`late_release`] the story `misdelete` and `check-then-delete` both tell.
+//! A scenario is an async function that builds its locks through the
+//! [`Lab`], plays its actors on the lab's clock and explains the outcome; the
+//! verdict itself comes from who was seen inside the critical section
+//! together.
+
+mod check_then_delete;
+mod failover;
+mod gc_pause;
+mod harness;
+mod late_release;
+mod lease_expiry;
+mod misdelete;
+mod reentrancy;
+mod retry;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+use hmdp::config::{redact_url, LockMode};
+use hmdp::startup;
+
+use harness::Lab;
+pub use harness::{Actor, Event, Report};
+
+/// Where and with what lock a scenario runs.
+#[derive(Debug, Clone, Args)]
+pub struct LabArgs {
+    /// Lock mode to put through the scenario [default: the mode whose failure
+    /// the scenario shows].
+    #[arg(long = "lock", value_enum)]
+    pub mode: Option<LockMode>,
+
+    /// Redis to run against. The run uses only keys under its own random
+    /// prefix and deletes them afterwards.
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379/0")]
+    pub redis_url: String,
+
+    /// Prefix put before the run's own key namespace.
+    #[arg(long, env = "HMDP_REDIS_PREFIX", default_value = "")]
+    pub redis_prefix: String,
+
+    /// Comma-separated Redis URLs of independent nodes for `multi` / `redlock`.
+    #[arg(long, env = "HMDP_LOCK_NODES", value_delimiter = ',')]
+    pub lock_nodes: Vec<String>,
+
+    /// Mint a fencing token with every acquisition, checked by the purchase.
+    #[arg(long, env = "HMDP_FENCING", default_value_t = false)]
+    pub fencing: bool,
+
+    /// MySQL for the scenarios that run the purchase (`gc-pause`): the run
+    /// creates a database of its own on this server and drops it afterwards.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "mysql://root@127.0.0.1:3306/hmdp"
+    )]
+    pub database_url: String,
+}
+
+/// The scenarios. Each exits 0 when mutual exclusion held, 1 when it broke.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Scenario {
+    /// Lock v1's DEL deletes another holder's lock (误删).
+    ///
+    /// A takes the lock with a 400 ms lease, finishes its work, then a GC pause
+    /// stalls it past its lease; the key expires and B takes the lock. When A
+    /// wakes up and releases, lock v1's plain DEL deletes B's lock, and C gets
+    /// in while B still works. Course stage: distributed lock v1 (SET NX EX +
+    /// DEL) and its fix, v2's owner token. Default --lock: redis-naive.
+    Misdelete(LabArgs),
+
+    /// Lock v2's owner check and delete are two commands; a lease can run out between them.
+    ///
+    /// A releases just before its 400 ms lease runs out; its GET finds its own
+    /// token, then A stalls before the DEL, the lease expires and B takes the
+    /// lock. A's DEL, checked too early, deletes B's lock and C gets in beside
+    /// B. Course stage: distributed lock v2 (GET, compare, DEL) and its fix,
+    /// v3's atomic Lua release. Default --lock: redis-owner.
+    CheckThenDelete(LabArgs),
+
+    /// A holder that outlives its lease loses the lock without noticing.
+    ///
+    /// A's work takes 700 ms under a 400 ms lease that nothing renews; the key
+    /// expires while A still works and B enters beside it. No release, however
+    /// careful, fixes this: every simple lock (v1 to v3) breaks here. Course
+    /// stage: the limits of the hand-written lock, solved by Redisson's
+    /// watchdog. Default --lock: redis-lua.
+    LeaseExpiry(LabArgs),
+
+    /// A holder that locks the same key again from a nested step blocks itself on a non-reentrant lock.
+    ///
+    /// A holds the lock and calls a step that locks the same user again as
+    /// the same holder. redis-lua's SET NX sees the key taken and the nested
+    /// step gives up after its 300 ms wait: A blocked itself. reentrant
+    /// counts holds per holder: A enters again, the nested release leaves it
+    /// held once (B stays out), the outer release frees it. Course stage:
+    /// Redisson's reentrant lock (hash of holder → count). Default --lock: redis-lua.
+    Reentrancy(LabArgs),
+
+    /// A waiter gets the lock the moment the holder releases it.
+    ///
+    /// A holds the lock for 300 ms. C tries without waiting (hmdp's
+    /// tryLock()) and is turned away at once; B waits up to 2000 ms and gets
+    /// in when A releases. Prints the hand-off latency from A's release to B
+    /// holding the lock; reentrant wakes B with a pub/sub release message.
+    /// Course stage: Redisson's retry by subscription. Default --lock: reentrant.
+    Retry(LabArgs),
+
+    /// A lock on a replicated Redis is lost when the master dies before replicating it.
+    ///
+    /// Starts its own Redis servers. Single-Redis modes: a master and a
+    /// replica whose replication the lab holds back; A locks on the master,
+    /// the master dies, the replica is promoted, B locks on it: two holders.
+    /// multi / redlock: three independent servers, one dies after A locked,
+    /// and B cannot gather enough of them. Course stage: the master-replica
+    /// consistency problem, solved by Redisson's MultiLock. Default --lock: reentrant.
+    Failover(LabArgs),
+
+    /// A holder paused past its lease commits beside the next holder, unless fencing stops it.
+    ///
+    /// Runs the real purchase on a database of its own. A's purchase takes
+    /// the lock (400 ms lease) and pauses 1200 ms inside its transaction; B's
+    /// purchase for the same user takes the expired lock 600 ms later. Without
+    /// fencing both commit (two orders); with --fencing the newer token wins
+    /// and A rolls back. Course stage: the limits of lease-based locks (GC
+    /// pauses), fixed with fencing tokens. Default --lock: redis-lua.
+    GcPause(LabArgs),
+}
+
+impl Scenario {
+    /// The name as typed on the command line.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Scenario::Misdelete(_) => "misdelete",
+            Scenario::CheckThenDelete(_) => "check-then-delete",
+            Scenario::LeaseExpiry(_) => "lease-expiry",
+            Scenario::Reentrancy(_) => "reentrancy",
+            Scenario::Retry(_) => "retry",
+            Scenario::Failover(_) => "failover",
+            Scenario::GcPause(_) => "gc-pause",
+        }
+    }
+
+    /// The mode whose failure the scenario shows.
+    fn default_mode(&self) -> LockMode {
+        match self {
+            Scenario::Misdelete(_) => LockMode::RedisNaive,
+            Scenario::CheckThenDelete(_) => LockMode::RedisOwner,
+            Scenario::LeaseExpiry(_) => LockMode::RedisLua,
+            Scenario::Reentrancy(_) => LockMode::RedisLua,
+            Scenario::Retry(_) => LockMode::Reentrant,
+            Scenario::Failover(_) => LockMode::Reentrant,
+            Scenario::GcPause(_) => LockMode::RedisLua,
+        }
+    }
+
+    fn args(&self) -> &LabArgs {
+        match self {
+            Scenario::Misdelete(args)
+            | Scenario::CheckThenDelete(args)
+            | Scenario::LeaseExpiry(args)
+            | Scenario::Reentrancy(args)
+            | Scenario::Retry(args)
+            | Scenario::Failover(args)
+            | Scenario::GcPause(args) => args,
+        }
+    }
+}
+
+/// Bound on one Redis call of the lab, so a dead Redis fails the run quickly.
+const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Runs `scenario` in a fresh key namespace, deletes its keys, and reports.
+pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
+    let args = scenario.args();
+    let mode = args.mode.unwrap_or_else(|| scenario.default_mode());
+    let redis = startup::connect_redis(&args.redis_url, REDIS_TIMEOUT)?;
+    // Connect before the clock starts, so the first step is not late.
+    let _: String = redis::cmd("PING")
+        .query_async(&mut redis.clone())
+        .await
+        .with_context(|| format!("cannot reach Redis at {}", redact_url(&args.redis_url)))?;
+    // The purchase's database too (gc-pause): creating it takes a while.
+    let database = match scenario {
+        Scenario::GcPause(_) => Some(gc_pause::LabDatabase::create(&args.database_url).await?),
+        _ => None,
+    };
+    let lab = Lab::new(mode, redis, args);
+    let explanation = match scenario {
+        Scenario::Misdelete(_) => misdelete::run(&lab).await,
+        Scenario::CheckThenDelete(_) => check_then_delete::run(&lab).await,
+        Scenario::LeaseExpiry(_) => lease_expiry::run(&lab).await,
+        Scenario::Reentrancy(_) => reentrancy::run(&lab).await,
+        Scenario::Retry(_) => retry::run(&lab).await,
+        Scenario::Failover(_) => failover::run(&lab).await,
+        Scenario::GcPause(_) => match &database {
+            Some(database) => gc_pause::run(&lab, database).await,
+            None => unreachable!("gc-pause sets up its database above"),
+        },
+    };
+    if let Some(database) = database {
+        database.drop().await?;
+    }
+    let cleaned = lab.clean_up().await;
+    let mut explanation = explanation?;
+    cleaned?;
+    if mode == LockMode::None {
+        explanation = "--lock none takes no lock at all.".to_owned();
+    }
+    Ok(lab.report(scenario.name(), explanation))
+}

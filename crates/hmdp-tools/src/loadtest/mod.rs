@@ -1,0 +1,400 @@
+//! The load generator (`hmdp loadtest`): many users, each firing several
+//! purchases of one voucher at once, through nginx or one node, with bounded
+//! concurrency over reused connections; latency percentiles, outcomes by
+//! `errorCode`, requests per serving node, and the invariant audit.
+
+mod lanes;
+mod report;
+pub mod tokens;
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::{Args, ValueEnum};
+use futures::future::join_all;
+use hdrhistogram::Histogram;
+use hyper::header::HeaderValue;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::task::JoinSet;
+
+use hmdp::config::StoreSettings;
+use hmdp::keys::Keys;
+use hmdp::store::Store;
+
+use lanes::Lanes;
+pub use report::{Latency, Report};
+use tokens::Login;
+
+/// `hmdp loadtest`.
+#[derive(Debug, Clone, Args)]
+pub struct LoadtestSettings {
+    /// Base URL of nginx or of one node.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub target: String,
+
+    /// The seckill voucher to buy (required unless --workload creates one).
+    #[arg(long, required_unless_present = "workload")]
+    pub voucher: Option<i64>,
+
+    /// A named workload on a fresh voucher created through the admin API:
+    /// `sale` (stock = --users, one purchase per user: committed orders/s) or
+    /// `storm` (stock = a tenth of --users, --per-user purchases per user at
+    /// once: requests/s, nearly all of them rejected).
+    #[arg(long, value_enum, conflicts_with = "voucher")]
+    pub workload: Option<Workload>,
+
+    /// Stock of the --workload voucher, instead of the workload's own.
+    #[arg(long, requires = "workload")]
+    pub stock: Option<i32>,
+
+    /// Admin token of the nodes, to create the --workload voucher.
+    #[arg(long, env = "HMDP_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// Distinct users (logged in first unless --tokens is given).
+    #[arg(long, default_value_t = 500)]
+    pub users: usize,
+
+    /// Purchases each user fires at once.
+    #[arg(long, default_value_t = 5)]
+    pub per_user: usize,
+
+    /// Requests in flight at most (a user's purchases always go together).
+    #[arg(long, default_value_t = 200)]
+    pub concurrency: usize,
+
+    /// Tokens to use, one per line (from `hmdp tokens`), instead of logging in.
+    #[arg(long)]
+    pub tokens: Option<PathBuf>,
+
+    /// Read the database before and after and check the invariants.
+    #[arg(long)]
+    pub verify: bool,
+
+    /// Also write the result as a JSON object to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+
+    /// MySQL for --verify; Redis (URL and prefix) for logging users in.
+    #[command(flatten)]
+    pub store: StoreSettings,
+}
+
+/// The load test's named workloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    /// Stock S, S users, one purchase each: every request should commit.
+    Sale,
+    /// U users x K simultaneous purchases of a stock of U / 10: a tenth of
+    /// the users get one order, every other request is turned away (a
+    /// duplicate while the user's lock is held, sold out after).
+    Storm,
+}
+
+impl Workload {
+    /// The stock of the workload's voucher for `users` users.
+    pub fn stock(self, users: usize) -> usize {
+        match self {
+            Workload::Sale => users,
+            Workload::Storm => users.div_ceil(10),
+        }
+    }
+}
+
+/// An HTTP client for many small requests to one host: connections are kept
+/// and reused (one per request in flight), Nagle is off, no proxy is consulted.
+pub fn http_client(concurrency: usize) -> anyhow::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(concurrency.max(1))
+        .tcp_nodelay(true)
+        .no_proxy()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .context("cannot build the HTTP client")
+}
+
+/// One load run: who buys what, how hard.
+pub struct Plan {
+    /// Base URL of nginx or one node.
+    pub target: String,
+    pub voucher: i64,
+    /// One token per user.
+    pub tokens: Vec<String>,
+    pub per_user: usize,
+    pub concurrency: usize,
+    /// Advanced once per answered request; hidden when not on a terminal.
+    pub progress: ProgressBar,
+}
+
+impl Plan {
+    pub fn requests(&self) -> u64 {
+        (self.tokens.len() * self.per_user) as u64
+    }
+}
+
+/// A progress bar on a terminal, a hidden (but still counting) one elsewhere.
+pub fn progress_bar(total: u64) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        let bar = ProgressBar::hidden();
+        bar.set_length(total);
+        return bar;
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} requests  {per_sec}  {elapsed}")
+            .expect("static template"),
+    );
+    bar
+}
+
+/// What one run measured, before any audit.
+pub struct Measured {
+    pub requests: u64,
+    pub elapsed: Duration,
+    /// Microseconds from sending a request to reading its whole answer.
+    pub latency_us: Histogram<u64>,
+    /// `OK`, an `errorCode`, `HTTP_<status>` for a body that is not hmdp's
+    /// `Result`, or a transport failure (`CONNECT_ERROR`, `TIMEOUT`, ...).
+    pub outcomes: BTreeMap<String, u64>,
+    /// Answers by the node named in `x-served-by` (`-` when none answered).
+    pub served_by: BTreeMap<String, u64>,
+}
+
+/// What one purchase request came back with.
+struct Shot {
+    latency: Duration,
+    outcome: String,
+    node: String,
+}
+
+/// The parts of hmdp's `Result` body the outcome needs.
+#[derive(Deserialize)]
+struct ResultBody {
+    success: bool,
+    #[serde(rename = "errorCode")]
+    error_code: Option<String>,
+}
+
+/// Runs the plan: every user's purchases fire together once enough of the
+/// concurrency budget is free for all of them. Fails only on a `target`
+/// that is not an `http://` URL; failed requests are outcomes.
+pub async fn run(plan: &Plan) -> anyhow::Result<Measured> {
+    let lanes = Arc::new(Lanes::new(
+        &plan.target,
+        &format!("/voucher-order/seckill/{}", plan.voucher),
+        plan.concurrency,
+    )?);
+    // A user needing more permits than exist would wait forever.
+    let burst = plan.per_user.min(plan.concurrency.max(1)) as u32;
+    let started = Instant::now();
+    let mut users = JoinSet::new();
+    for token in &plan.tokens {
+        let token = HeaderValue::from_str(token)
+            .with_context(|| format!("token {token:?} is not a header value"))?;
+        let (lanes, per_user, bar) = (lanes.clone(), plan.per_user, plan.progress.clone());
+        users.spawn(async move {
+            let _permits = lanes.reserve(burst).await;
+            let shots = (0..per_user).map(|_| shoot(&lanes, &token, &bar));
+            join_all(shots).await
+        });
+    }
+
+    let mut latency_us =
+        Histogram::<u64>::new_with_bounds(1, 120_000_000, 3).expect("static bounds");
+    let mut outcomes = BTreeMap::new();
+    let mut served_by = BTreeMap::new();
+    let mut requests = 0;
+    while let Some(shots) = users.join_next().await {
+        for shot in shots.expect("a user task does not panic") {
+            requests += 1;
+            latency_us.saturating_record(shot.latency.as_micros().max(1) as u64);
+            *outcomes.entry(shot.outcome).or_insert(0) += 1;
+            *served_by.entry(shot.node).or_insert(0) += 1;
+        }
+    }
+    plan.progress.finish_and_clear();
+    Ok(Measured {
+        requests,
+        elapsed: started.elapsed(),
+        latency_us,
+        outcomes,
+        served_by,
+    })
+}
+
+async fn shoot(lanes: &Lanes, token: &HeaderValue, bar: &ProgressBar) -> Shot {
+    let started = Instant::now();
+    let answer = lanes.post(token).await;
+    let latency = started.elapsed();
+    bar.inc(1);
+    let (outcome, node) = match answer {
+        Ok(answer) => {
+            let outcome = match serde_json::from_slice::<ResultBody>(&answer.body) {
+                Ok(ResultBody { success: true, .. }) => "OK".to_owned(),
+                Ok(ResultBody {
+                    error_code: Some(code),
+                    ..
+                }) => code,
+                _ => format!("HTTP_{}", answer.status.as_u16()),
+            };
+            (outcome, answer.node.unwrap_or_else(|| "-".into()))
+        }
+        Err(error) => {
+            tracing::debug!(%error, "purchase request failed");
+            (error.outcome().to_owned(), "-".into())
+        }
+    };
+    Shot {
+        latency,
+        outcome,
+        node,
+    }
+}
+
+/// Creates a seckill voucher on sale now through the admin API of `target`
+/// (nginx or one node), as an admin would; returns its id.
+pub async fn create_voucher(
+    client: &reqwest::Client,
+    target: &str,
+    admin_token: &str,
+    stock: i32,
+) -> anyhow::Result<i64> {
+    let body: serde_json::Value = client
+        .post(format!("{}/voucher/seckill", target.trim_end_matches('/')))
+        .header("x-admin-token", admin_token)
+        .json(&json!({
+            "shopId": 1,
+            "title": "100元代金券",
+            "subTitle": "周一至周日均可使用",
+            "rules": "全场通用",
+            "payValue": 8000,
+            "actualValue": 10000,
+            "type": 1,
+            "stock": stock,
+            "beginTime": "2020-01-01T00:00:00",
+            "endTime": "2037-12-31T23:59:59",
+        }))
+        .send()
+        .await?
+        .json()
+        .await
+        .context("creating the voucher")?;
+    body["data"]
+        .as_str()
+        .and_then(|id| id.parse().ok())
+        .with_context(|| format!("voucher not created: {body}"))
+}
+
+/// Reads one token per line, skipping blank lines.
+pub fn read_tokens(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .map(str::to_owned)
+        .collect())
+}
+
+/// `hmdp loadtest`.
+pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
+    let client = http_client(settings.concurrency)?;
+    let tokens = match &settings.tokens {
+        Some(path) => {
+            let mut tokens = read_tokens(path)?;
+            if tokens.len() < settings.users {
+                bail!(
+                    "{} holds {} tokens, fewer than --users {}",
+                    path.display(),
+                    tokens.len(),
+                    settings.users
+                );
+            }
+            tokens.truncate(settings.users);
+            tokens
+        }
+        None => {
+            let redis = hmdp::startup::connect_redis(
+                &settings.store.redis_url,
+                settings.store.backend_timeout(),
+            )?;
+            let keys = Keys::new(settings.store.redis_prefix.clone());
+            Login::new(client.clone(), &settings.target, redis, keys)
+                .users(0, settings.users, 32)
+                .await?
+        }
+    };
+    let per_user = match settings.workload {
+        Some(Workload::Sale) => 1,
+        _ => settings.per_user,
+    };
+    let voucher = match (settings.voucher, settings.workload) {
+        (Some(voucher), _) => voucher,
+        (None, None) => bail!("give --voucher or --workload"),
+        (None, Some(workload)) => {
+            let token = settings
+                .admin_token
+                .as_deref()
+                .context("--workload creates a voucher: give --admin-token (HMDP_ADMIN_TOKEN)")?;
+            let stock = match settings.stock {
+                Some(stock) => stock,
+                None => i32::try_from(workload.stock(tokens.len()))
+                    .context("too many users for one voucher")?,
+            };
+            create_voucher(&client, &settings.target, token, stock).await?
+        }
+    };
+    let store = if settings.verify {
+        Some(Store::connect_lazy(
+            &settings.store.database_url,
+            2,
+            settings.store.backend_timeout(),
+        )?)
+    } else {
+        None
+    };
+    let before = match &store {
+        Some(store) => Some(
+            store
+                .audit_voucher(voucher)
+                .await
+                .with_context(|| format!("reading voucher {voucher} before the run"))?,
+        ),
+        None => None,
+    };
+
+    let plan = Plan {
+        target: settings.target.clone(),
+        voucher,
+        per_user,
+        concurrency: settings.concurrency,
+        progress: progress_bar((tokens.len() * per_user) as u64),
+        tokens,
+    };
+    let measured = run(&plan).await?;
+
+    let mut report = Report::new(&plan, &measured);
+    if let (Some(store), Some(before)) = (&store, before) {
+        let after = store
+            .audit_voucher(voucher)
+            .await
+            .context("reading the voucher after the run")?;
+        report.add_audit(before.supply(), &after);
+    }
+    print!("{}", report.table());
+    if let Some(path) = &settings.json {
+        report.write_json(path)?;
+    }
+    if !report.violations.is_empty() {
+        bail!("invariants broken: {}", report.violations.join("; "));
+    }
+    Ok(())
+}

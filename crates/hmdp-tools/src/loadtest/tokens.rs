@@ -1,0 +1,186 @@
+//! Logging many users in through the HTTP API (`hmdp tokens`, and the load
+//! test when it is given no token file): the same two calls hmdp's front end
+//! makes, with the login code read from Redis where the node left it.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use futures::stream::{self, StreamExt, TryStreamExt};
+use redis::aio::ConnectionManager;
+use redis::AsyncCommands;
+use serde::Deserialize;
+
+use hmdp::config::StoreSettings;
+use hmdp::keys::Keys;
+
+/// `hmdp tokens`: log users in and write their tokens.
+#[derive(Debug, Clone, Args)]
+pub struct TokensSettings {
+    /// Base URL of nginx or of one node.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub target: String,
+
+    /// How many users to log in (phones 13800000000, 13800000001, ...).
+    #[arg(long)]
+    pub users: usize,
+
+    /// Index of the first user: a phone gets one login code a minute, so a
+    /// second run within the minute needs other phones.
+    #[arg(long, default_value_t = 0)]
+    pub first_user: usize,
+
+    /// Write the tokens here, one per line (a JMeter/wrk CSV); default stdout.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+
+    /// Logins in flight at once.
+    #[arg(long, default_value_t = 32)]
+    pub concurrency: usize,
+
+    /// Redis (URL and key prefix) of the nodes, where the login codes are.
+    #[command(flatten)]
+    pub store: StoreSettings,
+}
+
+/// The phone number of the `i`-th load-test user (valid for hmdp's pattern).
+pub fn phone(i: usize) -> String {
+    format!("138{i:08}")
+}
+
+/// Logs users in through one node or nginx.
+pub struct Login {
+    client: reqwest::Client,
+    target: String,
+    redis: ConnectionManager,
+    keys: Keys,
+}
+
+/// The parts of hmdp's `Result` body a login needs.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ApiBody {
+    success: bool,
+    data: Option<String>,
+    error_msg: Option<String>,
+    error_code: Option<String>,
+}
+
+impl Login {
+    pub fn new(
+        client: reqwest::Client,
+        target: &str,
+        redis: ConnectionManager,
+        keys: Keys,
+    ) -> Self {
+        Login {
+            client,
+            target: target.trim_end_matches('/').to_owned(),
+            redis,
+            keys,
+        }
+    }
+
+    /// Logs in the users `first..first + count` with at most `concurrency`
+    /// logins in flight; returns their tokens in user order.
+    pub async fn users(
+        &self,
+        first: usize,
+        count: usize,
+        concurrency: usize,
+    ) -> anyhow::Result<Vec<String>> {
+        stream::iter(first..first + count)
+            .map(|i| self.user(phone(i)))
+            .buffered(concurrency.max(1))
+            .try_collect()
+            .await
+    }
+
+    /// Asks for a code, reads it from Redis, logs in; returns the token.
+    pub async fn user(&self, phone: String) -> anyhow::Result<String> {
+        let body = self
+            .call(
+                self.client
+                    .post(format!("{}/user/code", self.target))
+                    .query(&[("phone", &phone)]),
+            )
+            .await
+            .with_context(|| format!("asking for a login code for {phone}"))?;
+        if !body.success {
+            bail!(
+                "no login code for {phone}: {} ({}); a phone gets one code a minute: wait, or log in other phones (--first-user)",
+                body.error_msg.unwrap_or_default(),
+                body.error_code.unwrap_or_default()
+            );
+        }
+        let key = self.keys.login_code(&phone);
+        let code: Option<String> = self
+            .redis
+            .clone()
+            .get(&key)
+            .await
+            .with_context(|| format!("reading {key} from Redis"))?;
+        let code = code.with_context(|| {
+            format!(
+                "no code at Redis key {key}: do --redis-url and --redis-prefix match the nodes'?"
+            )
+        })?;
+        let body = self
+            .call(
+                self.client
+                    .post(format!("{}/user/login", self.target))
+                    .json(&serde_json::json!({ "phone": phone, "code": code })),
+            )
+            .await
+            .with_context(|| format!("logging {phone} in"))?;
+        match body {
+            ApiBody {
+                success: true,
+                data: Some(token),
+                ..
+            } => Ok(token),
+            other => bail!(
+                "login of {phone} refused: {} ({})",
+                other.error_msg.unwrap_or_default(),
+                other.error_code.unwrap_or_default()
+            ),
+        }
+    }
+
+    async fn call(&self, request: reqwest::RequestBuilder) -> anyhow::Result<ApiBody> {
+        let response = request.send().await?;
+        let status = response.status();
+        let bytes = response.bytes().await?;
+        serde_json::from_slice(&bytes).with_context(|| {
+            format!(
+                "HTTP {status} with a body that is not hmdp's Result: {}",
+                String::from_utf8_lossy(&bytes)
+            )
+        })
+    }
+}
+
+/// `hmdp tokens`.
+pub async fn run(settings: TokensSettings) -> anyhow::Result<()> {
+    let redis =
+        hmdp::startup::connect_redis(&settings.store.redis_url, settings.store.backend_timeout())?;
+    let login = Login::new(
+        super::http_client(settings.concurrency)?,
+        &settings.target,
+        redis,
+        Keys::new(settings.store.redis_prefix.clone()),
+    );
+    let tokens = login
+        .users(settings.first_user, settings.users, settings.concurrency)
+        .await?;
+    let mut lines = tokens.join("\n");
+    lines.push('\n');
+    match &settings.out {
+        Some(path) => {
+            std::fs::write(path, lines).with_context(|| format!("writing {}", path.display()))?;
+            tracing::info!(users = tokens.len(), file = %path.display(), "tokens written");
+        }
+        None => print!("{lines}"),
+    }
+    Ok(())
+}

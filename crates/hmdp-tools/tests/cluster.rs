@@ -1,0 +1,303 @@
+//! Two nodes behind nginx, started exactly as `hmdp demo` starts them
+//! (`hmdp_tools::cluster`), against the machine's MySQL, Redis and nginx: which lock
+//! modes keep one order per user across nodes, and what a node crash does.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hmdp::config::LockMode;
+use hmdp::keys::Keys;
+use hmdp::store::Store;
+use hmdp_test_support::{mysql_server_url, redis_url};
+use hmdp_tools::cluster::{node_flags, Cluster, ClusterSpec, Sandbox, NODE_IDS};
+use hmdp_tools::loadtest::tokens::Login;
+use hmdp_tools::loadtest::{self, Plan, Report};
+
+/// A cluster in its own sandbox, with users logged in through nginx. Fields
+/// drop in order: the processes go before their database does.
+struct TestCluster {
+    cluster: Cluster,
+    client: reqwest::Client,
+    store: Store,
+    tokens: Vec<String>,
+    sandbox: Sandbox,
+}
+
+impl TestCluster {
+    async fn start(mode: LockMode, chaos_hold_ms: u64, users: usize) -> TestCluster {
+        hmdp::telemetry::init();
+        let sandbox = Sandbox::create(&mysql_server_url(), &redis_url(), "test")
+            .await
+            .expect("MySQL is reachable (scripts/services.sh starts it)");
+        let spec = ClusterSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
+        // Several clusters run at once next to the other test binaries' nodes:
+        // small pools keep them all within MySQL's connection limit.
+        let mut flags = node_flags(mode, chaos_hold_ms);
+        flags.push("--db-pool=16".into());
+        let cluster = Cluster::start(spec, &flags)
+            .await
+            .unwrap_or_else(|error| panic!("cluster did not start: {error:#}"));
+        let client = loadtest::http_client(200).unwrap();
+        let redis = hmdp::startup::connect_redis(&sandbox.redis.redis_url, Duration::from_secs(10))
+            .unwrap();
+        let tokens = Login::new(
+            client.clone(),
+            &cluster.url(),
+            redis,
+            Keys::new(sandbox.redis.prefix.clone()),
+        )
+        .users(0, users, 32)
+        .await
+        .expect("users log in through nginx");
+        TestCluster {
+            cluster,
+            client,
+            store: sandbox.store(2).unwrap(),
+            tokens,
+            sandbox,
+        }
+    }
+
+    /// A voucher on sale now, created through nginx as the load test does.
+    async fn create_voucher(&self, stock: i64) -> i64 {
+        let stock = i32::try_from(stock).unwrap();
+        loadtest::create_voucher(
+            &self.client,
+            &self.cluster.url(),
+            &self.cluster.spec().admin_token,
+            stock,
+        )
+        .await
+        .unwrap()
+    }
+
+    fn plan(&self, voucher: i64, users: usize, per_user: usize) -> Plan {
+        Plan {
+            target: self.cluster.url(),
+            voucher,
+            tokens: self.tokens[..users].to_vec(),
+            per_user,
+            concurrency: 200,
+            progress: loadtest::progress_bar((users * per_user) as u64),
+        }
+    }
+
+    async fn run(&self, plan: &Plan, stock: i64) -> Report {
+        run(&self.store, plan, stock).await
+    }
+}
+
+/// Runs the plan and audits the voucher, as `loadtest --verify` does.
+async fn run(store: &Store, plan: &Plan, stock: i64) -> Report {
+    let measured = loadtest::run(plan).await.unwrap();
+    let mut report = Report::new(plan, &measured);
+    report.add_audit(stock, &store.audit_voucher(plan.voucher).await.unwrap());
+    println!("{}", report.table());
+    report
+}
+
+fn assert_served_by_both_nodes(report: &Report) {
+    for node in NODE_IDS {
+        assert!(
+            report.served_by.get(node).copied().unwrap_or(0) > 0,
+            "{node} served nothing: {:?}",
+            report.served_by
+        );
+    }
+}
+
+/// Stock large enough that every user could buy: only the lock limits orders.
+const STOCK: i64 = 1000;
+const USERS: usize = 40;
+const PER_USER: usize = 4;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_lock_lets_duplicates_through_across_two_nodes() {
+    // 300 ms inside the critical section: each user's simultaneous requests,
+    // spread over both nodes by round robin, overlap with certainty.
+    let test = TestCluster::start(LockMode::Local, 300, USERS).await;
+    let voucher = test.create_voucher(STOCK).await;
+
+    let report = test.run(&test.plan(voucher, USERS, PER_USER), STOCK).await;
+
+    assert!(
+        report.duplicate_users.unwrap() > 0,
+        "the local lock must fail across nodes: {report:?}"
+    );
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_served_by_both_nodes(&report);
+}
+
+/// The same storm as the local lock's, through a lock every node shares.
+async fn assert_one_order_per_user_across_two_nodes(mode: LockMode) {
+    let test = TestCluster::start(mode, 300, USERS).await;
+    let voucher = test.create_voucher(STOCK).await;
+
+    let report = test.run(&test.plan(voucher, USERS, PER_USER), STOCK).await;
+
+    assert_eq!(report.duplicate_users, Some(0), "{report:?}");
+    assert_eq!(report.oversold, Some(0), "{report:?}");
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!(
+        report.orders,
+        Some(USERS as i64),
+        "every user bought once: {report:?}"
+    );
+    assert_served_by_both_nodes(&report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_lua_lock_keeps_one_order_per_user_across_two_nodes() {
+    assert_one_order_per_user_across_two_nodes(LockMode::RedisLua).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentrant_lock_keeps_one_order_per_user_across_two_nodes() {
+    assert_one_order_per_user_across_two_nodes(LockMode::Reentrant).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_node_leaves_the_survivor_serving_and_the_stock_balanced() {
+    const USERS: usize = 200;
+    const PER_USER: usize = 2;
+    let mut test = TestCluster::start(LockMode::Reentrant, 40, USERS + 20).await;
+    let voucher = test.create_voucher(STOCK).await;
+    let plan = test.plan(voucher, USERS, PER_USER);
+    let total = plan.requests();
+
+    // Kill node1 once about a quarter of the requests are answered.
+    let TestCluster { cluster, store, .. } = &mut test;
+    let (report, ()) = tokio::join!(run(store, &plan, STOCK), async {
+        while plan.progress.position() < total / 4 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        cluster.kill_node(0).await;
+    });
+    // Purchases that were on node1 when it died get 502 from nginx, which
+    // must not re-send them to node2; every other request is answered.
+    let allowed: BTreeSet<&str> = ["OK", "DUPLICATE_REQUEST", "ALREADY_ORDERED", "HTTP_502"].into();
+    for outcome in report.outcomes.keys() {
+        assert!(allowed.contains(outcome.as_str()), "{:?}", report.outcomes);
+    }
+    assert_eq!(report.requests, total, "the run finished");
+    assert!(report.outcome("OK") > 0);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!(report.duplicate_users, Some(0), "{report:?}");
+
+    // Later purchases all reach the survivor.
+    let after = Plan {
+        tokens: test.tokens[USERS..].to_vec(),
+        ..test.plan(voucher, USERS, 1)
+    };
+    let later = test.run(&after, STOCK).await;
+    assert_eq!(later.served_by.get(NODE_IDS[1]), Some(&20), "{later:?}");
+    assert_eq!(later.outcome("OK"), 20, "{:?}", later.outcomes);
+    assert!(later.violations.is_empty(), "{:?}", later.violations);
+    assert_eq!(later.duplicate_users, Some(0), "{later:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tokens_and_loadtest_commands_log_in_fire_verify_and_write_json() {
+    const STOCK: i64 = 10;
+    let test = TestCluster::start(LockMode::Reentrant, 0, 0).await;
+    let voucher = test.create_voucher(STOCK).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (tokens, json) = (dir.path().join("tokens.csv"), dir.path().join("run.json"));
+    let hmdp = |args: Vec<String>| async move {
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_hmdp"))
+            .args(&args)
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "hmdp {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let target = test.cluster.url();
+    let common = |command: &str| {
+        vec![
+            command.to_owned(),
+            format!("--target={target}"),
+            format!("--redis-url={}", test.sandbox.redis.redis_url),
+            format!("--redis-prefix={}", test.sandbox.redis.prefix),
+            format!("--database-url={}", test.sandbox.database.url),
+        ]
+    };
+
+    let mut args = common("tokens");
+    args.extend(["--users=30".into(), format!("--out={}", tokens.display())]);
+    hmdp(args).await;
+    let lines = std::fs::read_to_string(&tokens).unwrap();
+    assert_eq!(lines.lines().count(), 30);
+    assert!(lines
+        .lines()
+        .all(|token| token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit())));
+
+    let mut args = common("loadtest");
+    args.extend([
+        format!("--voucher={voucher}"),
+        "--users=30".into(),
+        "--per-user=3".into(),
+        "--concurrency=40".into(),
+        format!("--tokens={}", tokens.display()),
+        "--verify".into(),
+        format!("--json={}", json.display()),
+    ]);
+    let table = hmdp(args).await;
+    assert!(table.contains("invariants   stock balances"), "{table}");
+
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(result["requests"], 90, "{result}");
+    for key in ["elapsed_s", "rps"] {
+        assert!(result[key].as_f64().unwrap() > 0.0, "{key}: {result}");
+    }
+    for key in ["p50", "p90", "p99", "max"] {
+        assert!(
+            result["latency_ms"][key].as_f64().is_some(),
+            "{key}: {result}"
+        );
+    }
+    assert_eq!(result["outcomes"]["OK"], STOCK, "{result}");
+    assert_eq!(result["orders"], STOCK);
+    assert_eq!(result["stock_left"], 0);
+    assert_eq!(result["duplicate_users"], 0);
+    assert_eq!(result["extra_orders"], 0);
+    assert_eq!(result["oversold"], 0);
+    for node in NODE_IDS {
+        assert!(result["served_by"][node].as_u64().unwrap() > 0, "{result}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_serves_the_api_under_api_too_and_keeps_the_request_id() {
+    let test = TestCluster::start(LockMode::Reentrant, 0, 1).await;
+    let get = |path: &str| {
+        test.client
+            .get(format!("{}{path}", test.cluster.url()))
+            .header("authorization", &test.tokens[0])
+            .header("x-request-id", "client-chosen-id")
+    };
+
+    for path in ["/user/me", "/api/user/me"] {
+        let response = get(path).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        assert_eq!(response.headers()["x-request-id"], "client-chosen-id");
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(body["success"], true, "{path}: {body}");
+        assert!(!body["data"]["id"].is_null(), "{path}: {body}");
+    }
+    let generated = test
+        .client
+        .get(format!("{}/api/health", test.cluster.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(generated.status(), 200);
+    let id = generated.headers()["x-request-id"].to_str().unwrap();
+    assert_eq!(id.len(), 32, "nginx's $request_id: {id}");
+}

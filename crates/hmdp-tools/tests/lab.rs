@@ -1,0 +1,236 @@
+//! The lab's verdicts: each scenario run in-process against real Redis with
+//! each simple mode, checking who overlapped in the critical section and what
+//! the releases reported; and the `hmdp lab` command's exit codes and help.
+
+use std::process::Command;
+
+use hmdp::config::LockMode;
+use hmdp::lock::Release;
+use hmdp_tools::lab::{self, LabArgs, Report, Scenario};
+use redis::AsyncCommands;
+
+use hmdp_test_support::{mysql_server_url, redis_url};
+
+/// Runs a scenario under a prefix of this test's own, and checks the run left
+/// no key behind.
+async fn run(scenario: fn(LabArgs) -> Scenario, mode: LockMode) -> Report {
+    run_fenced(scenario, mode, false).await
+}
+
+async fn run_fenced(scenario: fn(LabArgs) -> Scenario, mode: LockMode, fencing: bool) -> Report {
+    let prefix = format!("test:{}:", uuid::Uuid::new_v4().simple());
+    let mysql = mysql_server_url();
+    let scenario = scenario(LabArgs {
+        mode: Some(mode),
+        redis_url: redis_url(),
+        redis_prefix: prefix.clone(),
+        lock_nodes: Vec::new(),
+        fencing,
+        database_url: format!("{mysql}/hmdp"),
+    });
+    let report = lab::run(&scenario).await.expect("the scenario runs");
+    println!("{report}");
+
+    let mut redis = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let left: Vec<String> = redis.keys(format!("{prefix}*")).await.unwrap();
+    assert!(left.is_empty(), "keys left behind: {left:?}");
+    report
+}
+
+fn assert_broken(report: &Report, together: &[&str]) {
+    assert_eq!(report.exit_code(), 1, "{}", report.verdict());
+    assert_eq!(report.overlaps, vec![together.to_vec()]);
+}
+
+fn assert_kept(report: &Report) {
+    assert_eq!(report.exit_code(), 0, "{}", report.verdict());
+    assert!(report.overlaps.is_empty());
+}
+
+/// One test per row, for the scenarios judged by who overlapped: the
+/// scenario and the mode, then `broken(who was inside together)` or `kept`,
+/// then what each listed actor's release reported (`refused`: it never got
+/// the lock, so it never released), then words the verdict must contain.
+macro_rules! lab_verdicts {
+    (@verdict $report:ident, kept) => {
+        assert_kept(&$report)
+    };
+    (@verdict $report:ident, broken($($together:ident),+)) => {
+        assert_broken(&$report, &[$(stringify!($together)),+])
+    };
+    (@release refused) => {
+        None
+    };
+    (@release $release:ident) => {
+        Some(Release::$release)
+    };
+    ($(
+        $(#[$meta:meta])*
+        $name:ident: $scenario:ident, $mode:ident => $verdict:ident $(($($together:ident),+))?
+            $(, releases [$($who:ident: $release:ident),+])?
+            $(, mentions $words:literal)?;
+    )*) => {$(
+        $(#[$meta])*
+        #[tokio::test]
+        async fn $name() {
+            let report = run(Scenario::$scenario, LockMode::$mode).await;
+            lab_verdicts!(@verdict report, $verdict $(($($together),+))?);
+            $($(
+                assert_eq!(
+                    report.release_of(stringify!($who)),
+                    lab_verdicts!(@release $release),
+                    "what {}'s release reported (None: it was refused)",
+                    stringify!($who)
+                );
+            )+)?
+            $(assert!(report.verdict().contains($words), "{}", report.verdict());)?
+        }
+    )*};
+}
+
+lab_verdicts! {
+    /// Lock v1 cannot tell: its DEL removed B's key and it calls that a release.
+    misdelete_breaks_redis_naive: Misdelete, RedisNaive => broken(B, C),
+        releases [A: Released];
+    misdelete_is_kept_by_redis_owner: Misdelete, RedisOwner => kept,
+        releases [A: NotOwner, B: Released, C: refused];
+    misdelete_is_kept_by_redis_lua: Misdelete, RedisLua => kept,
+        releases [A: NotOwner, C: refused];
+
+    /// A's check passed before its lease ran out; the DEL after it hit B's key.
+    check_then_delete_breaks_redis_owner: CheckThenDelete, RedisOwner => broken(B, C),
+        releases [A: Released, B: NotOwner];
+    check_then_delete_is_kept_by_redis_lua: CheckThenDelete, RedisLua => kept,
+        releases [A: NotOwner, C: refused];
+    check_then_delete_breaks_redis_naive: CheckThenDelete, RedisNaive => broken(B, C);
+
+    lease_expiry_breaks_redis_naive: LeaseExpiry, RedisNaive => broken(A, B),
+        mentions "watchdog";
+    /// A works three leases long: by its release B's lease has run out too.
+    lease_expiry_breaks_redis_owner: LeaseExpiry, RedisOwner => broken(A, B),
+        releases [A: Expired], mentions "watchdog";
+    /// A works three leases long: by its release B's lease has run out too.
+    lease_expiry_breaks_redis_lua: LeaseExpiry, RedisLua => broken(A, B),
+        releases [A: Expired], mentions "watchdog";
+    lease_expiry_is_kept_by_the_leaseless_local_lock: LeaseExpiry, Local => kept,
+        releases [B: refused];
+    lease_expiry_is_kept_by_the_reentrant_watchdog: LeaseExpiry, Reentrant => kept,
+        releases [A: Released, B: refused];
+
+    failover_gives_a_replicated_lock_to_two_holders: Failover, Reentrant => broken(A, B);
+    failover_of_one_node_is_kept_by_multi: Failover, Multi => kept;
+    failover_of_one_node_is_kept_by_redlock: Failover, Redlock => kept;
+}
+
+#[tokio::test]
+async fn reentrancy_blocks_redis_lua_on_itself() {
+    let report = run(Scenario::Reentrancy, LockMode::RedisLua).await;
+    assert_eq!(report.exit_code(), 1, "{}", report.verdict());
+    assert!(report.overlaps.is_empty());
+    assert_eq!(report.failures, ["A is blocked by its own lock"]);
+}
+
+#[tokio::test]
+async fn reentrancy_is_kept_by_reentrant() {
+    let report = run(Scenario::Reentrancy, LockMode::Reentrant).await;
+    assert_kept(&report);
+    let releases: Vec<_> = report.releases.iter().map(|(who, r)| (*who, *r)).collect();
+    assert_eq!(
+        releases,
+        [("A", Release::StillHeld(1)), ("A", Release::Released)]
+    );
+}
+
+#[tokio::test]
+async fn retry_hands_the_lock_over_on_the_release_message() {
+    let report = run(Scenario::Retry, LockMode::Reentrant).await;
+    assert_kept(&report);
+    assert_eq!(report.release_of("B"), Some(Release::Released), "B got in");
+    assert_eq!(report.release_of("C"), None, "C did not wait");
+    let handed_over = report
+        .events
+        .iter()
+        .find(|event| event.what.starts_with("hand-off latency"))
+        .expect("latency printed");
+    let release = report
+        .events
+        .iter()
+        .find(|event| event.who == "A" && event.what.starts_with("releases"))
+        .unwrap();
+    assert!(handed_over.at - release.at < std::time::Duration::from_millis(100));
+}
+
+#[tokio::test]
+async fn gc_pause_lets_a_stale_redis_lua_holder_commit() {
+    let report = run(Scenario::GcPause, LockMode::RedisLua).await;
+    assert_eq!(report.exit_code(), 1, "{}", report.verdict());
+    assert!(
+        report.to_string().contains("user 1 has 2 order(s)"),
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn gc_pause_is_kept_by_fencing_even_with_redis_lua() {
+    let report = run_fenced(Scenario::GcPause, LockMode::RedisLua, true).await;
+    assert_kept(&report);
+    let text = report.to_string();
+    assert!(text.contains("user 1 has 1 order(s)"), "{text}");
+    assert!(text.contains("A      is rolled back"), "{text}");
+    assert!(text.contains("B      commits order"), "{text}");
+}
+
+/// Runs the built `hmdp lab ...`; returns its exit code and output.
+fn hmdp_lab(args: &[&str]) -> (i32, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_hmdp"))
+        .arg("lab")
+        .args(args)
+        .env("REDIS_URL", redis_url())
+        .output()
+        .expect("hmdp runs");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    (output.status.code().expect("exited"), stdout)
+}
+
+#[test]
+fn the_command_exits_1_when_broken_and_0_when_kept() {
+    let (code, out) = hmdp_lab(&["misdelete", "--lock", "redis-naive"]);
+    assert_eq!(code, 1, "{out}");
+    // The first event is A's acquisition, a few ms after the clock started.
+    let first = out.lines().nth(1).unwrap_or_default().trim_start();
+    assert!(
+        first.starts_with("t=") && first.ends_with("A      acquires the lock"),
+        "{out}"
+    );
+    assert_eq!(
+        out.lines().last().unwrap().split(':').next(),
+        Some("verdict")
+    );
+    assert!(out.contains("verdict: BROKEN"), "{out}");
+
+    let (code, out) = hmdp_lab(&["misdelete", "--lock", "redis-lua"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("verdict: KEPT"), "{out}");
+}
+
+#[test]
+fn each_scenario_tells_its_story_in_its_help() {
+    for (scenario, stage) in [
+        ("misdelete", "lock v1"),
+        ("check-then-delete", "lock v2"),
+        ("lease-expiry", "watchdog"),
+        ("reentrancy", "reentrant lock"),
+        ("retry", "subscription"),
+        ("failover", "MultiLock"),
+        ("gc-pause", "fencing"),
+    ] {
+        let (code, out) = hmdp_lab(&[scenario, "--help"]);
+        assert_eq!(code, 0);
+        assert!(out.contains("Course stage"), "{scenario}: {out}");
+        assert!(out.contains(stage), "{scenario}: {out}");
+    }
+}
