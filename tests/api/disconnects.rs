@@ -74,19 +74,12 @@ async fn race(app: &TestApp, voucher: i64, token: &str, reset_after: Duration) -
     first.into_iter().chain(second).collect()
 }
 
-/// Transactions open on `store`'s database, waiting a while for purchases still
+/// Transactions open on `app`'s database, waiting a while for purchases still
 /// finishing (a cancelled request's work goes on) to end.
-async fn open_transactions(store: &Store) -> i64 {
+async fn open_transactions(app: &TestApp) -> i64 {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let open: i64 = sqlx::query_scalar(
-            "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.innodb_trx t \
-             JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
-             WHERE p.db = DATABASE()",
-        )
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
+        let open = app.open_transactions().await;
         if open == 0 || Instant::now() >= deadline {
             return open;
         }
@@ -152,7 +145,7 @@ async fn reset_purchases(db: &SlowCommitMariaDb, setup: &Setup, lock_nodes: &[St
         let reset_after = Duration::from_micros((1000 + user * span / USERS) as u64);
         answered.extend(race(&app, voucher, token, reset_after).await);
     }
-    let open_transactions = open_transactions(&app.store).await;
+    let open_transactions = open_transactions(&app).await;
     let audit = app.audit(voucher).await;
     Outcome {
         setup: setup.name.to_owned(),
@@ -271,7 +264,7 @@ async fn an_admin_write_reset_around_begin_leaves_no_open_transaction() {
             "after a write reset {after:?} after it was sent, an answered voucher is invisible to others"
         );
     }
-    assert_eq!(open_transactions(&direct.store).await, 0);
+    assert_eq!(open_transactions(&direct).await, 0);
 }
 
 /// The same moment swept at the store: a write cancelled after 0, 1, 2, ...

@@ -238,6 +238,18 @@ impl TestApp {
             .unwrap()
     }
 
+    /// Transactions open on the test database right now.
+    pub async fn open_transactions(&self) -> i64 {
+        sqlx::query_scalar(
+            "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.innodb_trx t \
+             JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
+             WHERE p.db = DATABASE()",
+        )
+        .fetch_one(self.store.pool())
+        .await
+        .unwrap()
+    }
+
     pub async fn audit(&self, voucher_id: i64) -> VoucherAudit {
         self.store.audit_voucher(voucher_id).await.unwrap()
     }

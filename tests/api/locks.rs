@@ -122,6 +122,7 @@ async fn stale_holder_race(fencing: bool) -> (i64, Vec<Value>) {
     .await;
     let voucher = app.create_open_seckill(10).await;
     let token = app.login(&phone(1)).await;
+    let key = lock_key(&app, &token).await;
     let first = tokio::spawn({
         let request = app
             .client
@@ -129,7 +130,9 @@ async fn stale_holder_race(fencing: bool) -> (i64, Vec<Value>) {
             .header("authorization", token.clone());
         async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
     });
-    tokio::time::sleep(Duration::from_millis(450)).await;
+    // The first purchase takes the lock, then pauses past its lease.
+    wait_for_key(&app, &key, true, Duration::from_secs(5)).await;
+    wait_for_key(&app, &key, false, Duration::from_secs(5)).await;
     let second = app.purchase(voucher, &token).await;
     let first = first.await.unwrap();
     let audit = app.audit(voucher).await;

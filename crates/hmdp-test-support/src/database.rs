@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use sqlx::{Connection, MySqlConnection};
 
+use crate::finish_from_drop;
 use crate::redis_keys::unique_id;
 
 /// A uniquely named, empty database, dropped when the value is.
@@ -55,18 +56,11 @@ impl TestDatabase {
 }
 
 impl Drop for TestDatabase {
-    /// Runs the removal on a thread and runtime of its own: `Drop` cannot
-    /// await, and it may run inside another runtime's task.
     fn drop(&mut self) {
         let (url, name) = (self.url.clone(), self.name.clone());
-        let removal = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime for the removal");
-            runtime.block_on(TestDatabase::drop_database(&url, &name))
-        });
-        if let Ok(Err(error)) = removal.join() {
+        let removal =
+            finish_from_drop(async move { TestDatabase::drop_database(&url, &name).await });
+        if let Ok(Err(error)) = removal {
             tracing::warn!(
                 error = format!("{error:#}"),
                 database = self.name,

@@ -3,7 +3,9 @@
 //! processes killed on drop, free ports, and the `hmdp` binary. It depends on
 //! neither the product nor the lock crate, so both can test with it.
 
+use std::future::Future;
 use std::net::TcpListener;
+use std::time::Duration;
 
 /// The `hmdp` executable for tests outside the package that builds it.
 pub mod binary;
@@ -32,6 +34,40 @@ pub fn mysql_server_url() -> String {
 /// its own: never flushed.
 pub fn redis_url() -> String {
     std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into())
+}
+
+/// Polls `condition` every 10 ms until it holds; panics, saying it was
+/// waiting for `what`, if it has not within `within`. For tests that wait for
+/// a state instead of sleeping for as long as it usually takes.
+pub async fn wait_until<F, Fut>(what: &str, within: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    while !condition().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still waiting for {what} after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Runs `work` to its end on a thread and runtime of its own, for the
+/// clean-up in a `Drop`: `drop` cannot await, and it may run inside another
+/// runtime's task, where blocking on that runtime would panic.
+pub(crate) fn finish_from_drop<T: Send + 'static>(
+    work: impl Future<Output = T> + Send + 'static,
+) -> std::thread::Result<T> {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime for the clean-up")
+            .block_on(work)
+    })
+    .join()
 }
 
 /// Distinct local ports that were free a moment ago: all are held open until

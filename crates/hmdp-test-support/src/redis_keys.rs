@@ -3,6 +3,8 @@
 
 use redis::AsyncCommands;
 
+use crate::finish_from_drop;
+
 /// A Redis key prefix of its own; every key under it is deleted when dropped
 /// (a failed test's too).
 pub struct RedisNamespace {
@@ -22,22 +24,14 @@ impl RedisNamespace {
 }
 
 impl Drop for RedisNamespace {
-    /// Runs the clean-up on a thread and runtime of its own: `Drop` cannot
-    /// await, and it may run inside another runtime's task.
     fn drop(&mut self) {
         let (redis_url, prefix) = (self.redis_url.clone(), self.prefix.clone());
-        let cleanup = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime for the clean-up");
-            runtime.block_on(async {
-                let client = redis::Client::open(redis_url)?;
-                let mut redis = client.get_multiplexed_async_connection().await?;
-                remove_keys_with_prefix(&mut redis, &prefix).await
-            })
+        let cleanup = finish_from_drop(async move {
+            let client = redis::Client::open(redis_url)?;
+            let mut redis = client.get_multiplexed_async_connection().await?;
+            remove_keys_with_prefix(&mut redis, &prefix).await
         });
-        if let Ok(Err(error)) = cleanup.join() {
+        if let Ok(Err(error)) = cleanup {
             tracing::warn!(%error, prefix = self.prefix, "could not remove the namespace's keys");
         }
     }
