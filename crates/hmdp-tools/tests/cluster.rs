@@ -9,7 +9,7 @@ use std::time::Duration;
 use hmdp::config::LockMode;
 use hmdp::keys::Keys;
 use hmdp::store::Store;
-use hmdp_test_support::{mysql_server_url, redis_url};
+use hmdp_test_support::{mysql_server_url, redis_url, wait_until};
 use hmdp_tools::cluster::{node_flags, Cluster, ClusterSpec, Sandbox, NODE_IDS};
 use hmdp_tools::loadtest::tokens::Login;
 use hmdp_tools::loadtest::{self, Plan, Report};
@@ -169,9 +169,12 @@ async fn a_killed_node_leaves_the_survivor_serving_and_the_stock_balanced() {
     // Kill node1 once about a quarter of the requests are answered.
     let TestCluster { cluster, store, .. } = &mut test;
     let (report, ()) = tokio::join!(run(store, &plan, STOCK), async {
-        while plan.progress.position() < total / 4 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        wait_until(
+            "a quarter of the requests answered",
+            Duration::from_secs(60),
+            || async { plan.progress.position() >= total / 4 },
+        )
+        .await;
         cluster.kill_node(0).await;
     });
     // Purchases that were on node1 when it died get 502 from nginx, which
