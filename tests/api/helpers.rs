@@ -8,6 +8,7 @@ use clap::Parser;
 use futures::future::join_all;
 use hmdp::auth::AdminToken;
 use hmdp::config::ServeSettings;
+use hmdp::keys::Keys;
 use hmdp::startup::Application;
 use hmdp::store::{Store, VoucherAudit};
 use hmdp_test_support::{
@@ -103,6 +104,11 @@ impl TestApp {
         self.database.url.clone()
     }
 
+    /// The node's Redis keys, under the test's prefix.
+    pub fn keys(&self) -> Keys {
+        Keys::new(self.prefix.clone())
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.address)
     }
@@ -118,7 +124,7 @@ impl TestApp {
 
     /// The code the node stored for `phone` (hmdp "sends" it by logging it).
     pub async fn stored_code(&self, phone: &str) -> Option<String> {
-        let key = format!("{}login:code:{phone}", self.prefix);
+        let key = self.keys().login_code(phone);
         self.redis.clone().get(key).await.unwrap()
     }
 

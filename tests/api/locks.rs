@@ -16,7 +16,7 @@ use crate::helpers::{phone, spawn_app, NodeProcess, TestApp};
 async fn lock_key(app: &TestApp, token: &str) -> String {
     let me: Value = app.get("/user/me", Some(token)).await.json().await.unwrap();
     let id = me["data"]["id"].as_u64().expect("user id");
-    format!("{}lock:order:{id}", app.prefix)
+    app.keys().order_lock(id)
 }
 
 async fn wait_for_key(app: &TestApp, key: &str, present: bool, within: Duration) -> Duration {

@@ -129,7 +129,7 @@ async fn missing_forged_and_expired_tokens_are_401() {
     );
 
     let token = app.login(&phone(4)).await;
-    let key = format!("{}login:token:{token}", app.prefix);
+    let key = app.keys().login_token(&token);
     let _: () = app.redis.clone().del(&key).await.unwrap();
     assert_eq!(app.get("/user/me", Some(&token)).await.status(), 401);
 }
@@ -138,7 +138,7 @@ async fn missing_forged_and_expired_tokens_are_401() {
 async fn each_request_refreshes_the_session_ttl() {
     let app = spawn_app(|_| {}).await;
     let token = app.login(&phone(5)).await;
-    let key = format!("{}login:token:{token}", app.prefix);
+    let key = app.keys().login_token(&token);
     let _: () = app.redis.clone().expire(&key, 5).await.unwrap();
     assert_eq!(app.get("/user/me", Some(&token)).await.status(), 200);
     let ttl: i64 = app.redis.clone().ttl(&key).await.unwrap();

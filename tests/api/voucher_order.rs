@@ -155,7 +155,7 @@ async fn an_order_id_already_taken_is_replaced_by_the_next_one() {
     // that id for this second and the next few, whichever second the
     // purchase lands in.
     let day = chrono::Utc::now().format("%Y:%m:%d").to_string();
-    let counter = format!("{}icr:order:{day}", app.prefix);
+    let counter = app.keys().id_counter("order", &day);
     let mut redis = app.redis.clone();
     let () = redis::cmd("DEL")
         .arg(&counter)
