@@ -8,7 +8,7 @@ WORKDIR /src
 # workspace's crates/ included, and the binary embeds migrations/, lua/,
 # crates/hmdp-lock/lua/ and nginx.conf.
 COPY . .
-RUN cargo build --release --locked --bin hmdp
+RUN cargo build --release --locked -p hmdp-tools --bin hmdp
 
 FROM debian:bookworm-slim
 # curl: the compose health check asks the node's /ready.

@@ -50,7 +50,7 @@ if ! command -v wrk >/dev/null 2>&1 && ! command -v oha >/dev/null 2>&1; then
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq wrk >/dev/null
 fi
 command -v jq >/dev/null 2>&1 || { echo "benches/run.sh needs jq" >&2; exit 1; }
-cargo build --release --locked --bin hmdp
+cargo build --release --locked -p hmdp-tools --bin hmdp
 HMDP=target/release/hmdp
 
 say() { printf '\n== %s\n' "$*"; }

@@ -6,5 +6,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/services.sh
-cargo build --release --locked --bin hmdp
+cargo build --release --locked -p hmdp-tools --bin hmdp
 exec target/release/hmdp demo "$@"

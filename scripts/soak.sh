@@ -6,5 +6,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/services.sh
-cargo build --release --locked
+cargo build --release --locked -p hmdp-tools --bin hmdp
 RUST_LOG="${RUST_LOG:-warn}" target/release/hmdp soak "$@"

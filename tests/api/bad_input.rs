@@ -13,7 +13,7 @@ async fn assert_still_serving(app: &TestApp) {
 
 #[tokio::test]
 async fn random_bytes_as_json_bodies_never_cause_a_5xx() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let mut rng = StdRng::seed_from_u64(20261130);
     let paths = ["/user/login", "/voucher", "/voucher/seckill"];
     for case in 0..300 {
@@ -63,7 +63,7 @@ async fn random_bytes_as_json_bodies_never_cause_a_5xx() {
 
 #[tokio::test]
 async fn non_utf8_and_sql_metacharacters_in_text_fields() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let mut bytes = br#"{"phone":"13800000001","code":"12"#.to_vec();
     bytes.extend_from_slice(&[0xff, 0xfe]);
     bytes.extend_from_slice(br#""}"#);
@@ -112,7 +112,7 @@ async fn non_utf8_and_sql_metacharacters_in_text_fields() {
 
 #[tokio::test]
 async fn forged_and_non_ascii_tokens_are_401() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let long = "a".repeat(5000);
     for token in ["x", "' OR 1=1 --", "*", long.as_str()] {
         assert_eq!(
@@ -137,7 +137,7 @@ async fn forged_and_non_ascii_tokens_are_401() {
 
 #[tokio::test]
 async fn huge_headers_are_refused_and_the_node_keeps_serving() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let response = app
         .client
         .get(app.url("/health"))
@@ -157,7 +157,7 @@ async fn huge_headers_are_refused_and_the_node_keeps_serving() {
 
 #[tokio::test]
 async fn overflowing_negative_and_zero_ids_are_400_everywhere() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let token = app.login(&phone(1)).await;
     for bad in [
         "0",

@@ -4,6 +4,8 @@
 use futures::future::join_all;
 use serde_json::Value;
 
+use hmdp_lock::LockMode;
+
 use crate::helpers::{spawn_app, TestApp};
 
 const USERS: usize = 200;
@@ -47,13 +49,22 @@ pub fn assert_one_order_per_user(audit: hmdp::store::VoucherAudit) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_lock_keeps_one_order_per_user_on_one_node() {
-    let app = spawn_app(&["--lock=local", "--db-pool=64"]).await;
+    let app = spawn_app(|s| {
+        s.lock.mode = LockMode::Local;
+        s.store.db_pool = 64;
+    })
+    .await;
     assert_one_order_per_user(storm(&app).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_lock_with_a_chaos_hold_lets_duplicates_through() {
-    let app = spawn_app(&["--lock=none", "--chaos-hold-ms=50", "--db-pool=64"]).await;
+    let app = spawn_app(|s| {
+        s.lock.mode = LockMode::None;
+        s.chaos_hold_ms = 50;
+        s.store.db_pool = 64;
+    })
+    .await;
     let audit = storm(&app).await;
     assert!(
         audit.duplicate_users > 0,
@@ -73,19 +84,23 @@ async fn no_lock_with_a_chaos_hold_lets_duplicates_through() {
 /// The purchase storm on one node, no chaos, with one lock mode: no user gets
 /// two orders and nothing is oversold.
 macro_rules! one_node_keeps_one_order_per_user {
-    ($name:ident, $mode:literal) => {
+    ($name:ident, $mode:expr) => {
         mod $name {
             use super::*;
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn keeps_one_order_per_user_on_one_node() {
-                let app = spawn_app(&[concat!("--lock=", $mode), "--db-pool=64"]).await;
+                let app = spawn_app(|s| {
+                    s.lock.mode = $mode;
+                    s.store.db_pool = 64;
+                })
+                .await;
                 assert_one_order_per_user(storm(&app).await);
             }
         }
     };
 }
 
-one_node_keeps_one_order_per_user!(redis_naive, "redis-naive");
-one_node_keeps_one_order_per_user!(redis_owner, "redis-owner");
-one_node_keeps_one_order_per_user!(redis_lua, "redis-lua");
+one_node_keeps_one_order_per_user!(redis_naive, LockMode::RedisNaive);
+one_node_keeps_one_order_per_user!(redis_owner, LockMode::RedisOwner);
+one_node_keeps_one_order_per_user!(redis_lua, LockMode::RedisLua);

@@ -12,8 +12,10 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use hmdp::redis_server::RedisServer;
+use hmdp::config::ServeSettings;
 use hmdp::store::{NewSeckillVoucher, NewVoucher, Store};
+use hmdp_lock::LockMode;
+use hmdp_test_support::RedisServer;
 use serde_json::Value;
 use sqlx::Connection;
 use tokio::io::AsyncWriteExt;
@@ -73,19 +75,12 @@ async fn race(app: &TestApp, voucher: i64, token: &str, reset_after: Duration) -
     first.into_iter().chain(second).collect()
 }
 
-/// Transactions open on `store`'s database, waiting a while for purchases still
+/// Transactions open on `app`'s database, waiting a while for purchases still
 /// finishing (a cancelled request's work goes on) to end.
-async fn open_transactions(store: &Store) -> i64 {
+async fn open_transactions(app: &TestApp) -> i64 {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let open: i64 = sqlx::query_scalar(
-            "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.innodb_trx t \
-             JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
-             WHERE p.db = DATABASE()",
-        )
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
+        let open = app.open_transactions().await;
         if open == 0 || Instant::now() >= deadline {
             return open;
         }
@@ -120,10 +115,23 @@ struct Outcome {
     stock_balances: bool,
 }
 
-async fn reset_purchases(db: &SlowCommitMariaDb, flags: &[&str]) -> Outcome {
-    let mut all_flags = vec!["--db-pool=32"];
-    all_flags.extend_from_slice(flags);
-    let app = spawn_app_on(&db.url(), &all_flags).await;
+/// One lock setup of the reset test, named as its flags would read.
+struct Setup {
+    name: &'static str,
+    mode: LockMode,
+    fencing: bool,
+}
+
+async fn reset_purchases(db: &SlowCommitMariaDb, setup: &Setup, lock_nodes: &[String]) -> Outcome {
+    let app = spawn_app_on(&db.url(), |s: &mut ServeSettings| {
+        s.store.db_pool = 32;
+        s.lock.mode = setup.mode;
+        s.lock.fencing = setup.fencing;
+        if matches!(setup.mode, LockMode::Multi | LockMode::Redlock) {
+            s.lock.lock_nodes = lock_nodes.to_vec();
+        }
+    })
+    .await;
     let stock = 1000;
     let voucher = app.create_open_seckill(stock).await;
     let tokens = app.login_many(USERS).await;
@@ -138,10 +146,10 @@ async fn reset_purchases(db: &SlowCommitMariaDb, flags: &[&str]) -> Outcome {
         let reset_after = Duration::from_micros((1000 + user * span / USERS) as u64);
         answered.extend(race(&app, voucher, token, reset_after).await);
     }
-    let open_transactions = open_transactions(&app.store).await;
+    let open_transactions = open_transactions(&app).await;
     let audit = app.audit(voucher).await;
     Outcome {
-        setup: flags.join(" "),
+        setup: setup.name.to_owned(),
         orders: audit.orders,
         duplicate_users: audit.duplicate_users,
         open_transactions,
@@ -154,26 +162,29 @@ async fn reset_purchases(db: &SlowCommitMariaDb, flags: &[&str]) -> Outcome {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purchase_reset_at_any_step_buys_at_most_once_in_every_lock_mode() {
     let db = SlowCommitMariaDb::start().await;
-    let lock_nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
-    let nodes = lock_nodes
-        .iter()
-        .map(RedisServer::url)
-        .collect::<Vec<_>>()
-        .join(",");
-    let nodes_flag = format!("--lock-nodes={nodes}");
-    let setups: [&[&str]; 8] = [
-        &["--lock=reentrant"],
-        &["--lock=reentrant", "--fencing"],
-        &["--lock=local"],
-        &["--lock=redis-naive"],
-        &["--lock=redis-owner"],
-        &["--lock=redis-lua"],
-        &["--lock=multi", &nodes_flag],
-        &["--lock=redlock", &nodes_flag],
+    let mut lock_nodes = Vec::new();
+    for _ in 0..3 {
+        lock_nodes.push(RedisServer::start().await.unwrap());
+    }
+    let nodes: Vec<String> = lock_nodes.iter().map(RedisServer::url).collect();
+    let setup = |name, mode, fencing| Setup {
+        name,
+        mode,
+        fencing,
+    };
+    let setups = [
+        setup("--lock=reentrant", LockMode::Reentrant, false),
+        setup("--lock=reentrant --fencing", LockMode::Reentrant, true),
+        setup("--lock=local", LockMode::Local, false),
+        setup("--lock=redis-naive", LockMode::RedisNaive, false),
+        setup("--lock=redis-owner", LockMode::RedisOwner, false),
+        setup("--lock=redis-lua", LockMode::RedisLua, false),
+        setup("--lock=multi", LockMode::Multi, false),
+        setup("--lock=redlock", LockMode::Redlock, false),
     ];
     let mut outcomes = Vec::new();
-    for flags in setups {
-        outcomes.push(reset_purchases(&db, flags).await);
+    for setup in &setups {
+        outcomes.push(reset_purchases(&db, setup, &nodes).await);
     }
 
     println!(
@@ -181,9 +192,9 @@ async fn a_purchase_reset_at_any_step_buys_at_most_once_in_every_lock_mode() {
         "setup", "users", "orders", "two-order users", "open transactions", "answered", "visible"
     );
     for outcome in &outcomes {
-        let setup = outcome.setup.split(" --lock-nodes").next().unwrap_or("");
         println!(
-            "{setup:<28} {USERS:>5} {:>6} {:>16} {:>18} {:>9} {:>8}",
+            "{:<28} {USERS:>5} {:>6} {:>16} {:>18} {:>9} {:>8}",
+            outcome.setup,
             outcome.orders,
             outcome.duplicate_users,
             outcome.open_transactions,
@@ -209,14 +220,14 @@ const REPLY_DELAY: Duration = Duration::from_millis(4);
 /// where later writes would stay invisible to everyone else.
 #[tokio::test]
 async fn an_admin_write_reset_around_begin_leaves_no_open_transaction() {
-    let direct = spawn_app(&[]).await;
+    let direct = spawn_app(|_| {}).await;
     let proxy = DelayedReplies::start("127.0.0.1:3306", REPLY_DELAY).await;
-    let app = spawn_app(&[
-        &format!("--database-url={}", proxy.url(&direct.database_url())),
-        &format!("--redis-prefix={}", direct.prefix),
-        "--no-migrate",
-        "--db-pool=1",
-    ])
+    let app = spawn_app(|s| {
+        s.store.database_url = proxy.url(&direct.database_url());
+        s.store.redis_prefix = direct.prefix.clone();
+        s.no_migrate = true;
+        s.store.db_pool = 1;
+    })
     .await;
     let body = seckill_body(10, "2020-01-01T00:00:00", "2037-12-31T00:00:00");
     let request = format!(
@@ -254,7 +265,7 @@ async fn an_admin_write_reset_around_begin_leaves_no_open_transaction() {
             "after a write reset {after:?} after it was sent, an answered voucher is invisible to others"
         );
     }
-    assert_eq!(open_transactions(&direct.store).await, 0);
+    assert_eq!(open_transactions(&direct).await, 0);
 }
 
 /// The same moment swept at the store: a write cancelled after 0, 1, 2, ...
@@ -262,7 +273,7 @@ async fn an_admin_write_reset_around_begin_leaves_no_open_transaction() {
 /// transaction or not at all.
 #[tokio::test]
 async fn a_transaction_cancelled_at_any_moment_never_returns_to_the_pool_open() {
-    let direct = spawn_app(&[]).await;
+    let direct = spawn_app(|_| {}).await;
     let proxy = DelayedReplies::start("127.0.0.1:3306", REPLY_DELAY).await;
     let store = Store::connect_lazy(
         &proxy.url(&direct.database_url()),

@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use hmdp::redis_server::{free_port, RedisServer};
+use hmdp_lock::LockMode;
+use hmdp_test_support::{free_ports, RedisServer};
 use serde_json::Value;
 use sqlx::Connection;
 
@@ -30,13 +31,13 @@ async fn timed_purchase(app: &TestApp, voucher: i64, token: &str) -> (u16, Value
 }
 
 /// Redis dies during a run and comes back empty on the same port.
-async fn redis_outage_with(lock: &str) {
-    let mut redis = RedisServer::start().unwrap();
-    let app = spawn_app(&[
-        &format!("--redis-url={}", redis.url()),
-        &format!("--lock={lock}"),
-        "--backend-timeout-ms=500",
-    ])
+async fn redis_outage_with(lock: LockMode) {
+    let mut redis = RedisServer::start().await.unwrap();
+    let app = spawn_app(|s| {
+        s.store.redis_url = redis.url();
+        s.lock.mode = lock;
+        s.store.backend_timeout_ms = 500;
+    })
     .await;
     let voucher = app.create_open_seckill(100).await;
     let tokens = app.login_many(20).await;
@@ -57,7 +58,7 @@ async fn redis_outage_with(lock: &str) {
     assert_eq!(audit.orders, 5, "no order without Redis: {audit:?}");
     assert!(audit.stock_balances(100));
 
-    redis.restart().unwrap();
+    redis.restart().await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while app.get("/ready", None).await.status() != 200 {
         assert!(Instant::now() < deadline, "service did not resume");
@@ -77,27 +78,27 @@ async fn redis_outage_with(lock: &str) {
 
 #[tokio::test]
 async fn redis_outage_fails_fast_and_recovers_local() {
-    redis_outage_with("local").await;
+    redis_outage_with(LockMode::Local).await;
 }
 
 #[tokio::test]
 async fn redis_outage_fails_fast_and_recovers_redis_lua() {
-    redis_outage_with("redis-lua").await;
+    redis_outage_with(LockMode::RedisLua).await;
 }
 
 #[tokio::test]
 async fn unreachable_mysql_answers_503_fast() {
     // A healthy node logs the user in; a second node sharing its Redis
     // namespace has MySQL on a closed port.
-    let healthy = spawn_app(&[]).await;
+    let healthy = spawn_app(|_| {}).await;
     let token = healthy.login(&phone(1)).await;
-    let closed = free_port().unwrap();
-    let app = spawn_app(&[
-        &format!("--database-url=mysql://root@127.0.0.1:{closed}/hmdp"),
-        &format!("--redis-prefix={}", healthy.prefix),
-        "--no-migrate",
-        "--backend-timeout-ms=500",
-    ])
+    let [closed] = free_ports().unwrap();
+    let app = spawn_app(|s| {
+        s.store.database_url = format!("mysql://root@127.0.0.1:{closed}/hmdp");
+        s.store.redis_prefix = healthy.prefix.clone();
+        s.no_migrate = true;
+        s.store.backend_timeout_ms = 500;
+    })
     .await;
     for _ in 0..2 {
         let (status, body, took) = timed_purchase(&app, 10, &token).await;
@@ -115,7 +116,11 @@ async fn unreachable_mysql_answers_503_fast() {
 /// the lock is released, and the next attempt succeeds.
 #[tokio::test]
 async fn mysql_lost_mid_transaction_rolls_back_and_releases_the_lock() {
-    let app = spawn_app(&["--lock=redis-lua", "--chaos-hold-ms=1000"]).await;
+    let app = spawn_app(|s| {
+        s.lock.mode = LockMode::RedisLua;
+        s.chaos_hold_ms = 1000;
+    })
+    .await;
     let voucher = app.create_open_seckill(10).await;
     let token = app.login(&phone(1)).await;
 
@@ -172,7 +177,11 @@ async fn purchase_answers_503_behind(
 
 #[tokio::test]
 async fn a_stock_row_held_elsewhere_answers_503_within_the_backend_timeout() {
-    let app = spawn_app(&["--lock=redis-lua", "--backend-timeout-ms=1000"]).await;
+    let app = spawn_app(|s| {
+        s.lock.mode = LockMode::RedisLua;
+        s.store.backend_timeout_ms = 1000;
+    })
+    .await;
     let voucher = app.create_open_seckill(10).await;
     let token = app.login(&phone(1)).await;
 
@@ -192,7 +201,11 @@ async fn a_stock_row_held_elsewhere_answers_503_within_the_backend_timeout() {
 /// default, not the row lock's `innodb_lock_wait_timeout`.
 #[tokio::test]
 async fn a_table_locked_elsewhere_answers_503_within_the_backend_timeout() {
-    let app = spawn_app(&["--lock=redis-lua", "--backend-timeout-ms=1000"]).await;
+    let app = spawn_app(|s| {
+        s.lock.mode = LockMode::RedisLua;
+        s.store.backend_timeout_ms = 1000;
+    })
+    .await;
     let voucher = app.create_open_seckill(10).await;
     let token = app.login(&phone(1)).await;
     // The voucher is in the node's catalog: only the transaction needs
@@ -239,7 +252,7 @@ async fn kill_connections_to(app: &TestApp) {
 /// dropped transaction back before its connection is used again.
 #[tokio::test]
 async fn a_purchase_transaction_dropped_midway_is_rolled_back() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let voucher = app.create_open_seckill(10).await;
     let mut tx = app.store.pool().begin().await.unwrap();
     sqlx::query("UPDATE tb_seckill_voucher SET stock = stock - 1 WHERE voucher_id = ?")
@@ -285,7 +298,7 @@ async fn a_purchase_transaction_dropped_midway_is_rolled_back() {
 /// refused at once instead of waiting on that lock.
 #[tokio::test]
 async fn an_unknown_voucher_is_refused_again_without_asking_mysql() {
-    let app = spawn_app(&["--backend-timeout-ms=1000"]).await;
+    let app = spawn_app(|s| s.store.backend_timeout_ms = 1000).await;
     let token = app.login(&phone(1)).await;
     let unknown = 987_654_321;
     let first = app.purchase(unknown, &token).await;

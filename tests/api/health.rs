@@ -6,7 +6,7 @@ use crate::helpers::spawn_app;
 
 #[tokio::test]
 async fn health_and_ready_answer_200() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     for path in ["/health", "/ready"] {
         let response = app.get(path, None).await;
         assert_eq!(response.status(), 200, "{path}");
@@ -17,7 +17,7 @@ async fn health_and_ready_answer_200() {
 
 #[tokio::test]
 async fn unknown_route_is_404_with_result_body() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let response = app.get("/no/such/route", None).await;
     assert_eq!(response.status(), 404);
     let body: Value = response.json().await.unwrap();
@@ -27,7 +27,7 @@ async fn unknown_route_is_404_with_result_body() {
 
 #[tokio::test]
 async fn metrics_count_requests_and_purchases() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let voucher = app.create_open_seckill(5).await;
     let token = app.login(&crate::helpers::phone(1)).await;
     app.purchase(voucher, &token).await;
@@ -54,7 +54,7 @@ async fn metrics_count_requests_and_purchases() {
 
 #[tokio::test]
 async fn made_up_methods_share_one_metrics_label() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     for method in ["FOOBAR", "BREW", "X-ANYTHING"] {
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
         let response = app

@@ -2,30 +2,25 @@
 //! database (dropped afterwards) and its own Redis key prefix, against the
 //! machine's real MySQL and Redis.
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Parser;
 use futures::future::join_all;
-use hmdp::cluster::Sandbox;
+use hmdp::auth::AdminToken;
 use hmdp::config::ServeSettings;
 use hmdp::ids::VoucherId;
-use hmdp::redis_server::free_port;
+use hmdp::keys::Keys;
 use hmdp::startup::Application;
 use hmdp::store::{Store, VoucherAudit};
+use hmdp_test_support::{
+    free_ports, hmdp_binary, mysql_server_url, redis_url, ChildProcess, RedisNamespace, Stdout,
+    TestDatabase,
+};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
+use tempfile::NamedTempFile;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
-
-/// MySQL server the tests create their databases on.
-pub fn mysql_server_url() -> String {
-    std::env::var("TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
-}
-
-pub fn redis_url() -> String {
-    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into())
-}
 
 #[derive(Parser)]
 struct Flags {
@@ -41,70 +36,78 @@ pub struct TestApp {
     pub redis: redis::aio::ConnectionManager,
     pub prefix: String,
     /// The test's database and Redis namespace, removed when the app is
-    /// dropped; declared last so it goes after the connections above.
-    sandbox: Sandbox,
+    /// dropped; declared last so they go after the connections above.
+    database: TestDatabase,
+    _namespace: RedisNamespace,
 }
 
 /// Starts a node with the test's own database, Redis prefix and admin token;
-/// `flags` (`--lock=local`, `--chaos-hold-ms=50`, ...) add to or override the
-/// harness defaults, always in `--name=value` form.
-pub async fn spawn_app(flags: &[&str]) -> TestApp {
-    spawn_app_on(&mysql_server_url(), flags).await
+/// `configure` changes any setting after the harness has set its own
+/// (`|s| s.lock.mode = LockMode::Local`).
+pub async fn spawn_app(configure: impl FnOnce(&mut ServeSettings)) -> TestApp {
+    spawn_app_on(&mysql_server_url(), configure).await
 }
 
 /// As [`spawn_app`], with the test's database on the MySQL server at
 /// `mysql_server` (`mysql://user@host:port`) instead of the machine's.
-pub async fn spawn_app_on(mysql_server: &str, flags: &[&str]) -> TestApp {
+pub async fn spawn_app_on(
+    mysql_server: &str,
+    configure: impl FnOnce(&mut ServeSettings),
+) -> TestApp {
     // Node logs only when asked for: `TEST_LOG=1 cargo test`.
     if std::env::var_os("TEST_LOG").is_some() {
         hmdp::telemetry::init();
     }
-    let node_redis_url = flags
-        .iter()
-        .find_map(|flag| flag.strip_prefix("--redis-url="))
-        .map_or_else(redis_url, str::to_owned);
-    let sandbox = Sandbox::create(&format!("{mysql_server}/hmdp"), &node_redis_url, "test")
+    let database = TestDatabase::create(mysql_server, "test")
         .await
-        .expect("test database and Redis namespace");
-    let defaults = [
-        "--port=0".to_owned(),
-        "--host=127.0.0.1".into(),
-        format!("--database-url={}", sandbox.database_url),
-        format!("--redis-url={node_redis_url}"),
-        format!("--redis-prefix={}", sandbox.redis_prefix),
-        format!("--admin-token={ADMIN_TOKEN}"),
-        "--db-pool=16".into(),
-        "--backend-timeout-ms=10000".into(),
-        "--workers=2".into(),
-    ];
-    let overridden = |default: &str| {
-        let name = &default[..default.find('=').expect("--name=value")];
-        flags
-            .iter()
-            .any(|flag| flag.split('=').next() == Some(name))
-    };
-    let args: Vec<String> = std::iter::once("hmdp".to_owned())
-        .chain(defaults.into_iter().filter(|default| !overridden(default)))
-        .chain(flags.iter().map(|flag| flag.to_string()))
-        .collect();
-    let settings = Flags::try_parse_from(args).expect("valid test flags").serve;
+        .expect("a test database (scripts/services.sh starts MySQL)");
+    let store = Store::connect_lazy(&database.url, 4, Duration::from_secs(10)).unwrap();
+    store.migrate().await.expect("migrations apply");
+    let mut namespace = RedisNamespace::new(&redis_url(), "test");
+
+    // The settings of `hmdp serve` with no flags (the environment still
+    // counts, as for a node), then the harness's own.
+    let mut settings = Flags::try_parse_from(["hmdp"])
+        .expect("defaults parse")
+        .serve;
+    settings.port = 0;
+    settings.host = "127.0.0.1".into();
+    settings.store.database_url = database.url.clone();
+    settings.store.redis_url = namespace.redis_url.clone();
+    settings.store.redis_prefix = namespace.prefix.clone();
+    settings.admin_token = Some(AdminToken::parse(ADMIN_TOKEN).expect("a valid admin token"));
+    settings.store.db_pool = 16;
+    settings.store.backend_timeout_ms = 10_000;
+    settings.workers = Some(2);
+    configure(&mut settings);
+    // The namespace is cleaned on the Redis the node writes to.
+    namespace.redis_url = settings.store.redis_url.clone();
+
+    let redis =
+        hmdp::startup::connect_redis(&settings.store.redis_url, Duration::from_secs(10)).unwrap();
     let app = Application::build(settings).await.expect("node starts");
     let address = format!("http://127.0.0.1:{}", app.port());
     tokio::spawn(app.run_until_stopped());
     TestApp {
         address,
         client: reqwest::Client::new(),
-        store: sandbox.store(4).unwrap(),
-        redis: hmdp::startup::connect_redis(&node_redis_url, Duration::from_secs(10)).unwrap(),
-        prefix: sandbox.redis_prefix.clone(),
-        sandbox,
+        store,
+        redis,
+        prefix: namespace.prefix.clone(),
+        database,
+        _namespace: namespace,
     }
 }
 
 impl TestApp {
     /// The test database, for a second node (or process) to share.
     pub fn database_url(&self) -> String {
-        self.sandbox.database_url.clone()
+        self.database.url.clone()
+    }
+
+    /// The node's Redis keys, under the test's prefix.
+    pub fn keys(&self) -> Keys {
+        Keys::new(self.prefix.clone())
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -122,7 +125,7 @@ impl TestApp {
 
     /// The code the node stored for `phone` (hmdp "sends" it by logging it).
     pub async fn stored_code(&self, phone: &str) -> Option<String> {
-        let key = format!("{}login:code:{phone}", self.prefix);
+        let key = self.keys().login_code(phone);
         self.redis.clone().get(key).await.unwrap()
     }
 
@@ -242,6 +245,18 @@ impl TestApp {
             .unwrap()
     }
 
+    /// Transactions open on the test database right now.
+    pub async fn open_transactions(&self) -> i64 {
+        sqlx::query_scalar(
+            "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.innodb_trx t \
+             JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
+             WHERE p.db = DATABASE()",
+        )
+        .fetch_one(self.store.pool())
+        .await
+        .unwrap()
+    }
+
     pub async fn audit(&self, voucher_id: i64) -> VoucherAudit {
         self.store
             .audit_voucher(VoucherId::new(voucher_id))
@@ -270,79 +285,67 @@ pub fn seckill_body(stock: i64, begin: &str, end: &str) -> Value {
     })
 }
 
-/// A second node in a process of its own, killed with SIGKILL when dropped.
+/// A second node in a process of its own, serving a [`TestApp`]'s database
+/// and Redis namespace, logging at `info` to a file a test can read; killed
+/// with SIGKILL when dropped.
 pub struct NodeProcess {
-    child: Child,
+    process: ChildProcess,
     pub address: String,
+    /// Removed with the node, after it.
+    _log: NamedTempFile,
 }
 
 impl NodeProcess {
+    /// Starts `hmdp serve` with `app`'s settings given through the
+    /// environment, so `flags` (`--lock=local`, `--database-url=...`)
+    /// override them (flags win over the environment).
     pub async fn start(app: &TestApp, flags: &[&str]) -> NodeProcess {
-        let port = free_port().unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_hmdp"))
+        let log = NamedTempFile::new().unwrap();
+        let [port] = free_ports().unwrap();
+        let mut command = tokio::process::Command::new(hmdp_binary());
+        command
             .arg("serve")
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--database-url", &app.database_url()])
-            .args(["--redis-url", &redis_url()])
-            .args(["--redis-prefix", &app.prefix])
-            .args([
-                "--admin-token",
-                ADMIN_TOKEN,
-                "--no-migrate",
-                "--workers",
-                "1",
-            ])
+            .args(["--no-migrate", "--workers=1"])
             .args(flags)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("hmdp runs");
-        let node = NodeProcess {
-            child,
-            address: format!("http://127.0.0.1:{port}"),
-        };
-        let started = Instant::now();
-        while reqwest::get(format!("{}/health", node.address))
+            .env("HMDP_HOST", "127.0.0.1")
+            .env("HMDP_PORT", port.to_string())
+            .env("DATABASE_URL", app.database_url())
+            .env("REDIS_URL", redis_url())
+            .env("HMDP_REDIS_PREFIX", &app.prefix)
+            .env("HMDP_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("RUST_LOG", "info");
+        let mut process =
+            ChildProcess::spawn("hmdp serve", command, log.path(), Stdout::Log).expect("hmdp runs");
+        let address = format!("http://127.0.0.1:{port}");
+        process
+            .wait_until_answers(&format!("{address}/health"), Duration::from_secs(10))
             .await
-            .is_err()
-        {
-            assert!(started.elapsed() < Duration::from_secs(10), "node up");
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            .unwrap_or_else(|error| panic!("node up: {error:#}"));
+        NodeProcess {
+            process,
+            address,
+            _log: log,
         }
-        node
     }
 
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    pub async fn kill(&mut self) {
+        self.process.kill().await;
     }
 
     /// Sends SIGTERM: the node should stop accepting and finish in-flight
     /// requests.
     pub fn terminate(&self) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success());
+        self.process.terminate().expect("SIGTERM sent");
     }
 
     /// Waits for the process to exit by itself; `None` if it did not within
     /// `within`.
     pub async fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
-        let started = Instant::now();
-        while started.elapsed() < within {
-            if let Some(status) = self.child.try_wait().expect("child status") {
-                return Some(status);
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        None
+        self.process.wait_exit(within).await
     }
-}
 
-impl Drop for NodeProcess {
-    fn drop(&mut self) {
-        self.kill();
+    /// Everything the node has logged so far.
+    pub fn log(&self) -> String {
+        self.process.log()
     }
 }

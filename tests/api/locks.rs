@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use hmdp::ids::UserId;
 use hmdp::store::{record_fence, Store};
+use hmdp_lock::LockMode;
 
 use crate::helpers::{phone, spawn_app, NodeProcess, TestApp};
 
@@ -16,7 +17,7 @@ use crate::helpers::{phone, spawn_app, NodeProcess, TestApp};
 async fn lock_key(app: &TestApp, token: &str) -> String {
     let me: Value = app.get("/user/me", Some(token)).await.json().await.unwrap();
     let id = me["data"]["id"].as_u64().expect("user id");
-    format!("{}lock:order:{id}", app.prefix)
+    app.keys().order_lock(UserId::new(id))
 }
 
 async fn wait_for_key(app: &TestApp, key: &str, present: bool, within: Duration) -> Duration {
@@ -38,7 +39,7 @@ async fn wait_for_key(app: &TestApp, key: &str, present: bool, within: Duration)
 #[tokio::test]
 async fn a_node_killed_while_holding_a_lock_frees_it_within_the_lease() {
     const LEASE: Duration = Duration::from_millis(1000);
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let voucher = app.create_open_seckill(10).await;
     let token = app.login(&phone(1)).await;
     let key = lock_key(&app, &token).await;
@@ -63,7 +64,7 @@ async fn a_node_killed_while_holding_a_lock_frees_it_within_the_lease() {
     tokio::time::sleep(LEASE * 2).await;
     wait_for_key(&app, &key, true, Duration::ZERO).await;
 
-    node.kill();
+    node.kill().await;
     let freed_after = wait_for_key(&app, &key, false, LEASE * 2).await;
     assert!(
         freed_after <= LEASE + Duration::from_millis(100),
@@ -80,11 +81,11 @@ async fn a_node_killed_while_holding_a_lock_frees_it_within_the_lease() {
 
 #[tokio::test]
 async fn a_purchase_whose_lock_is_lost_rolls_back() {
-    let app = spawn_app(&[
-        "--lock=reentrant",
-        "--lock-watchdog-ms=300",
-        "--chaos-hold-ms=800",
-    ])
+    let app = spawn_app(|s| {
+        s.lock.mode = LockMode::Reentrant;
+        s.lock.lock_watchdog_ms = 300;
+        s.chaos_hold_ms = 800;
+    })
     .await;
     let voucher = app.create_open_seckill(10).await;
     let token = app.login(&phone(1)).await;
@@ -113,17 +114,16 @@ async fn a_purchase_whose_lock_is_lost_rolls_back() {
 /// pause inside the transaction: the second takes the expired lock while the
 /// first is paused. Returns the number of orders written.
 async fn stale_holder_race(fencing: bool) -> (i64, Vec<Value>) {
-    let mut flags = vec![
-        "--lock=redis-lua",
-        "--lock-lease-ms=300",
-        "--chaos-hold-ms=800",
-    ];
-    if fencing {
-        flags.push("--fencing");
-    }
-    let app = spawn_app(&flags).await;
+    let app = spawn_app(|s| {
+        s.lock.mode = LockMode::RedisLua;
+        s.lock.lock_lease_ms = Some(300);
+        s.chaos_hold_ms = 800;
+        s.lock.fencing = fencing;
+    })
+    .await;
     let voucher = app.create_open_seckill(10).await;
     let token = app.login(&phone(1)).await;
+    let key = lock_key(&app, &token).await;
     let first = tokio::spawn({
         let request = app
             .client
@@ -131,7 +131,9 @@ async fn stale_holder_race(fencing: bool) -> (i64, Vec<Value>) {
             .header("authorization", token.clone());
         async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
     });
-    tokio::time::sleep(Duration::from_millis(450)).await;
+    // The first purchase takes the lock, then pauses past its lease.
+    wait_for_key(&app, &key, true, Duration::from_secs(5)).await;
+    wait_for_key(&app, &key, false, Duration::from_secs(5)).await;
     let second = app.purchase(voucher, &token).await;
     let first = first.await.unwrap();
     let audit = app.audit(voucher).await;
@@ -165,7 +167,7 @@ async fn overlapping_first_fenced_writes_do_not_deadlock() {
         tx.commit().await?;
         Ok(recorded)
     }
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     for user in 1..=50 {
         let (older, newer) = tokio::join!(fence(&app.store, user, 10), fence(&app.store, user, 11));
         assert!(

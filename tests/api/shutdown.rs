@@ -1,9 +1,10 @@
 //! Graceful shutdown: SIGTERM during load stops accepting, lets every
 //! in-flight purchase finish and release its lock, and exits 0.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+use hmdp_test_support::wait_until;
 use serde_json::Value;
 
 use crate::helpers::{spawn_app, NodeProcess};
@@ -11,7 +12,7 @@ use crate::helpers::{spawn_app, NodeProcess};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_in_flight_purchases_and_exits_zero() {
     const USERS: usize = 20;
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let voucher = app.create_open_seckill(100).await;
     let tokens = app.login_many(USERS).await;
     let mut node = NodeProcess::start(&app, &["--lock=reentrant", "--chaos-hold-ms=1500"]).await;
@@ -24,16 +25,28 @@ async fn sigterm_finishes_in_flight_purchases_and_exits_zero() {
             .send()
     }));
     let terminate = async {
-        // Every purchase is inside its critical section by now.
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        wait_until(
+            "every purchase inside its critical section",
+            Duration::from_secs(10),
+            || async { app.lock_keys().await.len() == USERS },
+        )
+        .await;
         node.terminate();
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        // A fresh connection after SIGTERM is not served.
-        reqwest::Client::new()
-            .get(format!("{}/health", node.address))
-            .timeout(Duration::from_secs(2))
-            .send()
-            .await
+        // A fresh connection after SIGTERM is not served, once the node has
+        // closed its listener.
+        let fresh_health_check = || {
+            reqwest::Client::new()
+                .get(format!("{}/health", node.address))
+                .timeout(Duration::from_secs(2))
+                .send()
+        };
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut late = fresh_health_check().await;
+        while late.is_ok() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            late = fresh_health_check().await;
+        }
+        late
     };
     let (responses, late) = tokio::join!(in_flight, terminate);
 

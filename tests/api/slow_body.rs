@@ -15,7 +15,7 @@ const BOUND: Duration = Duration::from_secs(15);
 
 #[tokio::test]
 async fn a_body_trickled_byte_by_byte_gets_408_and_the_connection_closed() {
-    let app = spawn_app(&["--body-timeout-ms=1000"]).await;
+    let app = spawn_app(|s| s.body_timeout_ms = 1000).await;
     let stream = TcpStream::connect(app.address.trim_start_matches("http://"))
         .await
         .unwrap();

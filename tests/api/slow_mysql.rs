@@ -6,10 +6,10 @@
 //! (a statement such as `BEGIN` then stays in flight that long).
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hmdp::redis_server::free_port;
+use hmdp_test_support::{free_ports, ChildProcess, Stdout};
 use sqlx::Connection;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -20,7 +20,7 @@ pub const COMMIT_DELAY: Duration = Duration::from_millis(20);
 /// A `mariadbd` of the test's own on a free port, killed and its files
 /// removed when dropped.
 pub struct SlowCommitMariaDb {
-    child: Child,
+    _process: ChildProcess,
     port: u16,
     /// Declared last: removed after the server is gone.
     _dir: tempfile::TempDir,
@@ -39,15 +39,14 @@ impl SlowCommitMariaDb {
             .status()
             .expect("mariadb-install-db runs");
         assert!(installed.success(), "mariadb-install-db failed");
-        let port = free_port().unwrap();
-        let child = Command::new("mariadbd")
-            .args(server_args(dir.path(), &data, port))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("mariadbd runs");
+        let [port] = free_ports().unwrap();
+        let mut command = tokio::process::Command::new("mariadbd");
+        command.args(server_args(dir.path(), &data, port));
+        let log = dir.path().join("mariadbd.log");
+        let process =
+            ChildProcess::spawn("mariadbd", command, &log, Stdout::Log).expect("mariadbd runs");
         let server = SlowCommitMariaDb {
-            child,
+            _process: process,
             port,
             _dir: dir,
         };
@@ -88,13 +87,6 @@ fn server_args(dir: &Path, data: &Path, port: u16) -> Vec<String> {
         "--skip-name-resolve".into(),
         "--max-connections=500".into(),
     ]
-}
-
-impl Drop for SlowCommitMariaDb {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// A TCP proxy in front of a MySQL server that holds back every chunk of

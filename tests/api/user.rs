@@ -7,7 +7,7 @@ use crate::helpers::{phone, spawn_app};
 
 #[tokio::test]
 async fn code_then_login_returns_a_random_hex_token() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let token = app.login(&phone(1)).await;
     assert_eq!(token.len(), 32);
     assert!(token.bytes().all(|b| b.is_ascii_hexdigit()));
@@ -28,7 +28,7 @@ async fn code_then_login_returns_a_random_hex_token() {
 
 #[tokio::test]
 async fn same_phone_logs_in_as_the_same_user() {
-    let app = spawn_app(&["--code-interval-secs=0"]).await;
+    let app = spawn_app(|s| s.code_interval_secs = 0).await;
     let first = app.login(&phone(7)).await;
     let second = app.login(&phone(7)).await;
     assert_ne!(first, second);
@@ -49,7 +49,7 @@ async fn same_phone_logs_in_as_the_same_user() {
 
 #[tokio::test]
 async fn bad_phone_is_refused_with_phone_invalid() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     for bad in ["12345", "23812345678", "1381234567x"] {
         let response = app.request_code(bad).await;
         assert_eq!(response.status(), 200);
@@ -64,14 +64,14 @@ async fn bad_phone_is_refused_with_phone_invalid() {
 
 #[tokio::test]
 async fn missing_phone_parameter_is_400() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let response = app.post("/user/code", None).await;
     assert_eq!(response.status(), 400);
 }
 
 #[tokio::test]
 async fn wrong_code_is_refused_and_right_code_is_single_use() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let phone = phone(2);
     app.request_code(&phone).await;
     let code = app.stored_code(&phone).await.unwrap();
@@ -87,14 +87,14 @@ async fn wrong_code_is_refused_and_right_code_is_single_use() {
 
 #[tokio::test]
 async fn login_without_code_request_is_refused() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let body: Value = app.try_login(&phone(3), "123456").await;
     assert_eq!(body["errorCode"], "CODE_INVALID");
 }
 
 #[tokio::test]
 async fn malformed_and_oversized_login_bodies() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let send = |body: String| {
         app.client
             .post(app.url("/user/login"))
@@ -119,7 +119,7 @@ async fn malformed_and_oversized_login_bodies() {
 
 #[tokio::test]
 async fn missing_forged_and_expired_tokens_are_401() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     assert_eq!(app.get("/user/me", None).await.status(), 401);
     assert_eq!(
         app.get("/user/me", Some("0123456789abcdef0123456789abcdef"))
@@ -129,16 +129,16 @@ async fn missing_forged_and_expired_tokens_are_401() {
     );
 
     let token = app.login(&phone(4)).await;
-    let key = format!("{}login:token:{token}", app.prefix);
+    let key = app.keys().login_token(&token);
     let _: () = app.redis.clone().del(&key).await.unwrap();
     assert_eq!(app.get("/user/me", Some(&token)).await.status(), 401);
 }
 
 #[tokio::test]
 async fn each_request_refreshes_the_session_ttl() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let token = app.login(&phone(5)).await;
-    let key = format!("{}login:token:{token}", app.prefix);
+    let key = app.keys().login_token(&token);
     let _: () = app.redis.clone().expire(&key, 5).await.unwrap();
     assert_eq!(app.get("/user/me", Some(&token)).await.status(), 200);
     let ttl: i64 = app.redis.clone().ttl(&key).await.unwrap();
@@ -147,7 +147,7 @@ async fn each_request_refreshes_the_session_ttl() {
 
 #[tokio::test]
 async fn logout_ends_the_session() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let token = app.login(&phone(6)).await;
     let body: Value = app
         .post("/user/logout", Some(&token))
@@ -162,7 +162,7 @@ async fn logout_ends_the_session() {
 
 #[tokio::test]
 async fn five_wrong_guesses_invalidate_the_code() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let phone = phone(8);
     app.request_code(&phone).await;
     let code = app.stored_code(&phone).await.unwrap();
@@ -181,7 +181,7 @@ async fn five_wrong_guesses_invalidate_the_code() {
 
 #[tokio::test]
 async fn a_phone_gets_one_code_per_interval() {
-    let app = spawn_app(&["--code-interval-secs=1"]).await;
+    let app = spawn_app(|s| s.code_interval_secs = 1).await;
     let phone = phone(9);
     let first: Value = app.request_code(&phone).await.json().await.unwrap();
     assert_eq!(first["success"], true);

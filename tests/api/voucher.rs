@@ -1,15 +1,15 @@
 //! `/voucher*`: admin-guarded creation, validation, the shop list.
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use hmdp_test_support::{hmdp_binary, ChildProcess, Stdout};
 use serde_json::{json, Value};
 
 use crate::helpers::{seckill_body, spawn_app, ADMIN_TOKEN};
 
 #[tokio::test]
 async fn creating_a_voucher_needs_the_admin_token() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let body = seckill_body(10, "2020-01-01T00:00:00", "2030-01-01T00:00:00");
     for path in ["/voucher", "/voucher/seckill"] {
         let response = app.post_voucher(path, "wrong", &body).await;
@@ -29,7 +29,7 @@ async fn creating_a_voucher_needs_the_admin_token() {
 
 #[tokio::test]
 async fn an_empty_admin_token_header_is_refused() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let body = seckill_body(10, "2020-01-01T00:00:00", "2030-01-01T00:00:00");
     let response = app.post_voucher("/voucher/seckill", "", &body).await;
     assert_eq!(response.status(), 403);
@@ -39,27 +39,18 @@ async fn an_empty_admin_token_header_is_refused() {
 /// an admin's: the node must refuse to start instead.
 #[tokio::test]
 async fn serve_refuses_to_start_with_an_empty_admin_token() {
-    let mut node = Command::new(env!("CARGO_BIN_EXE_hmdp"))
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut command = tokio::process::Command::new(hmdp_binary());
+    command
         .args(["serve", "--host=127.0.0.1", "--port=0", "--no-migrate"])
-        .env("HMDP_ADMIN_TOKEN", "")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("hmdp runs");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = node.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(10) {
-            node.kill().unwrap();
-            node.wait().unwrap();
-            panic!("the node is serving with an empty admin token");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let output = node.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
+        .env("HMDP_ADMIN_TOKEN", "");
+    let mut node =
+        ChildProcess::spawn("hmdp serve", command, log.path(), Stdout::Discard).expect("hmdp runs");
+    let status = node
+        .wait_exit(Duration::from_secs(10))
+        .await
+        .expect("the node is serving with an empty admin token");
+    let stderr = node.log();
     assert!(!status.success());
     assert!(
         stderr.contains("HMDP_ADMIN_TOKEN") && stderr.contains("16 characters"),
@@ -69,7 +60,7 @@ async fn serve_refuses_to_start_with_an_empty_admin_token() {
 
 #[tokio::test]
 async fn ordinary_and_seckill_vouchers_are_listed_with_string_ids() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let ordinary = json!({
         "shopId": 1, "title": "50元代金券", "subTitle": "周末可用",
         "rules": "全场通用", "payValue": 4750, "actualValue": 5000, "type": 0
@@ -105,7 +96,7 @@ async fn ordinary_and_seckill_vouchers_are_listed_with_string_ids() {
 
 #[tokio::test]
 async fn invalid_vouchers_are_400() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let ok = seckill_body(10, "2026-01-01T00:00:00", "2027-01-01T00:00:00");
     let with = |field: &str, value: Value| {
         let mut body = ok.clone();
@@ -137,7 +128,7 @@ async fn invalid_vouchers_are_400() {
 
 #[tokio::test]
 async fn text_fields_are_stored_verbatim() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let nasty = "'; DROP TABLE tb_voucher; -- \"秒杀\" \\ %_";
     let mut body = seckill_body(1, "2026-01-01T00:00:00", "2027-01-01T00:00:00");
     body["title"] = json!(nasty);
@@ -156,7 +147,7 @@ async fn text_fields_are_stored_verbatim() {
 
 #[tokio::test]
 async fn non_numeric_shop_id_is_400() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     for bad in ["abc", "-1", "0", "99999999999999999999"] {
         let response = app.get(&format!("/voucher/list/{bad}"), None).await;
         assert_eq!(response.status(), 400, "{bad}");

@@ -2,6 +2,8 @@
 
 use serde_json::Value;
 
+use hmdp_lock::LockMode;
+
 use crate::helpers::{phone, spawn_app};
 
 fn assert_rejected(body: &Value, code: &str, message: &str) {
@@ -12,7 +14,7 @@ fn assert_rejected(body: &Value, code: &str, message: &str) {
 
 #[tokio::test]
 async fn buying_once_succeeds_and_twice_is_already_ordered() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let voucher = app.create_open_seckill(10).await;
     let token = app.login(&phone(1)).await;
 
@@ -30,7 +32,7 @@ async fn buying_once_succeeds_and_twice_is_already_ordered() {
 
 #[tokio::test]
 async fn purchase_outcomes_in_the_documented_order() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let token = app.login(&phone(2)).await;
 
     let missing = app.purchase(999_999, &token).await;
@@ -65,7 +67,11 @@ async fn purchase_outcomes_in_the_documented_order() {
 
 #[tokio::test]
 async fn busy_user_lock_is_duplicate_request() {
-    let app = spawn_app(&["--lock=local", "--chaos-hold-ms=300"]).await;
+    let app = spawn_app(|s| {
+        s.lock.mode = LockMode::Local;
+        s.chaos_hold_ms = 300;
+    })
+    .await;
     let voucher = app.create_open_seckill(10).await;
     let token = app.login(&phone(4)).await;
     let (a, b) = tokio::join!(app.purchase(voucher, &token), app.purchase(voucher, &token));
@@ -76,7 +82,7 @@ async fn busy_user_lock_is_duplicate_request() {
 
 #[tokio::test]
 async fn purchase_needs_a_session_and_a_numeric_id() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let voucher = app.create_open_seckill(10).await;
     assert_eq!(
         app.post(&format!("/voucher-order/seckill/{voucher}"), None)
@@ -97,7 +103,7 @@ async fn purchase_needs_a_session_and_a_numeric_id() {
 
 #[tokio::test]
 async fn users_see_only_their_own_orders() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let voucher = app.create_open_seckill(10).await;
     let owner = app.login(&phone(6)).await;
     let stranger = app.login(&phone(7)).await;
@@ -141,7 +147,7 @@ async fn users_see_only_their_own_orders() {
 /// next id.
 #[tokio::test]
 async fn an_order_id_already_taken_is_replaced_by_the_next_one() {
-    let app = spawn_app(&[]).await;
+    let app = spawn_app(|_| {}).await;
     let voucher = app.create_open_seckill(10).await;
     let token = app.login(&phone(3)).await;
 
@@ -149,7 +155,7 @@ async fn an_order_id_already_taken_is_replaced_by_the_next_one() {
     // that id for this second and the next few, whichever second the
     // purchase lands in.
     let day = chrono::Utc::now().format("%Y:%m:%d").to_string();
-    let counter = format!("{}icr:order:{day}", app.prefix);
+    let counter = app.keys().id_counter("order", &day);
     let mut redis = app.redis.clone();
     let () = redis::cmd("DEL")
         .arg(&counter)

@@ -64,32 +64,32 @@ macro_rules! lock_contract {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn mutual_exclusion_under_50_contenders() {
-                mutual_exclusion(Subject::new($mode), &$promises).await;
+                mutual_exclusion(Subject::new($mode).await, &$promises).await;
             }
 
             #[tokio::test]
             async fn different_keys_are_independent() {
-                independent_keys(Subject::new($mode)).await;
+                independent_keys(Subject::new($mode).await).await;
             }
 
             #[tokio::test]
             async fn a_wait_ends_by_its_deadline() {
-                wait_deadline(Subject::new($mode)).await;
+                wait_deadline(Subject::new($mode).await).await;
             }
 
             #[tokio::test]
             async fn a_stale_release_does_what_the_mode_promises() {
-                stale_release(Subject::new($mode), &$promises).await;
+                stale_release(Subject::new($mode).await, &$promises).await;
             }
 
             #[tokio::test]
             async fn a_dropped_hold_gives_the_key_back() {
-                dropped_hold(Subject::new($mode)).await;
+                dropped_hold(Subject::new($mode).await).await;
             }
 
             #[tokio::test]
             async fn the_lease_frees_an_abandoned_key() {
-                lease_expiry(Subject::new($mode), &$promises).await;
+                lease_expiry(Subject::new($mode).await, &$promises).await;
             }
         }
     };

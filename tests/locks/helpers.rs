@@ -6,13 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hmdp::config::LockSettings;
-use hmdp::redis_server::RedisServer;
 use hmdp::startup::build_lock;
+use hmdp_test_support::RedisServer;
 use redis::aio::ConnectionManager;
 
-pub fn redis_url() -> String {
-    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into())
-}
+pub use hmdp_test_support::redis_url;
 
 /// A plain connection to `url`, for a test to look at or change the keys.
 pub async fn connect(url: &str) -> redis::aio::MultiplexedConnection {
@@ -34,16 +32,15 @@ pub struct Subject {
 }
 
 impl Subject {
-    pub fn new(mode: LockMode) -> Self {
+    pub async fn new(mode: LockMode) -> Self {
         let redis = hmdp::startup::connect_redis(&redis_url(), Duration::from_secs(10))
             .expect("valid Redis URL");
-        let nodes = if matches!(mode, LockMode::Multi | LockMode::Redlock) {
-            (0..3)
-                .map(|_| RedisServer::start().expect("redis-server starts"))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let mut nodes = Vec::new();
+        if matches!(mode, LockMode::Multi | LockMode::Redlock) {
+            for _ in 0..3 {
+                nodes.push(RedisServer::start().await.expect("redis-server starts"));
+            }
+        }
         Subject {
             mode,
             redis,

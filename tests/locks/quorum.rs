@@ -5,15 +5,18 @@
 use hmdp_lock::{HeldLock, Holder, QuorumLock, Release};
 use std::time::Duration;
 
-use hmdp::redis_server::RedisServer;
+use hmdp_test_support::RedisServer;
 use redis::AsyncCommands;
 
 use crate::helpers::connect;
 
 const LEASE: Duration = Duration::from_secs(10);
 
-fn three_nodes() -> (Vec<RedisServer>, Vec<String>) {
-    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
+async fn three_nodes() -> (Vec<RedisServer>, Vec<String>) {
+    let mut servers = Vec::new();
+    for _ in 0..3 {
+        servers.push(RedisServer::start().await.unwrap());
+    }
     let urls = servers.iter().map(RedisServer::url).collect();
     (servers, urls)
 }
@@ -25,7 +28,7 @@ async fn exists_on(server: &RedisServer, key: &str) -> bool {
 
 #[tokio::test]
 async fn multi_with_a_node_down_fails_cleanly_and_leaves_no_partial_locks() {
-    let (mut servers, urls) = three_nodes();
+    let (mut servers, urls) = three_nodes().await;
     let lock = QuorumLock::multi(&urls, LEASE, Duration::from_millis(300)).unwrap();
     servers[1].kill();
 
@@ -42,7 +45,7 @@ async fn multi_with_a_node_down_fails_cleanly_and_leaves_no_partial_locks() {
 
 #[tokio::test]
 async fn redlock_with_one_of_three_down_still_locks() {
-    let (mut servers, urls) = three_nodes();
+    let (mut servers, urls) = three_nodes().await;
     let lock = QuorumLock::redlock(&urls, LEASE, Duration::ZERO).unwrap();
     let rival = QuorumLock::redlock(&urls, LEASE, Duration::ZERO).unwrap();
     servers[2].kill();
@@ -68,7 +71,7 @@ async fn redlock_with_one_of_three_down_still_locks() {
 
 #[tokio::test]
 async fn redlock_without_a_majority_fails_and_releases_what_it_took() {
-    let (mut servers, urls) = three_nodes();
+    let (mut servers, urls) = three_nodes().await;
     let lock = QuorumLock::redlock(&urls, LEASE, Duration::ZERO).unwrap();
     servers[1].kill();
     servers[2].kill();
@@ -126,7 +129,7 @@ async fn nodes_holding(servers: &[RedisServer]) -> usize {
 
 #[tokio::test]
 async fn a_failed_reentry_round_leaves_the_outer_hold_on_every_node() {
-    let (servers, urls) = three_nodes();
+    let (servers, urls) = three_nodes().await;
     let lock = QuorumLock::multi(&urls, LEASE, Duration::ZERO).unwrap();
     let (outer, inner) = reenter_while_node_3_refuses(&lock, &servers).await;
 
@@ -140,7 +143,7 @@ async fn a_failed_reentry_round_leaves_the_outer_hold_on_every_node() {
 
 #[tokio::test]
 async fn releasing_a_reentry_gives_back_only_the_takes_that_landed() {
-    let (servers, urls) = three_nodes();
+    let (servers, urls) = three_nodes().await;
     let lock = QuorumLock::redlock(&urls, LEASE, Duration::ZERO).unwrap();
     let (outer, inner) = reenter_while_node_3_refuses(&lock, &servers).await;
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use hmdp::redis_server::RedisServer;
+use hmdp_test_support::RedisServer;
 use redis::AsyncCommands;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, Instant};
@@ -225,7 +225,7 @@ async fn the_watchdog_stops_at_the_maximum_hold_time() {
 async fn redis_unreachable_past_the_lease_signals_the_lock_lost() {
     // Wide enough that a loaded machine still checks well inside the lease.
     const LEASE: Duration = Duration::from_millis(1000);
-    let mut server = hmdp::redis_server::RedisServer::start().unwrap();
+    let mut server = RedisServer::start().await.unwrap();
     let lock = ReentrantLock::new(
         redis::Client::open(server.url()).unwrap(),
         hmdp::startup::connect_redis(&server.url(), Duration::from_millis(100)).unwrap(),
@@ -247,7 +247,7 @@ async fn redis_unreachable_past_the_lease_signals_the_lock_lost() {
 /// Many waiters on many keys share the process's one subscription connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_waiters_share_one_subscription_connection() {
-    let server = hmdp::redis_server::RedisServer::start().unwrap();
+    let server = RedisServer::start().await.unwrap();
     let lock = Arc::new(ReentrantLock::new(
         redis::Client::open(server.url()).unwrap(),
         hmdp::startup::connect_redis(&server.url(), Duration::from_secs(10)).unwrap(),
@@ -301,7 +301,7 @@ async fn all_waiters_share_one_subscription_connection() {
 /// 30 s lease: the waiter still gets in promptly after the release.
 #[tokio::test]
 async fn a_waiter_survives_the_subscription_connection_dropping() {
-    let server = hmdp::redis_server::RedisServer::start().unwrap();
+    let server = RedisServer::start().await.unwrap();
     let (held, waiter) = held_with_a_waiter(&server, &server.url()).await;
 
     let mut redis = connect(&server.url()).await;
@@ -331,7 +331,7 @@ async fn a_waiter_survives_the_subscription_connection_dropping() {
 /// at its 10 s deadline.
 #[tokio::test]
 async fn a_waiter_is_not_left_on_a_subscription_connection_gone_silent() {
-    let server = RedisServer::start().unwrap();
+    let server = RedisServer::start().await.unwrap();
     let pubsub = Proxy::start(server.port()).await;
     let (held, waiter) = held_with_a_waiter(&server, &pubsub.url()).await;
     pubsub.requests().hold();
@@ -344,7 +344,7 @@ async fn a_waiter_is_not_left_on_a_subscription_connection_gone_silent() {
 /// the holder's lease, and still gets in soon after the release.
 #[tokio::test]
 async fn a_waiter_polls_when_no_subscription_can_be_opened() {
-    let server = hmdp::redis_server::RedisServer::start().unwrap();
+    let server = RedisServer::start().await.unwrap();
     let refused = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         format!("redis://{}", listener.local_addr().unwrap())
@@ -361,7 +361,7 @@ async fn a_waiter_polls_when_no_subscription_can_be_opened() {
 /// for the holder's 30 s lease.
 #[tokio::test]
 async fn a_release_before_a_late_subscription_confirmation_is_not_slept_through() {
-    let server = RedisServer::start().unwrap();
+    let server = RedisServer::start().await.unwrap();
     let (pubsub, commands) = (
         Proxy::start(server.port()).await,
         Proxy::start(server.port()).await,
@@ -429,7 +429,7 @@ async fn a_release_before_a_late_subscription_confirmation_is_not_slept_through(
 /// `lock:order:1` held on `server` with a 30 s watchdog lease, and a task
 /// waiting up to 10 s for it, with release messages read from `pubsub_url`.
 async fn held_with_a_waiter(
-    server: &hmdp::redis_server::RedisServer,
+    server: &RedisServer,
     pubsub_url: &str,
 ) -> (Box<dyn HeldLock>, JoinHandle<Option<Box<dyn HeldLock>>>) {
     let lock = Arc::new(ReentrantLock::new(
@@ -483,7 +483,7 @@ fn lock_on(server: &RedisServer) -> ReentrantLock {
 /// client gone) leaves no lock behind for the 30 s lease.
 #[tokio::test]
 async fn an_acquisition_abandoned_in_flight_gives_the_key_back() {
-    let server = RedisServer::start().unwrap();
+    let server = RedisServer::start().await.unwrap();
     let lock = lock_on(&server);
     let warm = lock.acquire("lock:order:0").await.unwrap().unwrap();
     warm.release().await.unwrap();
@@ -505,7 +505,7 @@ async fn an_acquisition_abandoned_in_flight_gives_the_key_back() {
 /// else gets in while the outer hold lives.
 #[tokio::test]
 async fn a_release_abandoned_in_flight_gives_back_one_hold_not_two() {
-    let server = RedisServer::start().unwrap();
+    let server = RedisServer::start().await.unwrap();
     let lock = lock_on(&server);
     // Loads the scripts, so that the release below is one command.
     let warm = lock.acquire("lock:order:0").await.unwrap().unwrap();

@@ -4,15 +4,15 @@ use std::io::Write;
 
 use clap::{Parser, Subcommand};
 
-use hmdp::bench::{self, BenchDbArgs, BenchLockArgs};
-use hmdp::cluster::demo::{self, DemoSettings};
-use hmdp::cluster::soak::{self, SoakSettings};
-use hmdp::cluster::up::{self, ClusterSettings};
 use hmdp::config::{ServeSettings, StoreSettings};
-use hmdp::lab;
-use hmdp::loadtest::{self, tokens::TokensSettings, LoadtestSettings};
 use hmdp::startup::Application;
 use hmdp::store::{self, Store};
+use hmdp_tools::bench::{self, BenchDbArgs, BenchLockArgs};
+use hmdp_tools::cluster::demo::{self, DemoSettings};
+use hmdp_tools::cluster::soak::{self, SoakSettings};
+use hmdp_tools::cluster::up::{self, ClusterSettings};
+use hmdp_tools::lab;
+use hmdp_tools::loadtest::{self, tokens::TokensSettings, LoadtestSettings};
 
 /// hmdp-rs: the Heima Dianping flash-sale voucher backend, and a lab of the
 /// distributed locks that guard its one-order-per-user purchase.

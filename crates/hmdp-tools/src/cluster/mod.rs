@@ -9,16 +9,15 @@ mod sandbox;
 pub mod soak;
 pub mod up;
 
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use hmdp_lock::LockMode;
+use hmdp_test_support::{free_ports, ChildProcess};
 use tempfile::TempDir;
-use tokio::process::Child;
 
-use node::{log_tail, Node};
+use node::Node;
 pub use sandbox::Sandbox;
 
 /// Runs `work` to its end unless Ctrl-C (SIGINT) or SIGTERM comes first:
@@ -65,9 +64,9 @@ impl ClusterSpec {
     pub fn in_sandbox(exe: PathBuf, sandbox: &Sandbox) -> ClusterSpec {
         ClusterSpec {
             exe,
-            database_url: sandbox.database_url.clone(),
-            redis_url: sandbox.redis_url.clone(),
-            redis_prefix: sandbox.redis_prefix.clone(),
+            database_url: sandbox.database.url.clone(),
+            redis_url: sandbox.redis.redis_url.clone(),
+            redis_prefix: sandbox.redis.prefix.clone(),
             admin_token: uuid::Uuid::new_v4().simple().to_string(),
         }
     }
@@ -78,10 +77,8 @@ impl ClusterSpec {
 pub struct Cluster {
     spec: ClusterSpec,
     nodes: Vec<Node>,
-    nginx: Child,
+    nginx: ChildProcess,
     nginx_port: u16,
-    /// Probes readiness; its own client, so no load-test connection is spent.
-    client: reqwest::Client,
     /// nginx's prefix: config, pid, temp files, logs. Only held to be
     /// removed on drop, last, after the children are gone.
     _dir: TempDir,
@@ -96,53 +93,31 @@ impl Cluster {
             .prefix("hmdp-cluster-")
             .tempdir()
             .context("cannot create nginx's prefix directory")?;
-        let [nginx_port, port1, port2] = free_ports()?;
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(5))
-            .build()?;
+        let [nginx_port, port1, port2] = free_ports().context("no free local port")?;
         let mut nodes = vec![
             Node::new(NODE_IDS[0], port1, dir.path().join("node1.log")),
             Node::new(NODE_IDS[1], port2, dir.path().join("node2.log")),
         ];
         for node in &mut nodes {
-            node.start(&spec, node_flags, &client).await?;
+            node.start(&spec, node_flags).await?;
         }
 
         let conf = nginx::render(nginx::TEMPLATE, nginx_port, &[port1, port2])?;
         let conf_file = dir.path().join("nginx.conf");
         std::fs::write(&conf_file, conf).context("writing nginx.conf")?;
         let log = dir.path().join("nginx.log");
-        let nginx = nginx::spawn(&nginx_bin, dir.path(), &conf_file, &log)?;
-        let mut cluster = Cluster {
+        let mut nginx = nginx::spawn(&nginx_bin, dir.path(), &conf_file, &log)?;
+        let health = format!("http://127.0.0.1:{nginx_port}/nginx-health");
+        nginx
+            .wait_until_answers(&health, Duration::from_secs(10))
+            .await?;
+        Ok(Cluster {
             spec,
             nodes,
             nginx,
             nginx_port,
-            client,
             _dir: dir,
-        };
-        cluster.wait_for_nginx(&log).await?;
-        Ok(cluster)
-    }
-
-    async fn wait_for_nginx(&mut self, log: &std::path::Path) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let health = format!("{}/nginx-health", self.url());
-        loop {
-            if let Some(status) = self.nginx.try_wait()? {
-                bail!("nginx exited ({status}) at start:\n{}", log_tail(log));
-            }
-            if let Ok(response) = self.client.get(&health).send().await {
-                if response.status().is_success() {
-                    return Ok(());
-                }
-            }
-            if Instant::now() > deadline {
-                bail!("nginx did not answer within 10 s:\n{}", log_tail(log));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
     }
 
     /// nginx's base URL: the cluster's front door.
@@ -175,27 +150,11 @@ impl Cluster {
 
     /// (Re)starts one node on its port, e.g. after [`Cluster::kill_node`].
     pub async fn start_node(&mut self, index: usize, node_flags: &[String]) -> anyhow::Result<()> {
-        self.nodes[index]
-            .start(&self.spec, node_flags, &self.client)
-            .await
+        self.nodes[index].start(&self.spec, node_flags).await
     }
 
     /// Kills one node with SIGKILL, as a crash would.
     pub async fn kill_node(&mut self, index: usize) {
         self.nodes[index].kill().await;
     }
-}
-
-/// Distinct free local ports: all are held open until each is chosen, so the
-/// kernel cannot hand out one twice.
-fn free_ports<const N: usize>() -> anyhow::Result<[u16; N]> {
-    let listeners = (0..N)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()
-        .context("no free local port")?;
-    let mut ports = [0; N];
-    for (port, listener) in ports.iter_mut().zip(&listeners) {
-        *port = listener.local_addr()?.port();
-    }
-    Ok(ports)
 }

@@ -21,9 +21,10 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::LabArgs;
-use crate::config::LockSettings;
-use crate::ids::UserId;
-use crate::keys::Keys;
+use hmdp::config::LockSettings;
+use hmdp::ids::UserId;
+use hmdp::keys::Keys;
+use hmdp_test_support::remove_keys_with_prefix;
 
 /// A participant of a scenario: "A", "B", "C".
 pub type Actor = &'static str;
@@ -140,7 +141,7 @@ impl Lab {
         lease: Duration,
         wait: Duration,
     ) -> anyhow::Result<Arc<dyn OrderLock>> {
-        let redis = crate::startup::connect_redis(redis_url, Duration::from_secs(1))?;
+        let redis = hmdp::startup::connect_redis(redis_url, Duration::from_secs(1))?;
         self.build_lock(&redis, redis_url, nodes, lease, wait)
     }
 
@@ -163,7 +164,7 @@ impl Lab {
             fencing: self.fencing,
         };
         *self.lease.lock().expect("lease poisoned") = Some(lease);
-        crate::startup::build_lock(&settings, redis, redis_url, self.faults())
+        hmdp::startup::build_lock(&settings, redis, redis_url, self.faults())
     }
 
     /// The lock key the actors contend for.
@@ -443,31 +444,9 @@ impl Lab {
 
     /// Deletes every key of this run.
     pub(super) async fn clean_up(&self) -> anyhow::Result<()> {
-        let mut redis = self.redis.clone();
-        // Keys that must share a lock key's hash slot wrap it in `{...}`.
-        let mut keys: Vec<String> = Vec::new();
-        for pattern in [
-            format!("{}*", glob_escape(&self.namespace)),
-            format!("{{{}*", glob_escape(&self.namespace)),
-        ] {
-            use futures::StreamExt;
-            let iter = redis
-                .scan_match::<_, String>(&pattern)
-                .await
-                .context("cannot list the lab's keys")?;
-            let found: Vec<String> = iter
-                .filter_map(|key| async move { key.ok() })
-                .collect()
-                .await;
-            keys.extend(found);
-        }
-        if !keys.is_empty() {
-            let mut redis = self.redis.clone();
-            let _: u64 = redis
-                .del(&keys)
-                .await
-                .context("cannot delete the lab's keys")?;
-        }
+        remove_keys_with_prefix(&mut self.redis.clone(), &self.namespace)
+            .await
+            .context("cannot delete the lab's keys")?;
         Ok(())
     }
 
@@ -492,18 +471,6 @@ impl Lab {
             explanation,
         }
     }
-}
-
-/// Escapes Redis glob characters, so a user's key prefix matches literally.
-fn glob_escape(text: &str) -> String {
-    let mut escaped = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            escaped.push('\\');
-        }
-        escaped.push(c);
-    }
-    escaped
 }
 
 /// The outcome of one run: the timeline, who overlapped, what each release

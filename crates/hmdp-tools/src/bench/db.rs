@@ -11,13 +11,13 @@ use clap::Args;
 use serde::Serialize;
 
 use super::{timed_loop, write_json, Latency, RunShape};
-use crate::config::StoreSettings;
-use crate::id_worker::IdWorker;
-use crate::ids::{OrderId, UserId};
-use crate::keys::Keys;
-use crate::seckill::Seckill;
-use crate::startup::connect_redis;
-use crate::store::{self, NewSeckillVoucher, NewVoucher, Store};
+use hmdp::config::StoreSettings;
+use hmdp::id_worker::IdWorker;
+use hmdp::ids::{OrderId, UserId};
+use hmdp::keys::Keys;
+use hmdp::seckill::Seckill;
+use hmdp::startup::connect_redis;
+use hmdp::store::{self, NewSeckillVoucher, NewVoucher, Store};
 use hmdp_lock::{NoLock, OrderLock};
 
 #[derive(Debug, Clone, Args)]

@@ -2,11 +2,15 @@
 //! scenarios and tests that must kill, restart or replicate Redis without
 //! touching the shared server.
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
+
+use crate::free_ports;
+
+/// How long a fresh redis-server may take to answer PING.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A redis-server child process; killed when dropped.
 pub struct RedisServer {
@@ -19,27 +23,23 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
 }
 
-/// A TCP port that was free a moment ago (the OS picks it).
-pub fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 impl RedisServer {
     /// Starts a server on a free port, keeping nothing on disk.
-    pub fn start() -> anyhow::Result<RedisServer> {
-        Self::start_with(&[])
+    pub async fn start() -> anyhow::Result<RedisServer> {
+        Self::start_with(&[]).await
     }
 
     /// Starts a server with extra `redis-server` arguments
     /// (e.g. `["--replicaof", "127.0.0.1", "6380"]`).
-    pub fn start_with(extra_args: &[&str]) -> anyhow::Result<RedisServer> {
+    pub async fn start_with(extra_args: &[&str]) -> anyhow::Result<RedisServer> {
+        let [port] = free_ports()?;
         let mut server = RedisServer {
-            port: free_port()?,
+            port,
             child: None,
             extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
             dir: tempfile::Builder::new().prefix("hmdp-redis-").tempdir()?,
         };
-        server.spawn()?;
+        server.spawn().await?;
         Ok(server)
     }
 
@@ -59,18 +59,20 @@ impl RedisServer {
     /// SIGKILLs the server: no shutdown, no goodbye to clients.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
+            // Reaped at once (SIGKILL leaves nothing to wait for), so a
+            // restart finds the port free.
             let _ = child.kill();
             let _ = child.wait();
         }
     }
 
     /// Starts the server again on the same port, empty.
-    pub fn restart(&mut self) -> anyhow::Result<()> {
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.kill();
-        self.spawn()
+        self.spawn().await
     }
 
-    fn spawn(&mut self) -> anyhow::Result<()> {
+    async fn spawn(&mut self) -> anyhow::Result<()> {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
@@ -82,24 +84,31 @@ impl RedisServer {
             .spawn()
             .context("cannot start redis-server (is it installed? see scripts/services.sh)")?;
         self.child = Some(child);
-        self.wait_until_ready()
+        self.wait_until_ready().await
     }
 
-    fn wait_until_ready(&self) -> anyhow::Result<()> {
+    /// Polls PING until the server answers, sleeping on tokio's timer between
+    /// tries, so the runtime's other tasks keep running meanwhile.
+    async fn wait_until_ready(&self) -> anyhow::Result<()> {
         let client = redis::Client::open(self.url())?;
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
         loop {
-            let pong = client
-                .get_connection_with_timeout(Duration::from_millis(200))
-                .and_then(|mut conn| redis::cmd("PING").query::<String>(&mut conn));
-            match pong {
-                Ok(_) => return Ok(()),
-                Err(_) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(20))
+            let pong = async {
+                let mut conn = client.get_multiplexed_async_connection().await?;
+                redis::cmd("PING").query_async::<String>(&mut conn).await
+            };
+            match tokio::time::timeout(Duration::from_millis(200), pong).await {
+                Ok(Ok(_)) => return Ok(()),
+                _ if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
                 }
-                Err(error) => {
+                Ok(Err(error)) => {
                     return Err(error).context(format!("redis-server on {} not ready", self.port))
                 }
+                Err(_) => anyhow::bail!(
+                    "redis-server on {} not ready in {READY_TIMEOUT:?}",
+                    self.port
+                ),
             }
         }
     }

@@ -23,10 +23,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::task::JoinSet;
 
-use crate::config::StoreSettings;
-use crate::ids::VoucherId;
-use crate::keys::Keys;
-use crate::store::Store;
+use hmdp::config::StoreSettings;
+use hmdp::ids::VoucherId;
+use hmdp::keys::Keys;
+use hmdp::store::Store;
 
 use lanes::Lanes;
 pub use report::{Latency, Report};
@@ -323,7 +323,7 @@ pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
             tokens
         }
         None => {
-            let redis = crate::startup::connect_redis(
+            let redis = hmdp::startup::connect_redis(
                 &settings.store.redis_url,
                 settings.store.backend_timeout(),
             )?;

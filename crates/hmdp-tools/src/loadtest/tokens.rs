@@ -11,8 +11,8 @@ use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use serde::Deserialize;
 
-use crate::config::StoreSettings;
-use crate::keys::Keys;
+use hmdp::config::StoreSettings;
+use hmdp::keys::Keys;
 
 /// `hmdp tokens`: log users in and write their tokens.
 #[derive(Debug, Clone, Args)]
@@ -163,7 +163,7 @@ impl Login {
 /// `hmdp tokens`.
 pub async fn run(settings: TokensSettings) -> anyhow::Result<()> {
     let redis =
-        crate::startup::connect_redis(&settings.store.redis_url, settings.store.backend_timeout())?;
+        hmdp::startup::connect_redis(&settings.store.redis_url, settings.store.backend_timeout())?;
     let login = Login::new(
         super::http_client(settings.concurrency)?,
         &settings.target,

@@ -3,14 +3,14 @@
 //! services) and replaced with local ports for a private nginx run.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 use anyhow::{bail, Context};
-use tokio::process::{Child, Command};
+use hmdp_test_support::{ChildProcess, Stdout};
+use tokio::process::Command;
 
 /// The repository's `nginx.conf`, built in so the demo runs from any directory
 /// with exactly the configuration docker-compose mounts.
-pub const TEMPLATE: &str = include_str!("../../nginx.conf");
+pub const TEMPLATE: &str = include_str!("../../../../nginx.conf");
 
 /// Where nginx is looked for when it is not on `PATH` (Debian installs it in
 /// sbin, which a non-root `PATH` often lacks).
@@ -140,26 +140,22 @@ pub fn render(conf: &str, listen: u16, node_ports: &[u16]) -> anyhow::Result<Str
 /// Starts nginx on `conf_file` with `prefix` as its private prefix: in the
 /// foreground (`daemon off`) so it is our child, and as one process
 /// (`master_process off`) so killing that child leaves no orphaned worker
-/// holding the port. Its error log goes to `log`.
-pub fn spawn(nginx: &Path, prefix: &Path, conf_file: &Path, log: &Path) -> anyhow::Result<Child> {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .with_context(|| format!("opening {}", log.display()))?;
-    Command::new(nginx)
+/// holding the port. Its error log goes to `log`; its access log (stdout) is
+/// discarded, where it costs nothing.
+pub fn spawn(
+    nginx: &Path,
+    prefix: &Path,
+    conf_file: &Path,
+    log: &Path,
+) -> anyhow::Result<ChildProcess> {
+    let mut command = Command::new(nginx);
+    command
         .arg("-p")
         .arg(prefix)
         .arg("-c")
         .arg(conf_file)
-        .args(["-e", "stderr", "-g", "daemon off; master_process off;"])
-        .stdin(Stdio::null())
-        // The access log goes to stdout: discarded, it costs nothing.
-        .stdout(Stdio::null())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("cannot start {}", nginx.display()))
+        .args(["-e", "stderr", "-g", "daemon off; master_process off;"]);
+    ChildProcess::spawn("nginx", command, log, Stdout::Discard)
 }
 
 #[cfg(test)]

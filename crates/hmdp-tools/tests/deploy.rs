@@ -4,14 +4,17 @@
 
 use std::collections::BTreeSet;
 
-use hmdp::cluster::nginx;
+use hmdp_tools::cluster::nginx;
 use serde_yaml::Value;
 
 const APP_SERVICES: [&str; 2] = ["app1", "app2"];
 
 fn compose() -> Value {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docker-compose.yml"))
-        .expect("docker-compose.yml exists");
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docker-compose.yml"
+    ))
+    .expect("docker-compose.yml exists");
     let mut compose: Value = serde_yaml::from_str(&text).expect("docker-compose.yml parses");
     // Compose applies `<<` merge keys; so must we before reading the services.
     compose.apply_merge().expect("merge keys resolve");
@@ -160,8 +163,9 @@ fn nginx_upstreams_are_the_app_services_on_their_ports() {
 
 #[test]
 fn the_dockerfile_is_multi_stage_and_runs_the_node() {
-    let dockerfile = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Dockerfile"))
-        .expect("Dockerfile exists");
+    let dockerfile =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Dockerfile"))
+            .expect("Dockerfile exists");
     let stages = dockerfile
         .lines()
         .filter(|line| line.starts_with("FROM "))

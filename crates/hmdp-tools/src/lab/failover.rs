@@ -21,7 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::harness::Lab;
-use crate::redis_server::RedisServer;
+use hmdp_test_support::RedisServer;
 
 const LEASE: Duration = Duration::from_millis(2000);
 
@@ -33,9 +33,10 @@ pub(super) async fn run(lab: &Lab) -> anyhow::Result<String> {
 }
 
 async fn replicated(lab: &Lab) -> anyhow::Result<String> {
-    let mut master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"])?;
+    let mut master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]).await?;
     let link = ReplicationLink::open(master.port()).await?;
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &link.port.to_string()])?;
+    let replica =
+        RedisServer::start_with(&["--replicaof", "127.0.0.1", &link.port.to_string()]).await?;
     wait_for_sync(&replica).await?;
     lab.say(
         "redis",
@@ -94,9 +95,10 @@ async fn replicated(lab: &Lab) -> anyhow::Result<String> {
 }
 
 async fn independent_nodes(lab: &Lab) -> anyhow::Result<String> {
-    let mut servers = (0..3)
-        .map(|_| RedisServer::start())
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut servers = Vec::new();
+    for _ in 0..3 {
+        servers.push(RedisServer::start().await?);
+    }
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let build = || match lab.mode() {
         LockMode::Multi => QuorumLock::multi(&urls, LEASE, Duration::ZERO),

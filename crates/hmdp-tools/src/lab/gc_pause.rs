@@ -19,12 +19,12 @@ use sqlx::migrate::MigrateDatabase;
 use sqlx::MySql;
 
 use super::harness::{Actor, Lab};
-use crate::error::Error;
-use crate::id_worker::IdWorker;
-use crate::ids::{OrderId, UserId};
-use crate::keys::Keys;
-use crate::seckill::Seckill;
-use crate::store::{self, NewSeckillVoucher, NewVoucher, Store};
+use hmdp::error::Error;
+use hmdp::id_worker::IdWorker;
+use hmdp::ids::{OrderId, UserId};
+use hmdp::keys::Keys;
+use hmdp::seckill::Seckill;
+use hmdp::store::{self, NewSeckillVoucher, NewVoucher, Store};
 
 const LEASE: Duration = Duration::from_millis(400);
 const PAUSE: Duration = Duration::from_millis(1200);

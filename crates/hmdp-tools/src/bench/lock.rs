@@ -22,8 +22,8 @@ use redis::Script;
 use serde::Serialize;
 
 use super::{new_histogram, timed_loop, write_json, RunShape};
-use crate::config::{LockSettings, StoreSettings};
-use crate::startup::connect_redis;
+use hmdp::config::{LockSettings, StoreSettings};
+use hmdp::startup::connect_redis;
 
 /// Hand-offs measured after a hot-key run.
 const HANDOFF_ROUNDS: usize = 500;
@@ -183,7 +183,7 @@ async fn bare_pair(mut redis: MultiplexedConnection, key: &str, token: &str) -> 
 pub async fn run(args: BenchLockArgs) -> anyhow::Result<BenchLockResult> {
     let redis = connect_redis(&args.store.redis_url, args.store.backend_timeout())?;
     let lock =
-        crate::startup::build_lock(&args.lock, &redis, &args.store.redis_url, Faults::none())?;
+        hmdp::startup::build_lock(&args.lock, &redis, &args.store.redis_url, Faults::none())?;
     let bare = if args.baseline {
         let client = redis::Client::open(args.store.redis_url.as_str())?;
         Some(client.get_multiplexed_async_connection().await?)

@@ -12,10 +12,10 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::{node_flags, until_signal, Cluster, ClusterSpec, Sandbox, NODE_IDS};
-use crate::config::StoreSettings;
-use crate::ids::VoucherId;
-use crate::keys::Keys;
 use crate::loadtest::{self, tokens::Login, Plan, Report};
+use hmdp::config::StoreSettings;
+use hmdp::ids::VoucherId;
+use hmdp::keys::Keys;
 
 /// `hmdp demo`.
 #[derive(Debug, Clone, Args)]
@@ -148,20 +148,20 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
     let spec = ClusterSpec::in_sandbox(exe, sandbox);
     eprintln!(
         "starting two nodes and nginx (database {}, Redis prefix {})",
-        sandbox.database_url, sandbox.redis_prefix
+        sandbox.database.url, sandbox.redis.prefix
     );
     let mut cluster =
         Cluster::start(spec.clone(), &node_flags(first, settings.chaos_hold_ms)).await?;
     let client = loadtest::http_client(settings.concurrency)?;
     let redis =
-        crate::startup::connect_redis(&sandbox.redis_url, settings.store.backend_timeout())?;
+        hmdp::startup::connect_redis(&sandbox.redis.redis_url, settings.store.backend_timeout())?;
     // Sessions live in Redis, so one login serves every mode's nodes.
     eprintln!("logging {} users in through nginx", settings.users);
     let tokens = Login::new(
         client.clone(),
         &cluster.url(),
         redis,
-        Keys::new(sandbox.redis_prefix.clone()),
+        Keys::new(sandbox.redis.prefix.clone()),
     )
     .users(0, settings.users, 32)
     .await?;

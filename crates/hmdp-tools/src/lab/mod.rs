@@ -25,8 +25,8 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use hmdp_lock::LockMode;
 
-use crate::config::redact_url;
-use crate::startup;
+use hmdp::config::redact_url;
+use hmdp::startup;
 
 use harness::Lab;
 pub use harness::{Actor, Event, Report};

@@ -1,27 +1,19 @@
 //! Two nodes behind nginx, started exactly as `hmdp demo` starts them
-//! (`hmdp::cluster`), against the machine's MySQL, Redis and nginx: which lock
+//! (`hmdp_tools::cluster`), against the machine's MySQL, Redis and nginx: which lock
 //! modes keep one order per user across nodes, and what a node crash does.
 
-use hmdp_lock::LockMode;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use hmdp::cluster::{node_flags, Cluster, ClusterSpec, Sandbox, NODE_IDS};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
-use hmdp::loadtest::tokens::Login;
-use hmdp::loadtest::{self, Plan, Report};
 use hmdp::store::Store;
-
-fn mysql_url() -> String {
-    std::env::var("TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
-        + "/hmdp"
-}
-
-fn redis_url() -> String {
-    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into())
-}
+use hmdp_lock::LockMode;
+use hmdp_test_support::{mysql_server_url, redis_url, wait_until};
+use hmdp_tools::cluster::{node_flags, Cluster, ClusterSpec, Sandbox, NODE_IDS};
+use hmdp_tools::loadtest::tokens::Login;
+use hmdp_tools::loadtest::{self, Plan, Report};
 
 /// A cluster in its own sandbox, with users logged in through nginx. Fields
 /// drop in order: the processes go before their database does.
@@ -36,7 +28,7 @@ struct TestCluster {
 impl TestCluster {
     async fn start(mode: LockMode, chaos_hold_ms: u64, users: usize) -> TestCluster {
         hmdp::telemetry::init();
-        let sandbox = Sandbox::create(&mysql_url(), &redis_url(), "test")
+        let sandbox = Sandbox::create(&mysql_server_url(), &redis_url(), "test")
             .await
             .expect("MySQL is reachable (scripts/services.sh starts it)");
         let spec = ClusterSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
@@ -48,13 +40,13 @@ impl TestCluster {
             .await
             .unwrap_or_else(|error| panic!("cluster did not start: {error:#}"));
         let client = loadtest::http_client(200).unwrap();
-        let redis =
-            hmdp::startup::connect_redis(&sandbox.redis_url, Duration::from_secs(10)).unwrap();
+        let redis = hmdp::startup::connect_redis(&sandbox.redis.redis_url, Duration::from_secs(10))
+            .unwrap();
         let tokens = Login::new(
             client.clone(),
             &cluster.url(),
             redis,
-            Keys::new(sandbox.redis_prefix.clone()),
+            Keys::new(sandbox.redis.prefix.clone()),
         )
         .users(0, users, 32)
         .await
@@ -184,9 +176,12 @@ async fn a_killed_node_leaves_the_survivor_serving_and_the_stock_balanced() {
     // Kill node1 once about a quarter of the requests are answered.
     let TestCluster { cluster, store, .. } = &mut test;
     let (report, ()) = tokio::join!(run(store, &plan, STOCK), async {
-        while plan.progress.position() < total / 4 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        wait_until(
+            "a quarter of the requests answered",
+            Duration::from_secs(60),
+            || async { plan.progress.position() >= total / 4 },
+        )
+        .await;
         cluster.kill_node(0).await;
     });
     // Purchases that were on node1 when it died get 502 from nginx, which
@@ -237,9 +232,9 @@ async fn the_tokens_and_loadtest_commands_log_in_fire_verify_and_write_json() {
         vec![
             command.to_owned(),
             format!("--target={target}"),
-            format!("--redis-url={}", test.sandbox.redis_url),
-            format!("--redis-prefix={}", test.sandbox.redis_prefix),
-            format!("--database-url={}", test.sandbox.database_url),
+            format!("--redis-url={}", test.sandbox.redis.redis_url),
+            format!("--redis-prefix={}", test.sandbox.redis.prefix),
+            format!("--database-url={}", test.sandbox.database.url),
         ]
     };
 

@@ -9,7 +9,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::{Measured, Plan};
-use crate::store::VoucherAudit;
+use hmdp::store::VoucherAudit;
 
 /// Latency percentiles in milliseconds.
 #[derive(Debug, Clone, Copy, Serialize)]

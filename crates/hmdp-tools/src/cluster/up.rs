@@ -11,7 +11,7 @@ use hmdp_lock::LockMode;
 
 use super::{node_flags, until_signal};
 use super::{Cluster, ClusterSpec, Sandbox};
-use crate::config::StoreSettings;
+use hmdp::config::StoreSettings;
 
 /// `hmdp cluster`.
 #[derive(Debug, Clone, Args)]
@@ -83,9 +83,9 @@ fn describe(cluster: &Cluster, sandbox: &Sandbox) -> String {
         .collect();
     let mut out = String::new();
     let _ = writeln!(out, "HMDP_TARGET={}", cluster.url());
-    let _ = writeln!(out, "DATABASE_URL={}", sandbox.database_url);
-    let _ = writeln!(out, "REDIS_URL={}", sandbox.redis_url);
-    let _ = writeln!(out, "HMDP_REDIS_PREFIX={}", sandbox.redis_prefix);
+    let _ = writeln!(out, "DATABASE_URL={}", sandbox.database.url);
+    let _ = writeln!(out, "REDIS_URL={}", sandbox.redis.redis_url);
+    let _ = writeln!(out, "HMDP_REDIS_PREFIX={}", sandbox.redis.prefix);
     let _ = writeln!(out, "HMDP_ADMIN_TOKEN={}", cluster.spec().admin_token);
     let _ = writeln!(out, "HMDP_NODE_PIDS=\"{}\"", pids.join(" "));
     if let Some(pid) = cluster.nginx_pid() {

@@ -2,14 +2,13 @@
 //! each simple mode, checking who overlapped in the critical section and what
 //! the releases reported; and the `hmdp lab` command's exit codes and help.
 
-use hmdp_lock::LockMode;
 use std::process::Command;
 
-use hmdp::lab::{self, LabArgs, Report, Scenario};
-use hmdp_lock::Release;
+use hmdp_lock::{LockMode, Release};
+use hmdp_tools::lab::{self, LabArgs, Report, Scenario};
 use redis::AsyncCommands;
 
-use crate::helpers::{connect, redis_url};
+use hmdp_test_support::{mysql_server_url, redis_url};
 
 /// Runs a scenario under a prefix of this test's own, and checks the run left
 /// no key behind.
@@ -19,8 +18,7 @@ async fn run(scenario: fn(LabArgs) -> Scenario, mode: LockMode) -> Report {
 
 async fn run_fenced(scenario: fn(LabArgs) -> Scenario, mode: LockMode, fencing: bool) -> Report {
     let prefix = format!("test:{}:", uuid::Uuid::new_v4().simple());
-    let mysql =
-        std::env::var("TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into());
+    let mysql = mysql_server_url();
     let scenario = scenario(LabArgs {
         mode: Some(mode),
         redis_url: redis_url(),
@@ -32,7 +30,11 @@ async fn run_fenced(scenario: fn(LabArgs) -> Scenario, mode: LockMode, fencing: 
     let report = lab::run(&scenario).await.expect("the scenario runs");
     println!("{report}");
 
-    let mut redis = connect(&redis_url()).await;
+    let mut redis = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
     let left: Vec<String> = redis.keys(format!("{prefix}*")).await.unwrap();
     assert!(left.is_empty(), "keys left behind: {left:?}");
     report

@@ -17,12 +17,12 @@ use tokio::sync::Mutex;
 
 use super::{node_flags, until_signal};
 use super::{Cluster, ClusterSpec, Sandbox, NODE_IDS};
-use crate::config::StoreSettings;
-use crate::ids::VoucherId;
-use crate::keys::Keys;
 use crate::loadtest::{self, tokens::Login, Plan};
-use crate::redis_server::RedisServer;
-use crate::store::{Store, VoucherAudit};
+use hmdp::config::StoreSettings;
+use hmdp::ids::VoucherId;
+use hmdp::keys::Keys;
+use hmdp::store::{Store, VoucherAudit};
+use hmdp_test_support::RedisServer;
 
 /// `hmdp soak`.
 #[derive(Debug, Clone, Args)]
@@ -85,7 +85,7 @@ struct Tally {
 
 pub async fn run(settings: SoakSettings) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find the hmdp executable")?;
-    let redis = RedisServer::start()?;
+    let redis = RedisServer::start().await?;
     let sandbox = Sandbox::create(&settings.store.database_url, &redis.url(), "soak").await?;
     let outcome = until_signal(soak(&settings, exe, &sandbox, redis))
         .await
@@ -124,15 +124,15 @@ async fn soak(
         } else {
             ""
         },
-        sandbox.database_url
+        sandbox.database.url
     );
 
     let tally = Arc::new(Mutex::new(Tally::default()));
     let front_door = FrontDoor {
         url: cluster.url(),
         admin_token: cluster.spec().admin_token.clone(),
-        redis_url: sandbox.redis_url.clone(),
-        keys: Keys::new(sandbox.redis_prefix.clone()),
+        redis_url: sandbox.redis.redis_url.clone(),
+        keys: Keys::new(sandbox.redis.prefix.clone()),
     };
     let load = tokio::spawn(load_loop(
         settings.clone(),
@@ -158,7 +158,7 @@ async fn soak(
                 format!("t={at}s SIGKILL {} (restarted 3 s later)", NODE_IDS[index])
             }
             _ => {
-                redis.restart()?;
+                redis.restart().await?;
                 format!("t={at}s Redis killed and restarted empty")
             }
         };
@@ -191,7 +191,7 @@ async fn load_loop(
     tally: Arc<Mutex<Tally>>,
 ) -> anyhow::Result<()> {
     let client = loadtest::http_client(settings.concurrency)?;
-    let redis = crate::startup::connect_redis(&door.redis_url, Duration::from_secs(2))?;
+    let redis = hmdp::startup::connect_redis(&door.redis_url, Duration::from_secs(2))?;
     let login = Login::new(client.clone(), &door.url, redis, door.keys);
     let target = door.url;
     while Instant::now() < until {

@@ -1,0 +1,86 @@
+//! What hmdp's tests and tools share: the servers they run against, a
+//! database and a Redis key prefix of their own, private redis-servers, child
+//! processes killed on drop, free ports, and the `hmdp` binary. It depends on
+//! neither the product nor the lock crate, so both can test with it.
+
+use std::future::Future;
+use std::net::TcpListener;
+use std::time::Duration;
+
+/// The `hmdp` executable for tests outside the package that builds it.
+pub mod binary;
+/// A uniquely named database of its own on a MySQL server, dropped with it.
+pub mod database;
+/// Child processes that log to a file and are killed when dropped.
+pub mod process;
+/// A Redis key prefix of its own, its keys removed when dropped.
+pub mod redis_keys;
+/// Private `redis-server` processes on free ports.
+pub mod redis_server;
+
+pub use binary::hmdp_binary;
+pub use database::TestDatabase;
+pub use process::{ChildProcess, Stdout};
+pub use redis_keys::{remove_keys_with_prefix, RedisNamespace};
+pub use redis_server::RedisServer;
+
+/// The MySQL server tests create their databases on (`TEST_MYSQL_URL`, no
+/// database in the path).
+pub fn mysql_server_url() -> String {
+    std::env::var("TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
+}
+
+/// The shared Redis tests run on (`TEST_REDIS_URL`), each under a prefix of
+/// its own: never flushed.
+pub fn redis_url() -> String {
+    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into())
+}
+
+/// Polls `condition` every 10 ms until it holds; panics, saying it was
+/// waiting for `what`, if it has not within `within`. For tests that wait for
+/// a state instead of sleeping for as long as it usually takes.
+pub async fn wait_until<F, Fut>(what: &str, within: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    while !condition().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still waiting for {what} after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Runs `work` to its end on a thread and runtime of its own, for the
+/// clean-up in a `Drop`: `drop` cannot await, and it may run inside another
+/// runtime's task, where blocking on that runtime would panic.
+pub(crate) fn finish_from_drop<T: Send + 'static>(
+    work: impl Future<Output = T> + Send + 'static,
+) -> std::thread::Result<T> {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime for the clean-up")
+            .block_on(work)
+    })
+    .join()
+}
+
+/// Distinct local ports that were free a moment ago: all are held open until
+/// each is chosen, so the kernel cannot hand out one twice. Another process
+/// may still take one before the caller binds it; nothing can prevent that
+/// short of passing the bound socket on.
+pub fn free_ports<const N: usize>() -> std::io::Result<[u16; N]> {
+    let listeners = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut ports = [0; N];
+    for (port, listener) in ports.iter_mut().zip(&listeners) {
+        *port = listener.local_addr()?.port();
+    }
+    Ok(ports)
+}

@@ -1,0 +1,143 @@
+//! The one launcher of child processes (nodes, nginx): output appended to a
+//! log file, readiness polled over HTTP with a deadline, SIGKILL when dropped.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use tokio::process::{Child, Command};
+
+/// Where a child's standard output goes; its standard error always goes to
+/// its log.
+pub enum Stdout {
+    Log,
+    /// For output nobody reads that would cost a write per line (nginx's
+    /// access log under load).
+    Discard,
+}
+
+/// A running child process; killed when dropped.
+pub struct ChildProcess {
+    /// Names the process in error messages.
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl ChildProcess {
+    /// Starts `command` with stdin closed and stderr (and `stdout`, if so
+    /// chosen) appended to `log`, after a header line naming it (not its
+    /// arguments: they may hold a database password).
+    pub fn spawn(
+        name: &str,
+        mut command: Command,
+        log: &Path,
+        stdout: Stdout,
+    ) -> anyhow::Result<ChildProcess> {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .with_context(|| format!("opening {}", log.display()))?;
+        writeln!(file, "--- starting {name}")?;
+        let stdout = match stdout {
+            Stdout::Log => Stdio::from(file.try_clone()?),
+            Stdout::Discard => Stdio::null(),
+        };
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| {
+                format!("cannot start {name}: {:?}", command.as_std().get_program())
+            })?;
+        Ok(ChildProcess {
+            name: name.to_owned(),
+            child,
+            log: log.to_owned(),
+        })
+    }
+
+    /// Polls `url` until it answers 2xx; fails, with the end of the log, if
+    /// the process exits first or `within` passes.
+    pub async fn wait_until_answers(&mut self, url: &str, within: Duration) -> anyhow::Result<()> {
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(5))
+            .build()?;
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "{} exited ({status}) while starting; its log ends with:\n{}",
+                    self.name,
+                    self.log_tail()
+                );
+            }
+            if let Ok(response) = client.get(url).send().await {
+                if response.status().is_success() {
+                    return Ok(());
+                }
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!(
+                    "{} did not answer {url} within {within:?}; its log ends with:\n{}",
+                    self.name,
+                    self.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The process id, until the process has been reaped.
+    pub fn id(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// SIGKILL, like a crash or `kill -9`: nothing in flight is finished.
+    pub async fn kill(&mut self) {
+        // An error means it has already exited, which is what we want.
+        let _ = self.child.kill().await;
+    }
+
+    /// Sends SIGTERM: a graceful stop.
+    pub fn terminate(&self) -> anyhow::Result<()> {
+        let pid = self.id().context("the process has exited")?;
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()?;
+        anyhow::ensure!(status.success(), "kill -TERM {pid}: {status}");
+        Ok(())
+    }
+
+    /// Waits for the process to exit by itself; `None` if it has not within
+    /// `within`.
+    pub async fn wait_exit(&mut self, within: Duration) -> Option<ExitStatus> {
+        tokio::time::timeout(within, self.child.wait())
+            .await
+            .ok()
+            .and_then(Result::ok)
+    }
+
+    /// Everything the process has written so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The last lines of the log, for an error message.
+    pub fn log_tail(&self) -> String {
+        log_tail(&self.log)
+    }
+}
+
+/// The last lines of a log file, for an error message.
+pub fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}

@@ -1,0 +1,87 @@
+//! One `hmdp serve` child process: started with the cluster's shared
+//! settings plus per-run flags, waited for until `/ready`, killed on demand
+//! or when dropped.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hmdp_test_support::{ChildProcess, Stdout};
+use tokio::process::Command;
+
+use super::ClusterSpec;
+
+/// How long a node may take to answer `/ready`: a debug build on a busy
+/// two-core machine connects to MySQL and Redis well within this.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A node of the cluster, running or not.
+pub struct Node {
+    pub id: String,
+    pub port: u16,
+    log: PathBuf,
+    process: Option<ChildProcess>,
+}
+
+impl Node {
+    pub fn new(id: &str, port: u16, log: PathBuf) -> Node {
+        Node {
+            id: id.to_owned(),
+            port,
+            log,
+            process: None,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the node with `flags` after the cluster's own settings and waits
+    /// until it is ready. Migrations were applied once by the cluster, so the
+    /// two nodes never race to apply them.
+    pub async fn start(&mut self, spec: &ClusterSpec, flags: &[String]) -> anyhow::Result<()> {
+        self.kill().await;
+        let mut command = Command::new(&spec.exe);
+        command
+            .arg("serve")
+            .arg("--host=127.0.0.1")
+            .arg(format!("--port={}", self.port))
+            .arg(format!("--node-id={}", self.id))
+            .arg(format!("--database-url={}", spec.database_url))
+            .arg(format!("--redis-url={}", spec.redis_url))
+            .arg(format!("--redis-prefix={}", spec.redis_prefix))
+            .arg(format!("--admin-token={}", spec.admin_token))
+            .arg("--no-migrate")
+            .args(flags);
+        // A node logging every request at `info` spends the CPU that the load
+        // test wants to measure; keep warnings unless the user asks for more.
+        if std::env::var_os("RUST_LOG").is_none() {
+            command.env("RUST_LOG", "warn");
+        }
+        // Two nodes share this machine: each gets half of its cores for HTTP
+        // workers instead of one per core, which would double the threads
+        // competing for them (measured: 15% less CPU per purchase).
+        if std::env::var_os("HMDP_WORKERS").is_none() {
+            let cores = std::thread::available_parallelism().map_or(2, usize::from);
+            command.env("HMDP_WORKERS", (cores / 2).max(1).to_string());
+        }
+        let name = format!("{} {flags:?}", self.id);
+        let ready = format!("{}/ready", self.url());
+        let process =
+            self.process
+                .insert(ChildProcess::spawn(&name, command, &self.log, Stdout::Log)?);
+        process.wait_until_answers(&ready, READY_TIMEOUT).await
+    }
+
+    /// The process id while the node runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().and_then(ChildProcess::id)
+    }
+
+    /// SIGKILL, like a crash or `kill -9`: nothing in flight is finished.
+    pub async fn kill(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.kill().await;
+        }
+    }
+}

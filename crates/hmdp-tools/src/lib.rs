@@ -1,0 +1,13 @@
+//! The tools around the hmdp product: the lab that reproduces the course's
+//! lock failures, two nodes behind nginx for the demo and the soak, the load
+//! generator, and the benchmarks. The product library (`hmdp`) knows none of
+//! them.
+
+/// `bench-lock` and `bench-db`: the lock and the transaction measured alone.
+pub mod bench;
+/// Two nodes and nginx as local child processes; `hmdp demo`, `hmdp cluster`.
+pub mod cluster;
+/// Deterministic reproductions of the course's lock failures.
+pub mod lab;
+/// The load generator and the bulk login behind `hmdp tokens`.
+pub mod loadtest;
