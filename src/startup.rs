@@ -10,7 +10,7 @@ use actix_web::middleware::{from_fn, DefaultHeaders};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 use hmdp_lock::{Faults, OrderLock};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use tracing_actix_web::TracingLogger;
 
 use crate::auth::{AdminToken, Sessions};
@@ -37,14 +37,8 @@ pub struct AppState {
 /// A Redis connection that reconnects by itself and never waits longer than
 /// `timeout` for a reply, so a dead Redis turns into fast 503s, not hangs.
 pub fn connect_redis(url: &str, timeout: Duration) -> anyhow::Result<ConnectionManager> {
-    let client = redis::Client::open(url)
-        .with_context(|| format!("invalid REDIS_URL `{}`", redact_url(url)))?;
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(timeout))
-        .set_response_timeout(Some(timeout))
-        .set_number_of_retries(1)
-        .set_max_delay(Duration::from_millis(200));
-    ConnectionManager::new_lazy_with_config(client, config).context("cannot set up Redis")
+    hmdp_lock::connection_manager(url, timeout)
+        .with_context(|| format!("invalid REDIS_URL `{}`", redact_url(url)))
 }
 
 /// The lock `settings` configure, on `redis` (see [`hmdp_lock::build`]), with

@@ -154,3 +154,19 @@ pub fn build(
         lock
     })
 }
+
+/// A connection for the locks to share: it reconnects by itself, and never
+/// waits longer than `timeout` to connect or for a reply, so that a dead or
+/// frozen Redis turns into a prompt error for the holder instead of a wait
+/// that outlasts its lease. Connects on first use.
+pub fn connection_manager(
+    url: &str,
+    timeout: Duration,
+) -> redis::RedisResult<redis::aio::ConnectionManager> {
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(200));
+    redis::aio::ConnectionManager::new_lazy_with_config(redis::Client::open(url)?, config)
+}

@@ -117,7 +117,7 @@ mod set_nx;
 
 use async_trait::async_trait;
 
-pub use builder::{build, BuildError, Options};
+pub use builder::{build, connection_manager, BuildError, Options};
 pub use faults::{Faults, Pause};
 pub use fencing::Fenced;
 pub use keys::sibling;

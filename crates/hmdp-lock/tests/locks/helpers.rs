@@ -1,12 +1,11 @@
 //! What the lock tests share: the Redis they run on and locks built the way
-//! the purchase builds them, under a key prefix of each test's own.
+//! `--lock-lease-ms` and `--lock-wait-ms` build them, under a key prefix of
+//! each test's own.
 
-use hmdp_lock::{Faults, LockMode, OrderLock};
+use hmdp_lock::{LockMode, Options, OrderLock};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hmdp::config::LockSettings;
-use hmdp::startup::build_lock;
 use hmdp_test_support::RedisServer;
 use redis::aio::ConnectionManager;
 
@@ -33,7 +32,7 @@ pub struct Subject {
 
 impl Subject {
     pub async fn new(mode: LockMode) -> Self {
-        let redis = hmdp::startup::connect_redis(&redis_url(), Duration::from_secs(10))
+        let redis = hmdp_lock::connection_manager(&redis_url(), Duration::from_secs(10))
             .expect("valid Redis URL");
         let mut nodes = Vec::new();
         if matches!(mode, LockMode::Multi | LockMode::Redlock) {
@@ -51,16 +50,13 @@ impl Subject {
 
     /// A lock of this mode, as `--lock-lease-ms` and `--lock-wait-ms` would build it.
     pub fn lock(&self, lease: Duration, wait: Duration) -> Arc<dyn OrderLock> {
-        let settings = LockSettings {
-            mode: self.mode,
-            lock_nodes: self.nodes.iter().map(RedisServer::url).collect(),
-            lock_lease_ms: Some(lease.as_millis() as u64),
-            lock_wait_ms: wait.as_millis() as u64,
-            lock_watchdog_ms: 30_000,
-            lock_max_hold_ms: 0,
-            fencing: false,
+        let options = Options {
+            lease: Some(lease),
+            wait,
+            nodes: self.nodes.iter().map(RedisServer::url).collect(),
+            ..Options::new(self.mode)
         };
-        build_lock(&settings, &self.redis, &redis_url(), Faults::none()).expect("mode is available")
+        hmdp_lock::build(&options, &self.redis, &redis_url()).expect("mode is available")
     }
 
     pub fn key(&self, name: &str) -> String {

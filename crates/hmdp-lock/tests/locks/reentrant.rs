@@ -20,7 +20,7 @@ fn lock(options: ReentrantOptions) -> ReentrantLock {
     let url = redis_url();
     ReentrantLock::new(
         redis::Client::open(url.as_str()).unwrap(),
-        hmdp::startup::connect_redis(&url, Duration::from_secs(10)).unwrap(),
+        hmdp_lock::connection_manager(&url, Duration::from_secs(10)).unwrap(),
         options,
     )
 }
@@ -228,7 +228,7 @@ async fn redis_unreachable_past_the_lease_signals_the_lock_lost() {
     let mut server = RedisServer::start().await.unwrap();
     let lock = ReentrantLock::new(
         redis::Client::open(server.url()).unwrap(),
-        hmdp::startup::connect_redis(&server.url(), Duration::from_millis(100)).unwrap(),
+        hmdp_lock::connection_manager(&server.url(), Duration::from_millis(100)).unwrap(),
         watchdog(LEASE, Duration::ZERO),
     );
     let held = lock.acquire(&key("unreachable")).await.unwrap().unwrap();
@@ -250,7 +250,7 @@ async fn all_waiters_share_one_subscription_connection() {
     let server = RedisServer::start().await.unwrap();
     let lock = Arc::new(ReentrantLock::new(
         redis::Client::open(server.url()).unwrap(),
-        hmdp::startup::connect_redis(&server.url(), Duration::from_secs(10)).unwrap(),
+        hmdp_lock::connection_manager(&server.url(), Duration::from_secs(10)).unwrap(),
         watchdog(Duration::from_secs(30), Duration::from_secs(5)),
     ));
     let keys: Vec<String> = (0..5).map(|i| format!("lock:order:{i}")).collect();
@@ -368,7 +368,7 @@ async fn a_release_before_a_late_subscription_confirmation_is_not_slept_through(
     );
     let waiting = Arc::new(ReentrantLock::new(
         redis::Client::open(pubsub.url()).unwrap(),
-        hmdp::startup::connect_redis(&commands.url(), Duration::from_secs(10)).unwrap(),
+        hmdp_lock::connection_manager(&commands.url(), Duration::from_secs(10)).unwrap(),
         watchdog(Duration::from_secs(30), Duration::from_secs(10)),
     ));
     let holding = lock_on(&server);
@@ -434,7 +434,7 @@ async fn held_with_a_waiter(
 ) -> (Box<dyn HeldLock>, JoinHandle<Option<Box<dyn HeldLock>>>) {
     let lock = Arc::new(ReentrantLock::new(
         redis::Client::open(pubsub_url).unwrap(),
-        hmdp::startup::connect_redis(&server.url(), Duration::from_secs(10)).unwrap(),
+        hmdp_lock::connection_manager(&server.url(), Duration::from_secs(10)).unwrap(),
         watchdog(Duration::from_secs(30), Duration::from_secs(10)),
     ));
     let held = lock.acquire("lock:order:1").await.unwrap().unwrap();
@@ -474,7 +474,7 @@ async fn stall_writes(redis: &mut redis::aio::MultiplexedConnection) {
 fn lock_on(server: &RedisServer) -> ReentrantLock {
     ReentrantLock::new(
         redis::Client::open(server.url()).unwrap(),
-        hmdp::startup::connect_redis(&server.url(), Duration::from_secs(10)).unwrap(),
+        hmdp_lock::connection_manager(&server.url(), Duration::from_secs(10)).unwrap(),
         watchdog(Duration::from_secs(30), Duration::ZERO),
     )
 }

@@ -11,7 +11,7 @@ use crate::helpers::{connect, redis_url};
 
 fn fenced() -> Fenced {
     let url = redis_url();
-    let redis = hmdp::startup::connect_redis(&url, Duration::from_secs(10)).unwrap();
+    let redis = hmdp_lock::connection_manager(&url, Duration::from_secs(10)).unwrap();
     let lock = ReentrantLock::new(
         redis::Client::open(url.as_str()).unwrap(),
         redis.clone(),
@@ -84,7 +84,7 @@ async fn a_holder_outdated_by_a_newer_token_knows_it() {
 /// could outdate the next holder's.
 #[tokio::test]
 async fn no_token_for_an_acquisition_that_no_longer_holds_the_key() {
-    let mint = redis::Script::new(include_str!("../../crates/hmdp-lock/lua/fence.lua"));
+    let mint = redis::Script::new(include_str!("../../lua/fence.lua"));
     let key = format!("test:{}:lock:order:1", uuid::Uuid::new_v4().simple());
     let counter = hmdp_lock::sibling(&key, "fence");
     let mut redis = connect(&redis_url()).await;
