@@ -105,7 +105,7 @@ async fn non_utf8_and_sql_metacharacters_in_text_fields() {
         .await
         .unwrap();
     assert_eq!(created["success"], true);
-    let list: Value = app.get("/voucher/list/1", None).await.json().await.unwrap();
+    let list: Value = app.get_json("/voucher/list/1", None).await;
     assert_eq!(list["data"][0]["subTitle"], body["subTitle"]);
     assert_still_serving(&app).await;
 }

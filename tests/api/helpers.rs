@@ -192,6 +192,16 @@ impl TestApp {
         request.send().await.unwrap()
     }
 
+    /// The `Result` body of a `GET`.
+    pub async fn get_json(&self, path: &str, token: Option<&str>) -> Value {
+        self.get(path, token).await.json().await.unwrap()
+    }
+
+    /// The `Result` body of a `POST` without a body.
+    pub async fn post_json(&self, path: &str, token: Option<&str>) -> Value {
+        self.post(path, token).await.json().await.unwrap()
+    }
+
     pub async fn post(&self, path: &str, token: Option<&str>) -> reqwest::Response {
         let mut request = self.client.post(self.url(path));
         if let Some(token) = token {
@@ -238,11 +248,8 @@ impl TestApp {
     }
 
     pub async fn purchase(&self, voucher_id: i64, token: &str) -> Value {
-        self.post(&format!("/voucher-order/seckill/{voucher_id}"), Some(token))
+        self.post_json(&format!("/voucher-order/seckill/{voucher_id}"), Some(token))
             .await
-            .json()
-            .await
-            .unwrap()
     }
 
     /// Transactions open on the test database right now.

@@ -15,7 +15,7 @@ use crate::helpers::{phone, spawn_app, NodeProcess, TestApp};
 
 /// The lock key of the user behind `token`.
 async fn lock_key(app: &TestApp, token: &str) -> String {
-    let me: Value = app.get("/user/me", Some(token)).await.json().await.unwrap();
+    let me: Value = app.get_json("/user/me", Some(token)).await;
     let id = me["data"]["id"].as_u64().expect("user id");
     app.keys().order_lock(UserId::new(id))
 }

@@ -12,12 +12,7 @@ async fn code_then_login_returns_a_random_hex_token() {
     assert_eq!(token.len(), 32);
     assert!(token.bytes().all(|b| b.is_ascii_hexdigit()));
 
-    let body: Value = app
-        .get("/user/me", Some(&token))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let body: Value = app.get_json("/user/me", Some(&token)).await;
     assert_eq!(body["success"], true);
     assert!(body["data"]["id"].as_u64().unwrap() >= 1010);
     assert!(body["data"]["nickName"]
@@ -35,12 +30,7 @@ async fn same_phone_logs_in_as_the_same_user() {
     let me = |token: String| {
         let app = &app;
         async move {
-            let body: Value = app
-                .get("/user/me", Some(&token))
-                .await
-                .json()
-                .await
-                .unwrap();
+            let body: Value = app.get_json("/user/me", Some(&token)).await;
             body["data"]["id"].clone()
         }
     };
@@ -149,12 +139,7 @@ async fn each_request_refreshes_the_session_ttl() {
 async fn logout_ends_the_session() {
     let app = spawn_app(|_| {}).await;
     let token = app.login(&phone(6)).await;
-    let body: Value = app
-        .post("/user/logout", Some(&token))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let body: Value = app.post_json("/user/logout", Some(&token)).await;
     assert_eq!(body["success"], true);
     assert_eq!(app.get("/user/me", Some(&token)).await.status(), 401);
     assert_eq!(app.post("/user/logout", Some(&token)).await.status(), 401);

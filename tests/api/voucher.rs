@@ -78,7 +78,7 @@ async fn ordinary_and_seckill_vouchers_are_listed_with_string_ids() {
         .create_seckill(100, "2026-12-01T10:00:00", "2026-12-02T10:00:00")
         .await;
 
-    let body: Value = app.get("/voucher/list/1", None).await.json().await.unwrap();
+    let body: Value = app.get_json("/voucher/list/1", None).await;
     let list = body["data"].as_array().unwrap();
     assert_eq!(list.len(), 2);
     assert_eq!(list[0]["id"], ordinary_id);
@@ -90,7 +90,7 @@ async fn ordinary_and_seckill_vouchers_are_listed_with_string_ids() {
     assert_eq!(list[1]["payValue"], 8000);
     assert_eq!(list[1]["subTitle"], "周一至周日均可使用");
 
-    let other: Value = app.get("/voucher/list/2", None).await.json().await.unwrap();
+    let other: Value = app.get_json("/voucher/list/2", None).await;
     assert_eq!(other["data"].as_array().unwrap().len(), 0);
 }
 
@@ -140,7 +140,7 @@ async fn text_fields_are_stored_verbatim() {
         .await
         .unwrap();
     assert_eq!(result["success"], true);
-    let list: Value = app.get("/voucher/list/1", None).await.json().await.unwrap();
+    let list: Value = app.get_json("/voucher/list/1", None).await;
     assert_eq!(list["data"][0]["title"], nasty);
     assert_eq!(list["data"][0]["rules"], nasty);
 }

@@ -113,22 +113,16 @@ async fn users_see_only_their_own_orders() {
         .to_owned();
 
     let mine: Value = app
-        .get(&format!("/voucher-order/{order_id}"), Some(&owner))
-        .await
-        .json()
-        .await
-        .unwrap();
+        .get_json(&format!("/voucher-order/{order_id}"), Some(&owner))
+        .await;
     assert_eq!(mine["success"], true);
     assert_eq!(mine["data"]["id"], order_id.as_str());
     assert_eq!(mine["data"]["voucherId"], voucher.to_string());
     assert_eq!(mine["data"]["status"], 1);
 
     let theirs: Value = app
-        .get(&format!("/voucher-order/{order_id}"), Some(&stranger))
-        .await
-        .json()
-        .await
-        .unwrap();
+        .get_json(&format!("/voucher-order/{order_id}"), Some(&stranger))
+        .await;
     assert_eq!(theirs["errorCode"], "ORDER_NOT_FOUND");
     assert_eq!(
         app.get(&format!("/voucher-order/{order_id}"), None)
