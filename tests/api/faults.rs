@@ -141,11 +141,6 @@ async fn mysql_lost_mid_transaction_rolls_back_and_releases_the_lock() {
     assert_eq!(retry["success"], true, "{retry}");
 }
 
-/// Something else holds the voucher's stock row (a frozen node mid-commit,
-/// an admin's open transaction): a purchase waits on that row lock no
-/// longer than the backend timeout, answers 503, keeps nothing, and the
-/// next purchase after the row is free succeeds. (MySQL's own limit on
-/// that wait, `innodb_lock_wait_timeout`, is 50 s.)
 /// Another session takes a lock the purchase needs (`lock`, on a connection
 /// of its own, not the pool's: if an assertion fails, it is closed on the way
 /// out and MySQL lets the lock go, where a pooled one would keep it and the
@@ -175,8 +170,10 @@ async fn purchase_answers_503_behind(
         .unwrap();
 }
 
-#[tokio::test]
-async fn a_stock_row_held_elsewhere_answers_503_within_the_backend_timeout() {
+/// A node whose backend calls give up after 1 s, a voucher of stock 10 on
+/// sale and a user logged in: the set-up of the tests that hold a lock the
+/// purchase needs.
+async fn impatient_node_with_a_voucher() -> (TestApp, i64, String) {
     let app = spawn_app(|s| {
         s.lock.mode = LockMode::RedisLua;
         s.store.backend_timeout_ms = 1000;
@@ -184,6 +181,17 @@ async fn a_stock_row_held_elsewhere_answers_503_within_the_backend_timeout() {
     .await;
     let voucher = app.create_open_seckill(10).await;
     let token = app.login(&phone(1)).await;
+    (app, voucher, token)
+}
+
+/// Something else holds the voucher's stock row (a frozen node mid-commit,
+/// an admin's open transaction): a purchase waits on that row lock no
+/// longer than the backend timeout, answers 503, keeps nothing, and the
+/// next purchase after the row is free succeeds. (MySQL's own limit on
+/// that wait, `innodb_lock_wait_timeout`, is 50 s.)
+#[tokio::test]
+async fn a_stock_row_held_elsewhere_answers_503_within_the_backend_timeout() {
+    let (app, voucher, token) = impatient_node_with_a_voucher().await;
 
     let lock_the_row = format!(
         "BEGIN; SELECT stock FROM tb_seckill_voucher WHERE voucher_id = {voucher} FOR UPDATE"
@@ -201,13 +209,7 @@ async fn a_stock_row_held_elsewhere_answers_503_within_the_backend_timeout() {
 /// default, not the row lock's `innodb_lock_wait_timeout`.
 #[tokio::test]
 async fn a_table_locked_elsewhere_answers_503_within_the_backend_timeout() {
-    let app = spawn_app(|s| {
-        s.lock.mode = LockMode::RedisLua;
-        s.store.backend_timeout_ms = 1000;
-    })
-    .await;
-    let voucher = app.create_open_seckill(10).await;
-    let token = app.login(&phone(1)).await;
+    let (app, voucher, token) = impatient_node_with_a_voucher().await;
     // The voucher is in the node's catalog: only the transaction needs
     // the orders table.
     let first = app.purchase(voucher, &token).await;
