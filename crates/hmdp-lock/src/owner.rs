@@ -34,7 +34,7 @@ impl Holder {
 
     /// How this holder is written into Redis: `{process uuid}:{holder id}`.
     pub(crate) fn owner(self) -> String {
-        format!("{}:{}", *PROCESS, self.0)
+        joined(&PROCESS, self.0)
     }
 }
 
@@ -48,7 +48,19 @@ impl Default for Holder {
 /// release's idempotency latch or a round's take marker.
 pub(crate) fn unique_name(owner: &str) -> String {
     // A counter, not a random id: a random id costs a getrandom call per hold.
-    format!("{owner}:{}", next())
+    joined(owner, next())
+}
+
+/// `{name}:{number}`, built without `format!`: names are minted on every
+/// acquisition and release, where the formatting machinery showed.
+fn joined(name: &str, number: u64) -> String {
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(number);
+    let mut joined = String::with_capacity(name.len() + 1 + digits.len());
+    joined.push_str(name);
+    joined.push(':');
+    joined.push_str(digits);
+    joined
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::Script;
 
+use crate::keys::sibling_of;
 use crate::{sibling, LockError, Release};
 
 static COMPARE_AND_DELETE: LazyLock<Script> =
@@ -197,7 +198,7 @@ impl GiveBack<'_> {
         let mut give_back = GIVE_BACK.key(self.key);
         give_back
             .key(sibling(self.key, "released"))
-            .key(sibling(self.key, &format!("release:{}", self.release_id)));
+            .key(sibling_of(self.key, &["release:", self.release_id]));
         if let Some(marker) = self.take_marker {
             give_back.key(marker);
         }

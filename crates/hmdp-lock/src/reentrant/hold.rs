@@ -25,6 +25,12 @@ const RELEASE_ATTEMPTS: u32 = 3;
 pub(super) struct Landed<'a> {
     pub key: &'a str,
     pub holder: Holder,
+    /// How the holder is written into Redis ([`Holder::owner`]).
+    pub owner: String,
+    /// Whether the holder may come back for the key (a caller's own
+    /// [`Holder`]): only then is the hold entered in the registry, where a
+    /// re-entry finds it. A holder minted for one acquisition never does.
+    pub reenterable: bool,
     pub lease: Duration,
     /// The holder's holds of the key now, this one included.
     pub count: u32,
@@ -63,7 +69,8 @@ pub(super) struct Hold {
     /// when the command that set the lease was sent, so never too late.
     pub(super) valid_until: Mutex<Instant>,
     renewal: Mutex<Option<JoinHandle<()>>>,
-    registry: Arc<Registry>,
+    /// The registry this hold is entered in, if any (see [`Landed`]).
+    registry: Option<Arc<Registry>>,
 }
 
 impl Hold {
@@ -91,7 +98,10 @@ impl Drop for Hold {
         if let Some(renewal) = self.renewal.lock().expect("hold poisoned").take() {
             renewal.abort();
         }
-        let mut holds = self.registry.lock().expect("registry poisoned");
+        let Some(registry) = &self.registry else {
+            return;
+        };
+        let mut holds = registry.lock().expect("registry poisoned");
         let entry = (std::mem::take(&mut self.key), self.holder);
         if holds
             .get(&entry)
@@ -114,13 +124,17 @@ pub(super) fn guard(
     let Landed {
         key,
         holder,
+        owner,
+        reenterable,
         lease,
         count,
         sent,
     } = landed;
-    let mut holds = registry.lock().expect("registry poisoned");
+    let mut holds = reenterable.then(|| registry.lock().expect("registry poisoned"));
     let entry = (key.to_owned(), holder);
-    let existing = holds.get(&entry).and_then(Weak::upgrade);
+    let existing = holds
+        .as_ref()
+        .and_then(|holds| holds.get(&entry).and_then(Weak::upgrade));
     let hold = match existing {
         Some(hold) if count > 1 => {
             // The re-entry reset the lease.
@@ -132,17 +146,19 @@ pub(super) fn guard(
             let hold = Arc::new(Hold {
                 key: key.to_owned(),
                 holder,
-                owner: holder.owner(),
+                owner,
                 lease,
                 guards: AtomicUsize::new(1),
                 releasing: AtomicBool::new(false),
                 lost: AtomicBool::new(false),
                 valid_until: Mutex::new(sent + lease),
                 renewal: Mutex::new(None),
-                registry: registry.clone(),
+                registry: reenterable.then(|| registry.clone()),
             });
             *hold.renewal.lock().expect("hold poisoned") = watchdog(&hold);
-            holds.insert(entry, Arc::downgrade(&hold));
+            if let Some(holds) = &mut holds {
+                holds.insert(entry, Arc::downgrade(&hold));
+            }
             hold
         }
     };
@@ -289,15 +305,15 @@ async fn release(
 
 /// Gives back the hold an abandoned acquisition may have taken, if dropped
 /// while armed.
-pub(super) struct Undo {
+pub(super) struct Undo<'a> {
     pub(super) armed: bool,
-    pub(super) redis: ConnectionManager,
-    pub(super) key: String,
-    pub(super) owner: String,
+    pub(super) redis: &'a ConnectionManager,
+    pub(super) key: &'a str,
+    pub(super) owner: &'a str,
     pub(super) lease: Duration,
 }
 
-impl Drop for Undo {
+impl Drop for Undo<'_> {
     fn drop(&mut self) {
         if !self.armed {
             return;
@@ -306,10 +322,7 @@ impl Drop for Undo {
             return;
         };
         let (redis, lease) = (self.redis.clone(), self.lease);
-        let (key, owner) = (
-            std::mem::take(&mut self.key),
-            std::mem::take(&mut self.owner),
-        );
+        let (key, owner) = (self.key.to_owned(), self.owner.to_owned());
         runtime.spawn(async move {
             let release_id = owner::unique_name(&owner);
             // Whether the acquisition took the key at all is unknown.

@@ -119,18 +119,24 @@ impl ReentrantLock {
         self.inner.watchdogs.lost()
     }
 
-    async fn try_lock(&self, key: &str, holder: Holder, owner: &str) -> Result<Attempt, LockError> {
+    async fn try_lock(
+        &self,
+        key: &str,
+        holder: Holder,
+        owner: &str,
+        reenterable: bool,
+    ) -> Result<Attempt, LockError> {
         let lease = self.inner.options.lease();
         // A caller that gives up while the script is in flight (its future
         // dropped: a timeout, a client gone) may have taken the key with no
         // guard left to give it back; undo that. Not for a re-entry: its
         // extra hold would be undone from the outer guard's count.
-        let reentry = hold::is_held(&self.inner.holds, key, holder);
+        let reentry = reenterable && hold::is_held(&self.inner.holds, key, holder);
         let mut undo = Undo {
             armed: !reentry,
-            redis: self.inner.redis.clone(),
-            key: key.to_owned(),
-            owner: owner.to_owned(),
+            redis: &self.inner.redis,
+            key,
+            owner,
             lease,
         };
         let sent = Instant::now();
@@ -151,11 +157,21 @@ impl ReentrantLock {
         })
     }
 
-    fn guard(&self, key: &str, holder: Holder, count: u32, sent: Instant) -> Box<dyn HeldLock> {
+    fn guard(
+        &self,
+        key: &str,
+        holder: Holder,
+        owner: String,
+        reenterable: bool,
+        count: u32,
+        sent: Instant,
+    ) -> Box<dyn HeldLock> {
         let inner = &self.inner;
         let landed = hold::Landed {
             key,
             holder,
+            owner,
+            reenterable,
             lease: inner.options.lease(),
             count,
             sent,
@@ -181,13 +197,41 @@ impl OrderLock for ReentrantLock {
         holder: Holder,
         key: &str,
     ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+        self.take(holder, key, true).await
+    }
+
+    /// A holder of its own that the caller never sees, so never re-enters:
+    /// its hold stays out of the registry.
+    async fn acquire(&self, key: &str) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+        self.take(Holder::new(), key, false).await
+    }
+}
+
+impl ReentrantLock {
+    /// Takes `key` as `holder`, waiting as configured; `reenterable`: see
+    /// [`hold::Landed`].
+    async fn take(
+        &self,
+        holder: Holder,
+        key: &str,
+        reenterable: bool,
+    ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
         let owner = holder.owner();
         let deadline = Instant::now() + self.inner.options.wait;
-        let busy_for = match self.try_lock(key, holder, &owner).await? {
+        let busy_for = match self.try_lock(key, holder, &owner, reenterable).await? {
             Attempt {
                 taken: Taken::Yes { count },
                 sent,
-            } => return Ok(Some(self.guard(key, holder, count, sent))),
+            } => {
+                return Ok(Some(self.guard(
+                    key,
+                    holder,
+                    owner,
+                    reenterable,
+                    count,
+                    sent,
+                )))
+            }
             Attempt { .. } if self.inner.options.wait.is_zero() => return Ok(None),
             Attempt {
                 taken: Taken::Busy { expires_in },
@@ -217,11 +261,20 @@ impl OrderLock for ReentrantLock {
             // did not see. One confirmed while the retry's answer was on its
             // way may have come after a release.
             let live = listener.is_live();
-            match self.try_lock(key, holder, &owner).await? {
+            match self.try_lock(key, holder, &owner, reenterable).await? {
                 Attempt {
                     taken: Taken::Yes { count },
                     sent,
-                } => return Ok(Some(self.guard(key, holder, count, sent))),
+                } => {
+                    return Ok(Some(self.guard(
+                        key,
+                        holder,
+                        owner,
+                        reenterable,
+                        count,
+                        sent,
+                    )))
+                }
                 Attempt {
                     taken:
                         Taken::Busy {
