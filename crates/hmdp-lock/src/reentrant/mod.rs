@@ -217,21 +217,13 @@ impl ReentrantLock {
         reenterable: bool,
     ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
         let owner = holder.owner();
+        let guard = |owner, count, sent| self.guard(key, holder, owner, reenterable, count, sent);
         let deadline = Instant::now() + self.inner.options.wait;
         let busy_for = match self.try_lock(key, holder, &owner, reenterable).await? {
             Attempt {
                 taken: Taken::Yes { count },
                 sent,
-            } => {
-                return Ok(Some(self.guard(
-                    key,
-                    holder,
-                    owner,
-                    reenterable,
-                    count,
-                    sent,
-                )))
-            }
+            } => return Ok(Some(guard(owner, count, sent))),
             Attempt { .. } if self.inner.options.wait.is_zero() => return Ok(None),
             Attempt {
                 taken: Taken::Busy { expires_in },
@@ -265,16 +257,7 @@ impl ReentrantLock {
                 Attempt {
                     taken: Taken::Yes { count },
                     sent,
-                } => {
-                    return Ok(Some(self.guard(
-                        key,
-                        holder,
-                        owner,
-                        reenterable,
-                        count,
-                        sent,
-                    )))
-                }
+                } => return Ok(Some(guard(owner, count, sent))),
                 Attempt {
                     taken:
                         Taken::Busy {
