@@ -58,6 +58,14 @@ pub fn build_lock(
         .with_context(|| format!("cannot build --lock {}", settings.mode))
 }
 
+/// How long a node keeps an idle keep-alive connection: longer than nginx
+/// keeps its idle connections to the nodes (`keepalive_timeout 60s` in the
+/// upstream of `nginx.conf`), so that nginx is always the side that closes
+/// one. With actix's default of 5 s, a burst arriving after five quiet
+/// seconds could be sent on connections the node was closing at that very
+/// moment; nginx does not resend a POST, answers 502 and takes the node out.
+const IDLE_CONNECTION_KEPT: Duration = Duration::from_secs(75);
+
 /// A built, bound, not yet running node.
 pub struct Application {
     port: u16,
@@ -143,6 +151,7 @@ impl Application {
                 .configure(api::configure)
         })
         .shutdown_timeout(30)
+        .keep_alive(IDLE_CONNECTION_KEPT)
         .listen(listener)?;
         if let Some(workers) = settings.workers {
             server = server.workers(workers);
