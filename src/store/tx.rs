@@ -24,8 +24,9 @@ pub struct Tx {
 }
 
 impl Tx {
-    /// Takes a connection from `pool` and begins a transaction on it.
-    pub async fn begin(pool: &MySqlPool) -> Result<Tx, sqlx::Error> {
+    /// Takes a connection from `pool` and begins a transaction on it
+    /// (through [`Store::begin`](super::Store::begin)).
+    pub(super) async fn begin(pool: &MySqlPool) -> Result<Tx, sqlx::Error> {
         let mut tx = Tx {
             conn: pool.acquire().await?,
             ended: false,

@@ -248,15 +248,15 @@ async fn kill_connections_to(app: &TestApp) {
     }
 }
 
-/// A purchase whose request is dropped with its transaction open (the
-/// client gone, a timeout) must not leave that transaction on a pooled
-/// connection, holding the stock row for whoever uses it next: sqlx rolls a
-/// dropped transaction back before its connection is used again.
+/// A transaction dropped while open (the client gone, a timeout) must not
+/// stay on a pooled connection, holding the stock row for whoever uses it
+/// next: the store's transaction closes a connection whose transaction it
+/// did not see end, and MySQL rolls it back.
 #[tokio::test]
 async fn a_purchase_transaction_dropped_midway_is_rolled_back() {
     let app = spawn_app(|_| {}).await;
     let voucher = app.create_open_seckill(10).await;
-    let mut tx = app.store.pool().begin().await.unwrap();
+    let mut tx = app.store.begin().await.unwrap();
     sqlx::query("UPDATE tb_seckill_voucher SET stock = stock - 1 WHERE voucher_id = ?")
         .bind(voucher)
         .execute(&mut *tx)

@@ -163,10 +163,20 @@ pub fn connection_manager(
     url: &str,
     timeout: Duration,
 ) -> redis::RedisResult<redis::aio::ConnectionManager> {
+    timed_connection(redis::Client::open(url)?, timeout, 1)
+}
+
+/// [`connection_manager`] on `client`, retrying a failed command `retries`
+/// times: a quorum round, bounded by its own deadline, retries none.
+pub(crate) fn timed_connection(
+    client: redis::Client,
+    timeout: Duration,
+    retries: usize,
+) -> redis::RedisResult<redis::aio::ConnectionManager> {
     let config = redis::aio::ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout))
-        .set_number_of_retries(1)
+        .set_number_of_retries(retries)
         .set_max_delay(Duration::from_millis(200));
-    redis::aio::ConnectionManager::new_lazy_with_config(redis::Client::open(url)?, config)
+    redis::aio::ConnectionManager::new_lazy_with_config(client, config)
 }

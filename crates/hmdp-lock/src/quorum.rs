@@ -21,9 +21,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::future::join_all;
 use rand::RngExt;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
+use crate::builder::timed_connection;
 use crate::owner;
 use crate::scripts::{GiveBack, Take, Taken};
 use crate::sibling;
@@ -119,15 +120,10 @@ impl QuorumLock {
             .iter()
             .map(|url| {
                 let client = redis::Client::open(url.as_str())?;
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(round))
-                    .set_response_timeout(Some(round))
-                    .set_number_of_retries(0)
-                    .set_max_delay(Duration::from_millis(200));
                 Ok(Node {
                     // `host:port`, without the URL's credentials.
                     name: client.get_connection_info().addr().to_string(),
-                    redis: ConnectionManager::new_lazy_with_config(client, config)?,
+                    redis: timed_connection(client, round, 0)?,
                 })
             })
             .collect::<Result<Vec<_>, BuildError>>()?;

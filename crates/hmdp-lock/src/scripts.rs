@@ -290,9 +290,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_retried_release_of_a_reentered_hold_does_not_take_a_second_hold() {
-        let url =
-            std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into());
-        let client = redis::Client::open(url).unwrap();
+        let client = redis::Client::open(hmdp_test_support::redis_url()).unwrap();
         let mut redis = ConnectionManager::new(client).await.unwrap();
         let key = format!("test:{}:lock:retried", uuid::Uuid::new_v4().simple());
         async fn take(redis: &mut ConnectionManager, key: &str, owner: &str) -> bool {
