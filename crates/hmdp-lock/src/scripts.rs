@@ -2,14 +2,14 @@
 //! as Rust values, the reply comes out as an enum, so no other module reads a
 //! script's numeric codes.
 //!
-//! Each `Script` is built once: `invoke_async` sends `EVALSHA` with the
-//! precomputed hash and loads the script only when Redis answers `NOSCRIPT`.
+//! Each script is hashed once; a call is one `EVALSHA` with that hash, and
+//! the script is loaded only when Redis answers `NOSCRIPT`.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
-use redis::Script;
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
 
 use crate::keys::sibling_of;
 use crate::{sibling, LockError, Release};
@@ -24,6 +24,37 @@ static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/reentrant_renew.lua")));
 static GIVE_BACK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/reentrant_unlock.lua")));
+
+/// A call of `script` on `keys`, written straight into one `EVALSHA`
+/// command, sized up front for `args` more arguments of `args_len` bytes in
+/// all, which the caller appends. redis-rs's `ScriptInvocation` first copies
+/// every key and argument into a buffer of its own, then into the command;
+/// and a command grown one argument at a time reallocates as it goes. For
+/// the scripts that run on every acquisition and release, both showed in
+/// the client's instruction counts.
+fn evalsha(script: &Script, keys: &[&str], args: usize, args_len: usize) -> Cmd {
+    let hash = script.get_hash();
+    let keys_len: usize = keys.iter().map(|key| key.len()).sum();
+    let mut cmd = Cmd::with_capacity(3 + keys.len() + args, 16 + hash.len() + keys_len + args_len);
+    cmd.arg("EVALSHA").arg(hash).arg(keys.len()).arg(keys);
+    cmd
+}
+
+/// Sends `call` (from [`evalsha`]); if Redis does not know `script` (a fresh
+/// or restarted server), loads it and sends `call` again.
+async fn run<T: FromRedisValue>(
+    script: &Script,
+    call: &Cmd,
+    redis: &mut impl ConnectionLike,
+) -> RedisResult<T> {
+    match call.query_async(redis).await {
+        Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.load_async(redis).await?;
+            call.query_async(redis).await
+        }
+        answer => answer,
+    }
+}
 
 /// Whole milliseconds, as the scripts take durations.
 fn millis(duration: Duration) -> u64 {
@@ -47,11 +78,9 @@ pub(crate) async fn compare_and_delete(
     key: &str,
     token: &str,
 ) -> Result<CompareAndDelete, LockError> {
-    let code: i64 = COMPARE_AND_DELETE
-        .key(key)
-        .arg(token)
-        .invoke_async(redis)
-        .await?;
+    let mut call = evalsha(&COMPARE_AND_DELETE, &[key], 1, token.len());
+    call.arg(token);
+    let code: i64 = run(&COMPARE_AND_DELETE, &call, redis).await?;
     match code {
         1 => Ok(CompareAndDelete::Deleted),
         0 => Ok(CompareAndDelete::Gone),
@@ -84,14 +113,16 @@ pub(crate) enum Minted {
 
 impl MintFencingToken<'_> {
     pub async fn run(&self, redis: &mut ConnectionManager) -> Result<Minted, LockError> {
-        let token: i64 = MINT_FENCING_TOKEN
-            .key(self.counter)
-            .key(self.lock_key)
-            .arg(self.owner)
+        let mut call = evalsha(
+            &MINT_FENCING_TOKEN,
+            &[self.counter, self.lock_key],
+            3,
+            self.owner.len() + 20 + self.owner_in_key.len(),
+        );
+        call.arg(self.owner)
             .arg(millis(self.retention))
-            .arg(self.owner_in_key)
-            .invoke_async(redis)
-            .await?;
+            .arg(self.owner_in_key);
+        let token: i64 = run(&MINT_FENCING_TOKEN, &call, redis).await?;
         match token {
             -1 => Ok(Minted::NotHeld),
             token => u64::try_from(token)
@@ -121,15 +152,12 @@ pub(crate) enum Taken {
 
 impl Take<'_> {
     pub async fn run(&self, redis: &mut ConnectionManager) -> redis::RedisResult<Taken> {
-        let mut take = TAKE.key(self.key);
-        if let Some(marker) = self.marker {
-            take.key(marker);
-        }
-        let (taken, value): (i64, i64) = take
-            .arg(millis(self.lease))
-            .arg(self.owner)
-            .invoke_async(redis)
-            .await?;
+        let mut call = match self.marker {
+            Some(marker) => evalsha(&TAKE, &[self.key, marker], 2, 20 + self.owner.len()),
+            None => evalsha(&TAKE, &[self.key], 2, 20 + self.owner.len()),
+        };
+        call.arg(millis(self.lease)).arg(self.owner);
+        let (taken, value): (i64, i64) = run(&TAKE, &call, redis).await?;
         Ok(if taken == 1 {
             Taken::Yes {
                 count: u32::try_from(value).unwrap_or(u32::MAX),
@@ -150,12 +178,9 @@ pub(crate) async fn renew(
     owner: &str,
     lease: Duration,
 ) -> redis::RedisResult<bool> {
-    let renewed: i64 = RENEW
-        .key(key)
-        .arg(millis(lease))
-        .arg(owner)
-        .invoke_async(redis)
-        .await?;
+    let mut call = evalsha(&RENEW, &[key], 2, 20 + owner.len());
+    call.arg(millis(lease)).arg(owner);
+    let renewed: i64 = run(&RENEW, &call, redis).await?;
     Ok(renewed == 1)
 }
 
@@ -195,20 +220,23 @@ pub(crate) enum GaveBack {
 
 impl GiveBack<'_> {
     pub async fn run(&self, redis: &mut ConnectionManager) -> Result<GaveBack, LockError> {
-        let mut give_back = GIVE_BACK.key(self.key);
-        give_back
-            .key(sibling(self.key, "released"))
-            .key(sibling_of(self.key, &["release:", self.release_id]));
-        if let Some(marker) = self.take_marker {
-            give_back.key(marker);
-        }
-        let code: i64 = give_back
-            .arg(self.owner)
+        let released = sibling(self.key, "released");
+        let latch = sibling_of(self.key, &["release:", self.release_id]);
+        let args_len = self.owner.len() + 3 * 20;
+        let mut call = match self.take_marker {
+            Some(marker) => evalsha(
+                &GIVE_BACK,
+                &[self.key, &released, &latch, marker],
+                4,
+                args_len,
+            ),
+            None => evalsha(&GIVE_BACK, &[self.key, &released, &latch], 4, args_len),
+        };
+        call.arg(self.owner)
             .arg(millis(self.lease))
             .arg(millis(RELEASE_LATCH))
-            .arg(self.attempt)
-            .invoke_async(redis)
-            .await?;
+            .arg(self.attempt);
+        let code: i64 = run(&GIVE_BACK, &call, redis).await?;
         GaveBack::parse(code)
     }
 }
