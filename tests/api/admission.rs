@@ -57,8 +57,11 @@ async fn buy_at(address: &str, voucher: i64, token: &str) -> Value {
         .unwrap()
 }
 
+/// User ids in ascending order, as [`RedisSale::buyers`] lists them.
 fn users(ids: &[u64]) -> Vec<UserId> {
-    ids.iter().copied().map(UserId::new).collect()
+    let mut users: Vec<UserId> = ids.iter().copied().map(UserId::new).collect();
+    users.sort_unstable();
+    users
 }
 
 #[tokio::test]
@@ -90,14 +93,14 @@ async fn the_script_answers_every_outcome() {
     // A window of a few seconds, crossed by Redis's clock: not started,
     // then on sale, then ended.
     let soon = app
-        .create_seckill(10, &seconds_from_now(1), &seconds_from_now(3))
+        .create_seckill(10, &seconds_from_now(3), &seconds_from_now(5))
         .await;
     assert_eq!(error_code(&app.purchase(soon, &first).await), "NOT_STARTED");
-    wait_until("the sale begins", Duration::from_secs(5), || async {
+    wait_until("the sale begins", Duration::from_secs(10), || async {
         app.purchase(soon, &first).await["success"] == true
     })
     .await;
-    wait_until("the sale ends", Duration::from_secs(5), || async {
+    wait_until("the sale ends", Duration::from_secs(10), || async {
         error_code(&app.purchase(soon, &first).await) == "ENDED"
     })
     .await;
