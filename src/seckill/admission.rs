@@ -88,9 +88,8 @@ impl SaleState {
             .arg(u8::from(append_to_stream))
             .invoke_async(&mut self.redis.clone())
             .await?;
-        Admission::from_reply(code).ok_or_else(|| {
-            Error::Internal(anyhow::anyhow!("lua/seckill.lua answered {code}"))
-        })
+        Admission::from_reply(code)
+            .ok_or_else(|| Error::Internal(anyhow::anyhow!("lua/seckill.lua answered {code}")))
     }
 }
 
@@ -113,8 +112,7 @@ impl Seckill {
         };
         let append = matches!(handoff, Handoff::Stream);
         let mut admission = self.sale_state.admit(order, append).await?;
-        if admission == Admission::VoucherNotFound
-            && self.catalog.sale(voucher_id).await?.is_some()
+        if admission == Admission::VoucherNotFound && self.catalog.sale(voucher_id).await?.is_some()
         {
             // MySQL has the voucher and Redis had not: Redis restarted
             // empty, or the node that created it could not store it. The

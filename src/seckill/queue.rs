@@ -80,8 +80,7 @@ impl Seckill {
                     }
                     break;
                 }
-                Err(Error::Rejected(Rejection::DuplicateRequest))
-                | Err(Error::Unavailable(_))
+                Err(Error::Rejected(Rejection::DuplicateRequest)) | Err(Error::Unavailable(_))
                     if attempt < WRITE_ATTEMPTS =>
                 {
                     tokio::time::sleep(retry_after).await;

@@ -186,8 +186,7 @@ impl SaleState {
             .clone()
             .hget(self.keys.pending_orders(), order_id.get())
             .await?;
-        let Some((user, voucher)) = entry.as_deref().and_then(|entry| entry.split_once(':'))
-        else {
+        let Some((user, voucher)) = entry.as_deref().and_then(|entry| entry.split_once(':')) else {
             return Ok(None);
         };
         let (Ok(user), Ok(voucher)) = (user.parse(), voucher.parse()) else {
@@ -221,8 +220,8 @@ impl SaleState {
 /// gap) is read as UTC rather than refused; zones without one (China's)
 /// never get there.
 fn epoch_ms(at: NaiveDateTime) -> i64 {
-    Local
-        .from_local_datetime(&at)
-        .earliest()
-        .map_or_else(|| at.and_utc().timestamp_millis(), |at| at.timestamp_millis())
+    Local.from_local_datetime(&at).earliest().map_or_else(
+        || at.and_utc().timestamp_millis(),
+        |at| at.timestamp_millis(),
+    )
 }

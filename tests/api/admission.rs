@@ -156,10 +156,7 @@ async fn a_sale_redis_lost_is_reloaded_from_mysql_by_the_next_purchase() {
         assert_eq!(app.purchase(voucher, token).await["success"], true);
     }
     wait_until_written(&app).await;
-    let buyers = [
-        app.user_id(&tokens[0]).await,
-        app.user_id(&tokens[1]).await,
-    ];
+    let buyers = [app.user_id(&tokens[0]).await, app.user_id(&tokens[1]).await];
 
     // Redis restarted empty: the sale and its buyers are gone.
     let keys = app.keys();
@@ -198,10 +195,7 @@ async fn two_nodes_starting_together_load_one_sale_and_never_reset_it() {
         assert_eq!(app.purchase(voucher, token).await["success"], true);
     }
     assert_eq!(app.redis_sale(voucher).await, None);
-    let buyers = [
-        app.user_id(&tokens[0]).await,
-        app.user_id(&tokens[1]).await,
-    ];
+    let buyers = [app.user_id(&tokens[0]).await, app.user_id(&tokens[1]).await];
 
     let (first, _second) = tokio::join!(
         NodeProcess::start(&app, &["--seckill=queue"]),
