@@ -1,7 +1,12 @@
 //! Every Redis key the service writes, in hmdp's layout, behind one optional
 //! prefix so that deployments and test runs sharing a Redis stay apart.
+//!
+//! The keys of the asynchronous purchase share one hash tag, `{seckill}`:
+//! the admission script touches a voucher's hash, its buyers, the order
+//! stream and the pending orders in one call, which a Redis Cluster allows
+//! only within one slot. (A hot sale is one voucher, hence one slot, anyway.)
 
-use crate::ids::UserId;
+use crate::ids::{UserId, VoucherId};
 
 /// Builds Redis keys.
 #[derive(Debug, Clone, Default)]
@@ -49,5 +54,28 @@ impl Keys {
     /// `icr:order:{yyyy:MM:dd}`: the id worker's per-day counter.
     pub fn id_counter(&self, business: &str, day: &str) -> String {
         format!("{}icr:{business}:{day}", self.prefix)
+    }
+
+    /// `{seckill}:voucher:{voucherId}`: a sale admitted in Redis, a hash of
+    /// `initial` (stock when the sale was loaded, orders included), `stock`
+    /// (left), `begin_ms` and `end_ms` (the window, Unix epoch milliseconds).
+    pub fn seckill_voucher(&self, voucher_id: VoucherId) -> String {
+        format!("{}{{seckill}}:voucher:{voucher_id}", self.prefix)
+    }
+
+    /// `{seckill}:buyers:{voucherId}`: the set of user ids admitted.
+    pub fn seckill_buyers(&self, voucher_id: VoucherId) -> String {
+        format!("{}{{seckill}}:buyers:{voucher_id}", self.prefix)
+    }
+
+    /// `{seckill}:orders`: the stream of admitted orders (`stream` mode).
+    pub fn order_stream(&self) -> String {
+        format!("{}{{seckill}}:orders", self.prefix)
+    }
+
+    /// `{seckill}:pending`: hash order id → `userId:voucherId` of orders
+    /// admitted and not yet written to MySQL.
+    pub fn pending_orders(&self) -> String {
+        format!("{}{{seckill}}:pending", self.prefix)
     }
 }

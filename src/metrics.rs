@@ -41,6 +41,11 @@ metric!(HTTP_DURATION: HistogramVec = register_histogram_vec_with_registry(
     &["route"], LATENCY_BUCKETS.to_vec()));
 metric!(PURCHASES: IntCounterVec = register_int_counter_vec_with_registry(
     "purchases_total", "Purchases by outcome (ok or the errorCode)", &["outcome"]));
+metric!(ADMISSIONS: IntCounterVec = register_int_counter_vec_with_registry(
+    "hmdp_admissions_total",
+    "Purchases the Redis admission script admitted or refused (queue and stream modes), \
+     by outcome (admitted or the errorCode)",
+    &["outcome"]));
 metric!(LOCK_ACQUIRE: HistogramVec = register_histogram_vec_with_registry(
     "lock_acquire_duration_seconds", "Time to acquire (or give up on) the per-user lock",
     &["mode"], LATENCY_BUCKETS.to_vec()));

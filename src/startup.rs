@@ -15,7 +15,6 @@ use tracing_actix_web::TracingLogger;
 
 use crate::auth::{AdminToken, Sessions};
 use crate::config::{redact_url, LockSettings, ServeSettings};
-use crate::id_worker::IdWorker;
 use crate::keys::Keys;
 use crate::seckill::Seckill;
 use crate::store::{self, Store};
@@ -115,13 +114,15 @@ impl Application {
             token
         });
 
-        let seckill = Arc::new(Seckill::new(
+        let seckill = Seckill::new(
             store.clone(),
             lock,
-            IdWorker::new(redis.clone(), keys.clone()),
+            redis.clone(),
             keys.clone(),
             Duration::from_millis(settings.chaos_hold_ms),
-        ));
+        )
+        .start(settings.seckill)
+        .await;
         let state = web::Data::new(AppState {
             node_id: node_id.clone(),
             store,
@@ -136,7 +137,8 @@ impl Application {
             backend_timeout: timeout,
         });
         metrics::init(&settings.lock.mode.to_string());
-        tracing::info!(%node_id, port, lock = %settings.lock.mode, "node starting");
+        tracing::info!(%node_id, port, lock = %settings.lock.mode, seckill = %settings.seckill,
+            "node starting");
 
         let body_timeout = Duration::from_millis(settings.body_timeout_ms);
         let mut server = HttpServer::new(move || {

@@ -1,4 +1,5 @@
-//! `/voucher-order/*`: the purchase and the caller's own orders.
+//! `/voucher-order/*`: the purchase and the caller's own orders, written or
+//! (admitted in `queue` or `stream` mode) still pending.
 
 use actix_web::{web, HttpResponse};
 
@@ -33,8 +34,8 @@ async fn order(
 ) -> Result<HttpResponse, Error> {
     let order_id: OrderId = order_id.parse()?;
     let order = state
-        .store
-        .order_of_user(order_id, current.user.id)
+        .seckill
+        .order_status(order_id, current.user.id)
         .await?
         .ok_or(Rejection::OrderNotFound)?;
     Ok(ok_data(order))

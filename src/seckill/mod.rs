@@ -9,23 +9,56 @@
 //! request's future; were the purchase that future, the drop would release
 //! the lock while its `COMMIT` is still running in MySQL, and the same
 //! user's next request would not see the order yet and place a second one.
+//!
+//! In `queue` and `stream` mode ([`SeckillMode`]) the purchase is admitted in
+//! Redis instead and answered at once; MySQL gets the order afterwards:
+//!
+//! - `admission.rs` — `lua/seckill.lua` and its reply, the admitting purchase
+//! - `sale_state.rs` — sales, buyers and pending orders in Redis, loaded from MySQL
+//! - `queue.rs` — `queue` mode's in-process queue and its writer
 
+mod admission;
 mod catalog;
+mod queue;
+mod sale_state;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Local;
 use hmdp_lock::{HeldLock, LockError, OrderLock};
+use redis::aio::ConnectionManager;
+use serde::Serialize;
 use tracing::Instrument;
 
+use crate::config::SeckillMode;
 use crate::error::{Error, Rejection};
 use crate::id_worker::IdWorker;
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
 use crate::metrics;
-use crate::store::{self, NewOrder, Store, Tx};
+use crate::store::{self, NewOrder, NewSeckillVoucher, Store, Tx, VoucherOrder};
+pub use admission::Admission;
 use catalog::Catalog;
+use queue::OrderQueue;
+pub use sale_state::{PendingOrder, RedisSale, SaleState};
+
+/// Where an admitted order goes on its way to MySQL.
+enum Handoff {
+    /// Into this process's queue, written by its background task.
+    Queue(OrderQueue),
+    /// Appended to the order stream by the admission script itself.
+    Stream,
+}
+
+/// An order as `GET /voucher-order/{id}` shows it: written, or admitted and
+/// still on its way (with `"pending": true`).
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum OrderStatus {
+    Written(VoucherOrder),
+    Pending(PendingOrder),
+}
 
 /// Places one-order-per-user flash-sale orders.
 pub struct Seckill {
@@ -37,24 +70,93 @@ pub struct Seckill {
     /// Fault injection: sleep with the lock held and the transaction open,
     /// standing in for a GC pause or a slow SQL statement.
     chaos_hold: Duration,
+    /// Sales, buyers and pending orders in Redis (`queue` and `stream`; in
+    /// `sync` mode only read, for the status of pending orders).
+    sale_state: SaleState,
+    /// `None` in `sync` mode: purchases are not admitted in Redis.
+    handoff: Option<Handoff>,
 }
 
 impl Seckill {
+    /// The synchronous purchase; [`Seckill::start`] puts it in a node's mode.
     pub fn new(
         store: Store,
         lock: Arc<dyn OrderLock>,
-        ids: IdWorker,
+        redis: ConnectionManager,
         keys: Keys,
         chaos_hold: Duration,
     ) -> Self {
         Seckill {
             catalog: Catalog::new(store.clone()),
+            sale_state: SaleState::new(redis.clone(), keys.clone(), store.clone()),
+            ids: IdWorker::new(redis, keys.clone()),
             store,
             lock,
-            ids,
             keys,
             chaos_hold,
+            handoff: None,
         }
+    }
+
+    /// Purchases in `mode`. For `queue` and `stream`, first loads every
+    /// seckill voucher Redis lacks; should MySQL or Redis be unreachable
+    /// now, the node starts all the same and each voucher is loaded by its
+    /// first purchase instead. `queue` also starts the writer of its queue.
+    pub async fn start(self, mode: SeckillMode) -> Arc<Seckill> {
+        if mode == SeckillMode::Sync {
+            return Arc::new(self);
+        }
+        match self.sale_state.load_missing().await {
+            Ok(loaded) => tracing::info!(loaded, %mode, "seckill sales loaded into Redis"),
+            Err(error) => tracing::warn!(?error, %mode,
+                "seckill sales not loaded at start; each loads on its first purchase"),
+        }
+        for outcome in Admission::ALL {
+            metrics::ADMISSIONS.with_label_values(&[outcome.label()]);
+        }
+        Arc::new_cyclic(|seckill| {
+            let handoff = if mode == SeckillMode::Queue {
+                Handoff::Queue(OrderQueue::start(seckill.clone()))
+            } else {
+                Handoff::Stream
+            };
+            Seckill {
+                handoff: Some(handoff),
+                ..self
+            }
+        })
+    }
+
+    /// Sales, buyers and pending orders in Redis.
+    pub fn sale_state(&self) -> &SaleState {
+        &self.sale_state
+    }
+
+    /// Called once `POST /voucher/seckill` committed the voucher: `queue`
+    /// and `stream` put its sale in Redis now. Should that fail, the voucher
+    /// still exists, and its first purchase loads it from MySQL.
+    pub async fn voucher_created(&self, voucher_id: VoucherId, sale: &NewSeckillVoucher) {
+        if self.handoff.is_none() {
+            return;
+        }
+        if let Err(error) = self.sale_state.create(voucher_id, sale).await {
+            tracing::warn!(%voucher_id, ?error,
+                "seckill sale not stored in Redis; its first purchase loads it");
+        }
+    }
+
+    /// The caller's order: written in MySQL, else admitted and pending in
+    /// Redis, else `None`.
+    pub async fn order_status(
+        &self,
+        order_id: OrderId,
+        user_id: UserId,
+    ) -> Result<Option<OrderStatus>, Error> {
+        if let Some(order) = self.store.order_of_user(order_id, user_id).await? {
+            return Ok(Some(OrderStatus::Written(order)));
+        }
+        let pending = self.sale_state.pending_order(order_id, user_id).await?;
+        Ok(pending.map(OrderStatus::Pending))
     }
 
     /// Buys one unit of `voucher_id` for `user_id`; returns the new order id.
@@ -80,7 +182,10 @@ impl Seckill {
         user_id: UserId,
         voucher_id: VoucherId,
     ) -> Result<OrderId, Error> {
-        let outcome = self.try_purchase(user_id, voucher_id).await;
+        let outcome = match &self.handoff {
+            None => self.try_purchase(user_id, voucher_id).await,
+            Some(handoff) => self.try_admit(handoff, user_id, voucher_id).await,
+        };
         let label = match &outcome {
             Ok(order_id) => {
                 tracing::debug!(%order_id, "order placed");

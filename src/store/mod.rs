@@ -3,6 +3,7 @@
 mod fence;
 mod invariants;
 mod order;
+mod sale;
 mod tx;
 mod user;
 mod voucher;
@@ -20,6 +21,7 @@ use crate::config::redact_url;
 pub use fence::record_fence;
 pub use invariants::VoucherAudit;
 pub use order::{count_user_orders, insert_order, take_stock, NewOrder, VoucherOrder};
+pub use sale::SaleSnapshot;
 pub use tx::Tx;
 pub use user::User;
 pub use voucher::{NewSeckillVoucher, NewVoucher, SeckillVoucher, Voucher};

@@ -10,6 +10,7 @@ use hmdp::auth::AdminToken;
 use hmdp::config::ServeSettings;
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
+use hmdp::seckill::{RedisSale, SaleState};
 use hmdp::startup::Application;
 use hmdp::store::{Store, VoucherAudit};
 use hmdp_test_support::{
@@ -262,6 +263,34 @@ impl TestApp {
         .fetch_one(self.store.pool())
         .await
         .unwrap()
+    }
+
+    /// The id of the user logged in with `token`.
+    pub async fn user_id(&self, token: &str) -> u64 {
+        let me = self.get_json("/user/me", Some(token)).await;
+        me["data"]["id"].as_u64().expect("a user id")
+    }
+
+    /// The asynchronous purchase's Redis state under the test's prefix.
+    pub fn sale_state(&self) -> SaleState {
+        SaleState::new(self.redis.clone(), self.keys(), self.store.clone())
+    }
+
+    /// The voucher's sale as Redis holds it.
+    pub async fn redis_sale(&self, voucher_id: i64) -> Option<RedisSale> {
+        self.sale_state()
+            .read(VoucherId::new(voucher_id))
+            .await
+            .unwrap()
+    }
+
+    /// Orders admitted and not yet written.
+    pub async fn pending_orders(&self) -> usize {
+        self.redis
+            .clone()
+            .hlen(self.keys().pending_orders())
+            .await
+            .unwrap()
     }
 
     pub async fn audit(&self, voucher_id: i64) -> VoucherAudit {

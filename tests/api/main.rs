@@ -1,5 +1,6 @@
 //! HTTP API tests: one binary, one file per resource, against real MySQL and Redis.
 
+mod admission;
 mod bad_input;
 mod concurrency;
 mod disconnects;

@@ -20,7 +20,6 @@ use sqlx::MySql;
 
 use super::harness::{Actor, Lab};
 use hmdp::error::Error;
-use hmdp::id_worker::IdWorker;
 use hmdp::ids::{OrderId, UserId};
 use hmdp::keys::Keys;
 use hmdp::seckill::Seckill;
@@ -60,15 +59,20 @@ pub(super) async fn run(lab: &Lab, database: &LabDatabase) -> anyhow::Result<Str
         .context("cannot create the lab's voucher")?;
     let lock = lab.lock(LEASE, Duration::ZERO)?;
     let keys = Keys::new(lab.namespace());
-    let ids = IdWorker::new(lab.redis(), keys.clone());
     let paused = Arc::new(Seckill::new(
         store.clone(),
         lock.clone(),
-        ids.clone(),
+        lab.redis(),
         keys.clone(),
         PAUSE,
     ));
-    let prompt = Arc::new(Seckill::new(store.clone(), lock, ids, keys, Duration::ZERO));
+    let prompt = Arc::new(Seckill::new(
+        store.clone(),
+        lock,
+        lab.redis(),
+        keys,
+        Duration::ZERO,
+    ));
 
     // Setting up took a moment: the story starts at the next round 100 ms.
     let start = (lab.now_ms() / 100 + 1) * 100;

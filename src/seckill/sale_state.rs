@@ -1,0 +1,227 @@
+//! The asynchronous purchase's state in Redis (keys in `keys.rs`): each
+//! seckill voucher's sale (stock, initial stock, window), its buyers, and
+//! the orders admitted but not yet written.
+//!
+//! MySQL stays the source a sale is loaded from: `lua/seckill_load.lua`
+//! writes a voucher's hash and buyers only if the hash is absent, in one
+//! call, so nodes loading the same voucher at once agree, a sale already
+//! running in Redis is never reset, and a Redis restarted empty is filled
+//! again from MySQL at the next node start or purchase.
+
+use std::sync::LazyLock;
+
+use chrono::{Local, NaiveDateTime, TimeZone};
+use redis::aio::ConnectionManager;
+use redis::{AsyncCommands, Script};
+use serde::Serialize;
+
+use crate::error::Error;
+use crate::ids::{OrderId, UserId, VoucherId};
+use crate::keys::Keys;
+use crate::store::{NewSeckillVoucher, Store};
+
+static LOAD: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/seckill_load.lua")));
+
+/// A voucher's sale as Redis holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisSale {
+    /// Stock when the sale was loaded, orders already written included.
+    pub initial: i64,
+    /// Stock left to admit.
+    pub stock: i64,
+    /// The sale window, Unix epoch milliseconds.
+    pub begin_ms: i64,
+    pub end_ms: i64,
+    /// Users admitted, ascending.
+    pub buyers: Vec<UserId>,
+}
+
+/// An order admitted and not yet written, as `GET /voucher-order/{id}`
+/// shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingOrder {
+    pub id: OrderId,
+    pub user_id: UserId,
+    pub voucher_id: VoucherId,
+    /// Always `true`: what tells a client this order is not written yet
+    /// (a written order has no such field).
+    pending: bool,
+}
+
+/// Sales, buyers and pending orders in Redis.
+pub struct SaleState {
+    pub(super) redis: ConnectionManager,
+    pub(super) keys: Keys,
+    store: Store,
+    /// Loads run one at a time: after a Redis restart every purchase of a
+    /// hot voucher finds it missing at once, and only the first should read
+    /// its buyers from MySQL; the others find it loaded.
+    loading: tokio::sync::Mutex<()>,
+}
+
+impl SaleState {
+    pub fn new(redis: ConnectionManager, keys: Keys, store: Store) -> Self {
+        SaleState {
+            redis,
+            keys,
+            store,
+            loading: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Loads every seckill voucher of MySQL that Redis lacks (a node
+    /// starting in `queue` or `stream` mode); returns how many it loaded.
+    pub async fn load_missing(&self) -> Result<usize, Error> {
+        let mut loaded = 0;
+        for voucher_id in self.store.seckill_voucher_ids().await? {
+            loaded += usize::from(self.load(voucher_id).await?);
+        }
+        Ok(loaded)
+    }
+
+    /// Loads one voucher's sale from MySQL unless Redis has it; `true` when
+    /// this call loaded it, `false` when it was there or MySQL has no such
+    /// seckill voucher.
+    pub async fn load(&self, voucher_id: VoucherId) -> Result<bool, Error> {
+        let _one_at_a_time = self.loading.lock().await;
+        let key = self.keys.seckill_voucher(voucher_id);
+        // Checked first so that a sale already in Redis costs no read of
+        // its buyers; the script checks again, for other nodes.
+        if self.redis.clone().exists(&key).await? {
+            return Ok(false);
+        }
+        let Some(sale) = self.store.sale_snapshot(voucher_id).await? else {
+            return Ok(false);
+        };
+        let window = (epoch_ms(sale.begin_time), epoch_ms(sale.end_time));
+        let loaded = self
+            .put_if_absent(voucher_id, sale.initial(), sale.stock, window, &sale.buyers)
+            .await?;
+        if loaded {
+            tracing::info!(%voucher_id, initial = sale.initial(), stock = sale.stock,
+                buyers = sale.buyers.len(), "seckill sale loaded into Redis from MySQL");
+        }
+        Ok(loaded)
+    }
+
+    /// Stores a voucher just created in MySQL (`POST /voucher/seckill`):
+    /// no orders, no buyers yet.
+    pub async fn create(
+        &self,
+        voucher_id: VoucherId,
+        sale: &NewSeckillVoucher,
+    ) -> Result<bool, Error> {
+        let stock = i64::from(sale.stock);
+        let window = (epoch_ms(sale.begin_time), epoch_ms(sale.end_time));
+        self.put_if_absent(voucher_id, stock, stock, window, &[])
+            .await
+    }
+
+    async fn put_if_absent(
+        &self,
+        voucher_id: VoucherId,
+        initial: i64,
+        stock: i64,
+        (begin_ms, end_ms): (i64, i64),
+        buyers: &[UserId],
+    ) -> Result<bool, Error> {
+        let mut load = LOAD.prepare_invoke();
+        load.key(self.keys.seckill_voucher(voucher_id))
+            .key(self.keys.seckill_buyers(voucher_id))
+            .arg(initial)
+            .arg(stock)
+            .arg(begin_ms)
+            .arg(end_ms);
+        for buyer in buyers {
+            load.arg(buyer.get());
+        }
+        let loaded: i64 = load.invoke_async(&mut self.redis.clone()).await?;
+        Ok(loaded == 1)
+    }
+
+    /// Removes a voucher: its rows and orders from MySQL, then its sale and
+    /// buyers from Redis (a node that loads meanwhile finds it gone in MySQL).
+    pub async fn delete_voucher(&self, voucher_id: VoucherId) -> Result<(), Error> {
+        self.store.delete_voucher(voucher_id).await?;
+        let keys = [
+            self.keys.seckill_voucher(voucher_id),
+            self.keys.seckill_buyers(voucher_id),
+        ];
+        self.redis.clone().del::<_, ()>(&keys).await?;
+        Ok(())
+    }
+
+    /// The voucher's sale as Redis has it, `None` when Redis has none.
+    pub async fn read(&self, voucher_id: VoucherId) -> Result<Option<RedisSale>, Error> {
+        let (fields, mut buyers): (Vec<Option<i64>>, Vec<u64>) = redis::pipe()
+            .cmd("HMGET")
+            .arg(self.keys.seckill_voucher(voucher_id))
+            .arg(&["initial", "stock", "begin_ms", "end_ms"])
+            .smembers(self.keys.seckill_buyers(voucher_id))
+            .query_async(&mut self.redis.clone())
+            .await?;
+        let [Some(initial), Some(stock), Some(begin_ms), Some(end_ms)] = fields[..] else {
+            return Ok(None);
+        };
+        buyers.sort_unstable();
+        Ok(Some(RedisSale {
+            initial,
+            stock,
+            begin_ms,
+            end_ms,
+            buyers: buyers.into_iter().map(UserId::new).collect(),
+        }))
+    }
+
+    /// The order if it is admitted, not yet written, and `user_id`'s.
+    pub async fn pending_order(
+        &self,
+        order_id: OrderId,
+        user_id: UserId,
+    ) -> Result<Option<PendingOrder>, Error> {
+        let entry: Option<String> = self
+            .redis
+            .clone()
+            .hget(self.keys.pending_orders(), order_id.get())
+            .await?;
+        let Some((user, voucher)) = entry.as_deref().and_then(|entry| entry.split_once(':')) else {
+            return Ok(None);
+        };
+        let (Ok(user), Ok(voucher)) = (user.parse(), voucher.parse()) else {
+            return Err(Error::Internal(anyhow::anyhow!(
+                "pending order {order_id} holds {entry:?}, not userId:voucherId"
+            )));
+        };
+        Ok((UserId::new(user) == user_id).then_some(PendingOrder {
+            id: order_id,
+            user_id,
+            voucher_id: VoucherId::new(voucher),
+            pending: true,
+        }))
+    }
+
+    /// Marks orders as written (or as never to be written): they leave the
+    /// pending hash.
+    pub async fn forget_pending(&self, order_ids: &[OrderId]) -> Result<(), Error> {
+        let ids: Vec<i64> = order_ids.iter().map(|id| id.get()).collect();
+        self.redis
+            .clone()
+            .hdel::<_, _, ()>(self.keys.pending_orders(), ids)
+            .await?;
+        Ok(())
+    }
+}
+
+/// A sale time as Redis compares it: the wall-clock time MySQL holds, in
+/// this node's time zone (the zone the synchronous purchase compares it in),
+/// as Unix epoch milliseconds. A time that the zone skips (a daylight-saving
+/// gap) is read as UTC rather than refused; zones without one (China's)
+/// never get there.
+fn epoch_ms(at: NaiveDateTime) -> i64 {
+    Local.from_local_datetime(&at).earliest().map_or_else(
+        || at.and_utc().timestamp_millis(),
+        |at| at.timestamp_millis(),
+    )
+}
