@@ -73,6 +73,12 @@ impl Keys {
         format!("{}{{seckill}}:orders", self.prefix)
     }
 
+    /// `{seckill}:orders:dead`: orders the consumers gave up on, with the
+    /// entry's fields plus `entry`, `deliveries` and `reason`.
+    pub fn dead_letters(&self) -> String {
+        format!("{}{{seckill}}:orders:dead", self.prefix)
+    }
+
     /// `{seckill}:pending`: hash order id → `userId:voucherId` of orders
     /// admitted and not yet written to MySQL.
     pub fn pending_orders(&self) -> String {

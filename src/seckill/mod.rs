@@ -16,9 +16,11 @@
 //! - `admission.rs` — `lua/seckill.lua` and its reply, the admitting purchase
 //! - `sale_state.rs` — sales, buyers and pending orders in Redis, loaded from MySQL
 //! - `queue.rs` — `queue` mode's in-process queue and its writer
+//! - `in_flight.rs` — admitted orders not yet written, read back for the audit
 
 mod admission;
 mod catalog;
+mod in_flight;
 mod queue;
 mod sale_state;
 
@@ -40,6 +42,7 @@ use crate::metrics;
 use crate::store::{self, NewOrder, NewSeckillVoucher, Store, Tx, VoucherOrder};
 pub use admission::Admission;
 use catalog::Catalog;
+pub use in_flight::DeadLetter;
 use queue::OrderQueue;
 pub use sale_state::{PendingOrder, RedisSale, SaleState};
 

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::Store;
-use crate::ids::VoucherId;
+use crate::ids::{UserId, VoucherId};
 
 /// What a voucher's sale left behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -87,6 +87,21 @@ impl Store {
             duplicate_users,
             extra_orders,
         })
+    }
+
+    /// Every user holding an order of the voucher, with how many, by user
+    /// id: the reconciliation compares them with the buyers Redis admitted.
+    pub async fn orders_per_user(
+        &self,
+        voucher_id: VoucherId,
+    ) -> Result<Vec<(UserId, i64)>, sqlx::Error> {
+        sqlx::query_as(
+            "SELECT user_id, COUNT(*) FROM tb_voucher_order WHERE voucher_id = ? \
+             GROUP BY user_id ORDER BY user_id",
+        )
+        .bind(voucher_id)
+        .fetch_all(&self.pool)
+        .await
     }
 }
 

@@ -3,6 +3,8 @@
 //! generator, and the benchmarks. The product library (`hmdp`) knows none of
 //! them.
 
+/// `hmdp audit`: one voucher's sale reconciled between Redis and MySQL.
+pub mod audit;
 /// `bench-lock` and `bench-db`: the lock and the transaction measured alone.
 pub mod bench;
 /// Two nodes and nginx as local child processes; `hmdp demo`, `hmdp cluster`.

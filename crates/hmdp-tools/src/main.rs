@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use hmdp::config::{ServeSettings, StoreSettings};
 use hmdp::startup::Application;
 use hmdp::store::{self, Store};
+use hmdp_tools::audit::{self, AuditSettings};
 use hmdp_tools::bench::{self, BenchDbArgs, BenchLockArgs};
 use hmdp_tools::cluster::demo::{self, DemoSettings};
 use hmdp_tools::cluster::soak::{self, SoakSettings};
@@ -33,6 +34,13 @@ enum Command {
     Tokens(Box<TokensSettings>),
     /// Fire many users' simultaneous purchases of one voucher and measure.
     Loadtest(Box<LoadtestSettings>),
+    /// Reconcile one voucher's sale between Redis and MySQL.
+    ///
+    /// Checks Redis stock + buyers = initial, MySQL orders + stock = initial,
+    /// buyers = users with an order + users with one on its way, one order
+    /// per user, no dead letters. Exit status: 0 when every check holds, 1
+    /// when one is broken (the differences listed), 2 when the audit failed.
+    Audit(Box<AuditSettings>),
     /// Two nodes behind nginx, one load test per lock mode, side by side.
     Demo(Box<DemoSettings>),
     /// Two nodes behind nginx, left running for outside load tools until Ctrl-C.
@@ -102,6 +110,14 @@ async fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::BenchDb(args) => {
             bench::bench_db(*args).await?;
+        }
+        Command::Audit(settings) => {
+            let code = audit::run(&settings).await.unwrap_or_else(|error| {
+                eprintln!("error: {error:#}");
+                2
+            });
+            std::io::stdout().flush()?;
+            std::process::exit(code);
         }
         Command::Lab { scenario } => {
             let code = match lab::run(&scenario).await {

@@ -1,0 +1,464 @@
+//! `hmdp audit --voucher ID`: reconciles one voucher's sale between Redis
+//! (stock, buyers, orders on their way, dead letters) and MySQL (orders,
+//! stock), as `loadtest --verify` does after an asynchronous sale drained.
+
+use std::collections::BTreeSet;
+use std::fmt::{self, Write as _};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use serde::Serialize;
+
+use hmdp::config::StoreSettings;
+use hmdp::ids::{UserId, VoucherId};
+use hmdp::keys::Keys;
+use hmdp::seckill::SaleState;
+use hmdp::store::{Store, VoucherAudit};
+
+/// `hmdp audit`.
+#[derive(Debug, Clone, Args)]
+#[command(after_long_help = CHECKS)]
+pub struct AuditSettings {
+    /// The seckill voucher to audit.
+    #[arg(long)]
+    pub voucher: i64,
+
+    /// The stock the sale began with, for the MySQL check of a voucher Redis
+    /// holds no sale for (a `sync` voucher) [default: Redis's `initial`].
+    #[arg(long)]
+    pub initial_stock: Option<i64>,
+
+    /// Also write the audit as a JSON object to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+
+    /// MySQL, and Redis with the prefix the nodes use.
+    #[command(flatten)]
+    pub store: StoreSettings,
+}
+
+const CHECKS: &str = "\
+Checks, each holds / BROKEN / not checked:
+  redis-stock          Redis stock + buyers = initial stock (the `initial` Redis
+                       recorded when it loaded the sale), and stock >= 0.
+  mysql-stock          MySQL orders + MySQL stock = initial stock, and stock >= 0.
+  buyers               Redis's buyer set = users with an order in MySQL + users
+                       whose order is on its way (the pending orders hash, the
+                       order stream). A buyer in neither was told success and
+                       has no order.
+  one-order-per-user   No user holds two orders of the voucher.
+  dead-letters         No order of the voucher in the dead-letter stream.
+A voucher Redis holds no sale for (a `sync` voucher, or a Redis restarted empty
+that nothing has loaded again) gets the MySQL checks only.
+
+Exit status: 0 when every check holds, 1 when one is broken (the differences
+are listed: which users, how many), 2 when the audit itself failed.";
+
+/// What one check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Holds,
+    Broken,
+    NotChecked,
+}
+
+/// One check of the audit, with what it compared and every difference.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub status: Status,
+    /// The numbers compared, in words.
+    pub detail: String,
+    /// One line per difference: who and how many.
+    pub differences: Vec<String>,
+}
+
+impl Check {
+    fn judged(name: &'static str, detail: String, differences: Vec<String>) -> Check {
+        let status = if differences.is_empty() {
+            Status::Holds
+        } else {
+            Status::Broken
+        };
+        Check {
+            name,
+            status,
+            detail,
+            differences,
+        }
+    }
+
+    fn not_checked(name: &'static str, why: &str) -> Check {
+        Check {
+            name,
+            status: Status::NotChecked,
+            detail: why.to_owned(),
+            differences: Vec::new(),
+        }
+    }
+}
+
+/// One voucher's reconciliation.
+#[derive(Debug, Clone, Serialize)]
+pub struct Audit {
+    pub voucher: i64,
+    /// The stock the checks balance against, when known.
+    pub initial_stock: Option<i64>,
+    /// Whether Redis held a sale for the voucher (`queue` / `stream`).
+    pub redis_checked: bool,
+    /// Orders written, per MySQL.
+    pub orders: i64,
+    pub mysql_stock: i64,
+    pub redis_stock: Option<i64>,
+    pub buyers: Option<usize>,
+    /// Orders admitted and not written: in the pending orders hash, and of
+    /// those (or besides them) still in the order stream.
+    pub pending: usize,
+    pub in_stream: usize,
+    pub checks: Vec<Check>,
+}
+
+impl Audit {
+    /// Whether no check is broken.
+    pub fn holds(&self) -> bool {
+        self.checks.iter().all(|check| check.status != Status::Broken)
+    }
+
+    /// The broken checks' names.
+    pub fn broken(&self) -> Vec<&'static str> {
+        self.checks
+            .iter()
+            .filter(|check| check.status == Status::Broken)
+            .map(|check| check.name)
+            .collect()
+    }
+
+    /// 0 when every check holds, 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        if self.holds() {
+            0
+        } else {
+            1
+        }
+    }
+
+    pub fn write_json(&self, path: &Path) -> anyhow::Result<()> {
+        let json = serde_json::to_string_pretty(self).expect("an audit serializes");
+        std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))
+    }
+}
+
+impl fmt::Display for Audit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let initial = self
+            .initial_stock
+            .map_or("unknown".to_owned(), |n| n.to_string());
+        writeln!(f, "audit of voucher {} (initial stock {initial})", self.voucher)?;
+        if self.redis_checked {
+            writeln!(
+                f,
+                "  on their way: {} order(s) pending, {} in the order stream",
+                self.pending, self.in_stream
+            )?;
+        } else {
+            writeln!(
+                f,
+                "  Redis not checked: it holds no sale for this voucher (a sync-mode voucher, \
+                 or a Redis restarted empty that no purchase or node start has loaded again)"
+            )?;
+        }
+        for check in &self.checks {
+            let status = match check.status {
+                Status::Holds => "holds",
+                Status::Broken => "BROKEN",
+                Status::NotChecked => "not checked",
+            };
+            writeln!(f, "  {:<20} {status:<11} {}", check.name, check.detail)?;
+            for difference in &check.differences {
+                writeln!(f, "  {:<20} {:<11} - {difference}", "", "")?;
+            }
+        }
+        let verdict = if self.holds() {
+            "every check holds".to_owned()
+        } else {
+            format!("BROKEN: {}", self.broken().join(", "))
+        };
+        writeln!(f, "verdict: {verdict}")
+    }
+}
+
+/// Audits `voucher_id` in MySQL (`store`) and Redis (`sale_state`);
+/// `initial_stock`, when given, is what the MySQL check balances against
+/// instead of Redis's `initial`.
+pub async fn audit(
+    store: &Store,
+    sale_state: &SaleState,
+    voucher_id: VoucherId,
+    initial_stock: Option<i64>,
+) -> anyhow::Result<Audit> {
+    let mysql = store
+        .audit_voucher(voucher_id)
+        .await
+        .with_context(|| format!("reading seckill voucher {voucher_id} from MySQL"))?;
+    let orders_per_user = store
+        .orders_per_user(voucher_id)
+        .await
+        .context("reading the voucher's orders")?;
+    let sale = sale_state
+        .read(voucher_id)
+        .await
+        .context("reading the sale from Redis")?;
+    let initial = initial_stock.or(sale.as_ref().map(|sale| sale.initial));
+
+    let mut checks = Vec::new();
+    let mut audit = Audit {
+        voucher: voucher_id.get(),
+        initial_stock: initial,
+        redis_checked: sale.is_some(),
+        orders: mysql.orders,
+        mysql_stock: mysql.stock_left,
+        redis_stock: sale.as_ref().map(|sale| sale.stock),
+        buyers: sale.as_ref().map(|sale| sale.buyers.len()),
+        pending: 0,
+        in_stream: 0,
+        checks: Vec::new(),
+    };
+    let no_sale = "Redis holds no sale for the voucher";
+    match &sale {
+        Some(sale) => {
+            let buyers = sale.buyers.len() as i64;
+            let mut differences = Vec::new();
+            if sale.stock + buyers != sale.initial {
+                differences.push(format!(
+                    "stock + buyers is {}, {} than the initial stock",
+                    sale.stock + buyers,
+                    more_or_fewer(sale.stock + buyers - sale.initial)
+                ));
+            }
+            if sale.stock < 0 {
+                differences.push(format!("stock is negative: {}", sale.stock));
+            }
+            checks.push(Check::judged(
+                "redis-stock",
+                format!(
+                    "stock {} + {buyers} buyers = {} (initial {})",
+                    sale.stock,
+                    sale.stock + buyers,
+                    sale.initial
+                ),
+                differences,
+            ));
+        }
+        None => checks.push(Check::not_checked("redis-stock", no_sale)),
+    }
+    checks.push(mysql_stock(&mysql, initial));
+
+    match &sale {
+        Some(sale) => {
+            let pending = sale_state.pending_orders_of(voucher_id).await?;
+            let streamed = sale_state.streamed_orders_of(voucher_id).await?;
+            let dead = sale_state.dead_letters_of(voucher_id).await?;
+            audit.pending = pending.len();
+            audit.in_stream = streamed.len();
+            let on_the_way: BTreeSet<UserId> = pending
+                .iter()
+                .chain(&streamed)
+                .map(|order| order.user_id)
+                .collect();
+            let ordered: BTreeSet<UserId> = orders_per_user.iter().map(|(user, _)| *user).collect();
+            checks.push(buyers_match(&sale.buyers, &ordered, &on_the_way));
+            checks.push(one_order_per_user(&orders_per_user));
+            let letters = dead
+                .iter()
+                .map(|letter| {
+                    format!(
+                        "order {} of user {}: {} (delivered {} times)",
+                        letter.order.id, letter.order.user_id, letter.reason, letter.deliveries
+                    )
+                })
+                .collect::<Vec<_>>();
+            checks.push(Check::judged(
+                "dead-letters",
+                format!("{} order(s) of the voucher dead-lettered", letters.len()),
+                letters,
+            ));
+        }
+        None => {
+            checks.push(Check::not_checked("buyers", no_sale));
+            checks.push(one_order_per_user(&orders_per_user));
+            checks.push(Check::not_checked("dead-letters", no_sale));
+        }
+    }
+    audit.checks = checks;
+    Ok(audit)
+}
+
+fn mysql_stock(mysql: &VoucherAudit, initial: Option<i64>) -> Check {
+    let mut differences = Vec::new();
+    if mysql.stock_left < 0 {
+        differences.push(format!("stock is negative: {}", mysql.stock_left));
+    }
+    let sum = mysql.orders + mysql.stock_left;
+    let detail = format!("{} orders + stock {} = {sum}", mysql.orders, mysql.stock_left);
+    match initial {
+        Some(initial) => {
+            if sum != initial {
+                differences.push(format!(
+                    "orders + stock is {sum}, {} than the initial stock",
+                    more_or_fewer(sum - initial)
+                ));
+            }
+            Check::judged("mysql-stock", format!("{detail} (initial {initial})"), differences)
+        }
+        None if differences.is_empty() => Check::not_checked(
+            "mysql-stock",
+            &format!("{detail}; initial stock unknown (give --initial-stock)"),
+        ),
+        None => Check::judged("mysql-stock", detail, differences),
+    }
+}
+
+fn buyers_match(
+    buyers: &[UserId],
+    ordered: &BTreeSet<UserId>,
+    on_the_way: &BTreeSet<UserId>,
+) -> Check {
+    let buyers: BTreeSet<UserId> = buyers.iter().copied().collect();
+    let accounted: BTreeSet<UserId> = ordered.union(on_the_way).copied().collect();
+    let mut differences = Vec::new();
+    let lost: Vec<UserId> = buyers.difference(&accounted).copied().collect();
+    if !lost.is_empty() {
+        differences.push(format!(
+            "{} buyer(s) told success with no order and none on its way: users {}",
+            lost.len(),
+            listed(&lost)
+        ));
+    }
+    let unadmitted_orders: Vec<UserId> = ordered.difference(&buyers).copied().collect();
+    if !unadmitted_orders.is_empty() {
+        differences.push(format!(
+            "{} user(s) with an order in MySQL who are no buyers in Redis: users {}",
+            unadmitted_orders.len(),
+            listed(&unadmitted_orders)
+        ));
+    }
+    let unadmitted_pending: Vec<UserId> = on_the_way
+        .difference(&buyers)
+        .filter(|user| !ordered.contains(user))
+        .copied()
+        .collect();
+    if !unadmitted_pending.is_empty() {
+        differences.push(format!(
+            "{} user(s) with an order on its way who are no buyers in Redis: users {}",
+            unadmitted_pending.len(),
+            listed(&unadmitted_pending)
+        ));
+    }
+    let waiting = on_the_way.difference(ordered).count();
+    Check::judged(
+        "buyers",
+        format!(
+            "{} buyers = {} with an order + {waiting} with one on its way",
+            buyers.len(),
+            ordered.len()
+        ),
+        differences,
+    )
+}
+
+fn one_order_per_user(orders_per_user: &[(UserId, i64)]) -> Check {
+    let twice: Vec<String> = orders_per_user
+        .iter()
+        .filter(|(_, orders)| *orders > 1)
+        .map(|(user, orders)| format!("user {user}: {orders} orders"))
+        .collect();
+    let detail = format!("{} user(s) hold more than one order", twice.len());
+    Check::judged("one-order-per-user", detail, twice)
+}
+
+fn more_or_fewer(by: i64) -> String {
+    if by > 0 {
+        format!("{by} more")
+    } else {
+        format!("{} fewer", -by)
+    }
+}
+
+/// Up to 20 user ids, then how many more.
+fn listed(users: &[UserId]) -> String {
+    const SHOWN: usize = 20;
+    let mut text = users
+        .iter()
+        .take(SHOWN)
+        .map(UserId::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if users.len() > SHOWN {
+        let _ = write!(text, " and {} more", users.len() - SHOWN);
+    }
+    text
+}
+
+/// Connects to MySQL and Redis as `settings` say.
+pub fn connect(settings: &StoreSettings) -> anyhow::Result<(Store, SaleState)> {
+    let store = Store::connect_lazy(&settings.database_url, 2, settings.backend_timeout())?;
+    let redis = hmdp::startup::connect_redis(&settings.redis_url, settings.backend_timeout())?;
+    let keys = Keys::new(settings.redis_prefix.clone());
+    Ok((store.clone(), SaleState::new(redis, keys, store)))
+}
+
+/// `hmdp audit`: prints the audit, writes its JSON; returns the exit status.
+pub async fn run(settings: &AuditSettings) -> anyhow::Result<i32> {
+    let (store, sale_state) = connect(&settings.store)?;
+    let audit = audit(
+        &store,
+        &sale_state,
+        VoucherId::new(settings.voucher),
+        settings.initial_stock,
+    )
+    .await?;
+    print!("{audit}");
+    if let Some(path) = &settings.json {
+        audit.write_json(path)?;
+    }
+    Ok(audit.exit_code())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn users(ids: &[u64]) -> BTreeSet<UserId> {
+        ids.iter().copied().map(UserId::new).collect()
+    }
+
+    #[test]
+    fn buyers_are_orders_plus_orders_on_their_way() {
+        let buyers: Vec<UserId> = users(&[1, 2, 3]).into_iter().collect();
+        let check = buyers_match(&buyers, &users(&[1, 2]), &users(&[3]));
+        assert_eq!(check.status, Status::Holds, "{check:?}");
+    }
+
+    #[test]
+    fn each_kind_of_difference_names_its_users() {
+        let buyers: Vec<UserId> = users(&[1, 2, 3]).into_iter().collect();
+        let check = buyers_match(&buyers, &users(&[1, 4]), &users(&[5]));
+        assert_eq!(check.status, Status::Broken);
+        assert_eq!(
+            check.differences,
+            [
+                "2 buyer(s) told success with no order and none on its way: users 2, 3",
+                "1 user(s) with an order in MySQL who are no buyers in Redis: users 4",
+                "1 user(s) with an order on its way who are no buyers in Redis: users 5",
+            ]
+        );
+    }
+
+    #[test]
+    fn long_lists_are_cut() {
+        let many: Vec<UserId> = (1..=25).map(UserId::new).collect();
+        assert!(listed(&many).ends_with("20 and 5 more"));
+    }
+}
