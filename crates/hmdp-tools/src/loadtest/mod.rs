@@ -26,8 +26,9 @@ use tokio::task::JoinSet;
 use hmdp::config::StoreSettings;
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
-use hmdp::store::Store;
+use hmdp::seckill::SaleState;
 
+use crate::audit;
 use lanes::Lanes;
 pub use report::{Latency, Report};
 use tokens::Login;
@@ -74,9 +75,16 @@ pub struct LoadtestSettings {
     #[arg(long)]
     pub tokens: Option<PathBuf>,
 
-    /// Read the database before and after and check the invariants.
+    /// Read the database before and after and check the invariants. For a
+    /// voucher Redis holds a sale for (`queue` / `stream` nodes), first wait
+    /// for its admitted orders to be written, then run `hmdp audit` on it.
     #[arg(long)]
     pub verify: bool,
+
+    /// With --verify on an asynchronous sale: how long to wait for the
+    /// admitted orders to be written before auditing what is there.
+    #[arg(long, default_value_t = 60)]
+    pub drain_timeout_secs: u64,
 
     /// Also write the result as a JSON object to this file.
     #[arg(long)]
@@ -293,6 +301,37 @@ pub async fn create_voucher(
         .with_context(|| format!("voucher not created: {body}"))
 }
 
+/// How the orders admitted by an asynchronous sale reached MySQL.
+pub enum Drain {
+    /// None pending any more, this long after the last answer (within
+    /// the polling interval).
+    Drained(Duration),
+    /// Still this many pending at the deadline.
+    Stuck(usize),
+}
+
+/// Waits until no order of `voucher_id` is pending (admitted, not yet
+/// written) or `deadline` passed, counting from the load run's last answer.
+pub async fn drain(
+    sale_state: &SaleState,
+    voucher_id: VoucherId,
+    deadline: Duration,
+) -> anyhow::Result<Drain> {
+    const POLL: Duration = Duration::from_millis(20);
+    let started = Instant::now();
+    loop {
+        let pending = sale_state.pending_orders_of(voucher_id).await?.len()
+            + sale_state.streamed_orders_of(voucher_id).await?.len();
+        if pending == 0 {
+            return Ok(Drain::Drained(started.elapsed()));
+        }
+        if started.elapsed() >= deadline {
+            return Ok(Drain::Stuck(pending));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
 /// Reads one token per line, skipping blank lines.
 pub fn read_tokens(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
     let text =
@@ -353,22 +392,21 @@ pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
             create_voucher(&client, &settings.target, token, stock).await?
         }
     };
-    let store = if settings.verify {
-        Some(Store::connect_lazy(
-            &settings.store.database_url,
-            2,
-            settings.store.backend_timeout(),
-        )?)
+    let voucher_id = VoucherId::new(voucher);
+    let stores = if settings.verify {
+        Some(audit::connect(&settings.store)?)
     } else {
         None
     };
-    let before = match &store {
-        Some(store) => Some(
+    let before = match &stores {
+        Some((store, sale_state)) => Some((
             store
-                .audit_voucher(VoucherId::new(voucher))
+                .audit_voucher(voucher_id)
                 .await
                 .with_context(|| format!("reading voucher {voucher} before the run"))?,
-        ),
+            // Redis holds a sale for the vouchers `queue` and `stream` admit.
+            sale_state.read(voucher_id).await?.is_some(),
+        )),
         None => None,
     };
 
@@ -383,12 +421,20 @@ pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
     let measured = run(&plan).await?;
 
     let mut report = Report::new(&plan, &measured);
-    if let (Some(store), Some(before)) = (&store, before) {
+    if let (Some((store, sale_state)), Some((before, admitted_in_redis))) = (&stores, before) {
+        if admitted_in_redis {
+            let deadline = Duration::from_secs(settings.drain_timeout_secs);
+            let drain = drain(sale_state, voucher_id, deadline).await?;
+            report.add_drain(&drain, deadline);
+        }
         let after = store
-            .audit_voucher(VoucherId::new(voucher))
+            .audit_voucher(voucher_id)
             .await
             .context("reading the voucher after the run")?;
         report.add_audit(before.supply(), &after);
+        if admitted_in_redis {
+            report.add_reconciliation(audit::audit(store, sale_state, voucher_id, None).await?);
+        }
     }
     print!("{}", report.table());
     if let Some(path) = &settings.json {

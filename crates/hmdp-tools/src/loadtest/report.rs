@@ -8,7 +8,8 @@ use anyhow::Context;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::{Measured, Plan};
+use super::{Drain, Measured, Plan};
+use crate::audit::Audit;
 use hmdp::store::VoucherAudit;
 
 /// Latency percentiles in milliseconds.
@@ -60,6 +61,13 @@ pub struct Report {
     /// Stock invariants the audit found broken (duplicates are reported in
     /// their own fields: some lock modes are expected to let them through).
     pub violations: Vec<String>,
+    /// Asynchronous sales: seconds from the last answer until no order was
+    /// pending any more (`null` when the deadline passed first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain_s: Option<Option<f64>>,
+    /// Asynchronous sales: `hmdp audit` after the drain.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audit: Option<Audit>,
 }
 
 impl Report {
@@ -86,7 +94,36 @@ impl Report {
             oversold: None,
             stock_left: None,
             violations: Vec::new(),
+            drain_s: None,
+            audit: None,
         }
+    }
+
+    /// Adds how the admitted orders drained; orders still pending at the
+    /// deadline are a violation.
+    pub fn add_drain(&mut self, drain: &Drain, deadline: std::time::Duration) {
+        match drain {
+            Drain::Drained(took) => self.drain_s = Some(Some(took.as_secs_f64())),
+            Drain::Stuck(pending) => {
+                self.drain_s = Some(None);
+                self.violations.push(format!(
+                    "{pending} admitted orders still not written {} s after the last answer",
+                    deadline.as_secs()
+                ));
+            }
+        }
+    }
+
+    /// Adds the reconciliation of Redis and MySQL; its broken checks are
+    /// violations.
+    pub fn add_reconciliation(&mut self, audit: Audit) {
+        self.violations.extend(
+            audit
+                .broken()
+                .into_iter()
+                .map(|check| format!("audit: {check} broken")),
+        );
+        self.audit = Some(audit);
     }
 
     /// Adds the audit read after the run, against the stock before it.
@@ -97,7 +134,7 @@ impl Report {
         self.extra_orders = Some(audit.extra_orders);
         self.oversold = Some(audit.oversold(initial_stock));
         self.stock_left = Some(audit.stock_left);
-        self.violations = audit.violations(initial_stock, false);
+        self.violations.extend(audit.violations(initial_stock, false));
     }
 
     /// Answers that came back with this outcome.
@@ -154,6 +191,18 @@ impl Report {
                 format!("BROKEN: {}", self.violations.join("; "))
             };
             let _ = writeln!(out, "invariants   {verdict}");
+        }
+        match self.drain_s {
+            Some(Some(drain_s)) => {
+                let _ = writeln!(out, "drained      {drain_s:.2} s after the last answer");
+            }
+            Some(None) => {
+                let _ = writeln!(out, "drained      NO: orders still pending at the deadline");
+            }
+            None => {}
+        }
+        if let Some(audit) = &self.audit {
+            out.push_str(&audit.to_string());
         }
         out
     }
