@@ -135,6 +135,15 @@ impl Audit {
             .collect()
     }
 
+    /// `every check holds`, or `BROKEN: ` and the broken checks.
+    pub fn verdict(&self) -> String {
+        if self.holds() {
+            "every check holds".to_owned()
+        } else {
+            format!("BROKEN: {}", self.broken().join(", "))
+        }
+    }
+
     /// 0 when every check holds, 1 otherwise.
     pub fn exit_code(&self) -> i32 {
         if self.holds() {
@@ -180,12 +189,7 @@ impl fmt::Display for Audit {
                 writeln!(f, "  {:<20} {:<11} - {difference}", "", "")?;
             }
         }
-        let verdict = if self.holds() {
-            "every check holds".to_owned()
-        } else {
-            format!("BROKEN: {}", self.broken().join(", "))
-        };
-        writeln!(f, "verdict: {verdict}")
+        writeln!(f, "verdict: {}", self.verdict())
     }
 }
 

@@ -48,10 +48,12 @@ enum Command {
     /// Run the two-node cluster under load for minutes with a fault every
     /// interval (a node SIGKILLed, Redis restarted) and verify every sale.
     Soak(Box<SoakSettings>),
-    /// Reproduce one lock failure of the course with a timeline and a verdict.
+    /// Reproduce one failure of the course with a timeline and a verdict.
     ///
     /// Runs against the configured Redis in a key namespace of its own, removed
-    /// afterwards. Exit status: 0 when mutual exclusion held, 1 when it broke,
+    /// afterwards (the asynchronous purchase's scenarios also start nodes on a
+    /// database of their own). Exit status: 0 when the promise held (mutual
+    /// exclusion; every buyer told success holds one order), 1 when it broke,
     /// 2 when the run itself failed.
     Lab {
         #[command(subcommand)]

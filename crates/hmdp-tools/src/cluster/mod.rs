@@ -17,7 +17,7 @@ use hmdp_lock::LockMode;
 use hmdp_test_support::{free_ports, ChildProcess};
 use tempfile::TempDir;
 
-use node::Node;
+pub(crate) use node::Node;
 pub use sandbox::Sandbox;
 
 /// Runs `work` to its end unless Ctrl-C (SIGINT) or SIGTERM comes first:

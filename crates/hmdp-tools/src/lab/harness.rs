@@ -451,10 +451,18 @@ impl Lab {
     }
 
     /// Everything the run observed, with the scenario's explanation.
-    pub(super) fn report(&self, scenario: &'static str, explanation: String) -> Report {
+    pub(super) fn report(
+        &self,
+        scenario: &'static str,
+        setup: Option<String>,
+        promise: &'static str,
+        explanation: String,
+    ) -> Report {
         let section = self.section.lock().expect("section poisoned");
         Report {
             scenario,
+            setup,
+            promise,
             mode: self.mode,
             key: self.key.clone(),
             lease: *self.lease.lock().expect("lease poisoned"),
@@ -478,6 +486,11 @@ impl Lab {
 #[derive(Debug, Clone)]
 pub struct Report {
     pub scenario: &'static str,
+    /// The header's description of the run, instead of the lock key and
+    /// lease (the asynchronous purchase's scenarios).
+    pub setup: Option<String>,
+    /// What the verdict judges: "mutual exclusion held", ...
+    pub promise: &'static str,
     pub mode: LockMode,
     pub key: String,
     pub lease: Option<Duration>,
@@ -500,7 +513,7 @@ impl Report {
         self.overlaps.is_empty() && self.failures.is_empty()
     }
 
-    /// 0 when mutual exclusion held, 1 when it broke.
+    /// 0 when the promise held, 1 when it broke.
     pub fn exit_code(&self) -> i32 {
         if self.kept() {
             0
@@ -520,7 +533,7 @@ impl Report {
     /// The one-line verdict.
     pub fn verdict(&self) -> String {
         if self.kept() {
-            format!("KEPT: mutual exclusion held. {}", self.explanation)
+            format!("KEPT: {}. {}", self.promise, self.explanation)
         } else if self.overlaps.is_empty() {
             format!("BROKEN: {}. {}", self.failures.join("; "), self.explanation)
         } else {
@@ -536,6 +549,10 @@ impl Report {
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(setup) = &self.setup {
+            writeln!(f, "lab {} {setup}", self.scenario)?;
+            return self.timeline_and_verdict(f);
+        }
         write!(
             f,
             "lab {} --lock {}{} (key {}",
@@ -555,6 +572,12 @@ impl fmt::Display for Report {
             write!(f, ", lease {} ms{renewed}", lease.as_millis())?;
         }
         writeln!(f, ")")?;
+        self.timeline_and_verdict(f)
+    }
+}
+
+impl Report {
+    fn timeline_and_verdict(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for event in &self.events {
             let at = format!("t={}ms", event.at.as_millis());
             writeln!(f, "  {at:<9} {:<6} {}", event.who, event.what)?;

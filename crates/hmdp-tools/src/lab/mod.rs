@@ -4,6 +4,9 @@
 //!
 //! One file per scenario; [`harness`] holds what they share, and
 //! [`late_release`] the story `misdelete` and `check-then-delete` both tell.
+//! The asynchronous purchase's scenarios (`queue-crash`, `stream-crash`,
+//! `redis-restart`) run real nodes on the stage of [`sale`] and judge the
+//! orders: each buyer told success must hold exactly one.
 //! A scenario is an async function that builds its locks through the
 //! [`Lab`], plays its actors on the lab's clock and explains the outcome; the
 //! verdict itself comes from who was seen inside the critical section
@@ -16,8 +19,12 @@ mod harness;
 mod late_release;
 mod lease_expiry;
 mod misdelete;
+mod queue_crash;
+mod redis_restart;
 mod reentrancy;
 mod retry;
+mod sale;
+mod stream_crash;
 
 use std::time::Duration;
 
@@ -30,6 +37,7 @@ use hmdp::startup;
 
 use harness::Lab;
 pub use harness::{Actor, Event, Report};
+pub use redis_restart::RedisRestartArgs;
 
 /// Where and with what lock a scenario runs.
 #[derive(Debug, Clone, Args)]
@@ -66,7 +74,8 @@ pub struct LabArgs {
     pub database_url: String,
 }
 
-/// The scenarios. Each exits 0 when mutual exclusion held, 1 when it broke.
+/// The scenarios. Each exits 0 when its promise held (mutual exclusion; each
+/// buyer told success holds one order), 1 when it broke.
 #[derive(Debug, Clone, Subcommand)]
 pub enum Scenario {
     /// Lock v1's DEL deletes another holder's lock (误删).
@@ -134,6 +143,40 @@ pub enum Scenario {
     /// and A rolls back. Course stage: the limits of lease-based locks (GC
     /// pauses), fixed with fencing tokens. Default --lock: redis-lua.
     GcPause(LabArgs),
+
+    /// The in-process queue (V5) loses the orders it holds when its node dies.
+    ///
+    /// Starts a node of its own in --seckill queue on a database of its own,
+    /// its writer holding each transaction open 300 ms. Twenty users buy at
+    /// once and are told success; the node is SIGKILLed 700 ms later with
+    /// most orders still queued in its memory. Counts the buyers told
+    /// success against the orders in MySQL: exits 1 with the numbers.
+    /// Course stage: asynchronous seckill with a blocking queue, and why the
+    /// course moves on to a Redis Stream. Default --lock: reentrant.
+    QueueCrash(LabArgs),
+
+    /// A stream consumer that dies before XACK loses nothing: another node claims its entries.
+    ///
+    /// Two nodes of its own in --seckill stream, claim idle time 1 s. node1's
+    /// writer holds each transaction open 3 s; twenty users buy, node1's
+    /// consumer reads their orders, node2 starts, node1 is SIGKILLed before
+    /// its commit and XACK. node2 claims the idle entries (XAUTOCLAIM) and
+    /// writes them: every order exactly once, and the audit holds (exit 0).
+    /// Course stage: the Redis Stream consumer group (V6) and its pending
+    /// list. Default --lock: reentrant.
+    StreamCrash(LabArgs),
+
+    /// Redis restarted empty loses the orders still in the stream; AOF keeps them.
+    ///
+    /// A private redis-server and a node of its own in --seckill stream whose
+    /// writer holds each transaction open 5 s. Twelve users buy and are told
+    /// success; the node is SIGKILLed with their orders unwritten, Redis and
+    /// then the node restart. Without persistence the orders are lost (exit
+    /// 1) and the node rebuilds stock and buyers from MySQL; with --redis-aof
+    /// (appendonly yes, appendfsync always) the stream survives and every
+    /// order is written (exit 0). Course stage: what the asynchronous seckill
+    /// trusts Redis with. Default --lock: reentrant.
+    RedisRestart(RedisRestartArgs),
 }
 
 impl Scenario {
@@ -147,6 +190,9 @@ impl Scenario {
             Scenario::Retry(_) => "retry",
             Scenario::Failover(_) => "failover",
             Scenario::GcPause(_) => "gc-pause",
+            Scenario::QueueCrash(_) => "queue-crash",
+            Scenario::StreamCrash(_) => "stream-crash",
+            Scenario::RedisRestart(_) => "redis-restart",
         }
     }
 
@@ -160,6 +206,35 @@ impl Scenario {
             Scenario::Retry(_) => LockMode::Reentrant,
             Scenario::Failover(_) => LockMode::Reentrant,
             Scenario::GcPause(_) => LockMode::RedisLua,
+            Scenario::QueueCrash(_) | Scenario::StreamCrash(_) | Scenario::RedisRestart(_) => {
+                LockMode::Reentrant
+            }
+        }
+    }
+
+    /// What the verdict judges: the lock's promise, or the asynchronous
+    /// purchase's.
+    fn promise(&self) -> &'static str {
+        match self {
+            Scenario::QueueCrash(_) | Scenario::StreamCrash(_) | Scenario::RedisRestart(_) => {
+                "every buyer told success holds exactly one order"
+            }
+            _ => "mutual exclusion held",
+        }
+    }
+
+    /// How the scenario's header describes its setup, when not by the lock
+    /// key and lease.
+    fn setup(&self, mode: LockMode) -> Option<String> {
+        match self {
+            Scenario::QueueCrash(_) => Some(format!("--seckill queue --lock {mode}")),
+            Scenario::StreamCrash(_) => Some(format!("--seckill stream --lock {mode}")),
+            Scenario::RedisRestart(args) => Some(format!(
+                "--seckill {} --lock {mode}{}",
+                args.seckill,
+                if args.redis_aof { " --redis-aof" } else { "" }
+            )),
+            _ => None,
         }
     }
 
@@ -171,7 +246,10 @@ impl Scenario {
             | Scenario::Reentrancy(args)
             | Scenario::Retry(args)
             | Scenario::Failover(args)
-            | Scenario::GcPause(args) => args,
+            | Scenario::GcPause(args)
+            | Scenario::QueueCrash(args)
+            | Scenario::StreamCrash(args) => args,
+            Scenario::RedisRestart(args) => &args.lab,
         }
     }
 }
@@ -206,6 +284,9 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
             Some(database) => gc_pause::run(&lab, database).await,
             None => unreachable!("gc-pause sets up its database above"),
         },
+        Scenario::QueueCrash(args) => queue_crash::run(&lab, args).await,
+        Scenario::StreamCrash(args) => stream_crash::run(&lab, args).await,
+        Scenario::RedisRestart(args) => redis_restart::run(&lab, args).await,
     };
     if let Some(database) = database {
         database.drop().await?;
@@ -216,5 +297,10 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
     if mode == LockMode::None {
         explanation = "--lock none takes no lock at all.".to_owned();
     }
-    Ok(lab.report(scenario.name(), explanation))
+    Ok(lab.report(
+        scenario.name(),
+        scenario.setup(mode),
+        scenario.promise(),
+        explanation,
+    ))
 }

@@ -1,0 +1,198 @@
+//! The stage of the asynchronous-purchase scenarios (`queue-crash`,
+//! `stream-crash`, `redis-restart`): real `hmdp serve` nodes started as the
+//! cluster starts them, in a sandbox of their own (a database and a Redis
+//! key prefix, removed afterwards), a voucher on sale and users who buy it
+//! once each. What the buyers were told is counted from their answers; what
+//! happened to the orders is read from MySQL and Redis.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use hmdp::config::SeckillMode;
+use hmdp::ids::VoucherId;
+use hmdp::keys::Keys;
+use hmdp::seckill::SaleState;
+use hmdp::store::Store;
+use hmdp_test_support::free_ports;
+use tempfile::TempDir;
+
+use super::harness::Lab;
+use super::LabArgs;
+use crate::audit::{self, Audit};
+use crate::cluster::{node_flags, ClusterSpec, Node, Sandbox};
+use crate::loadtest::{self, tokens::Login, Drain, Plan};
+
+/// Nodes, sandbox and sale of one run. Fields drop in order: the nodes go
+/// before their database and their keys do.
+pub(super) struct SaleStage {
+    nodes: Vec<Node>,
+    spec: ClusterSpec,
+    client: reqwest::Client,
+    redis: redis::aio::ConnectionManager,
+    pub store: Store,
+    pub sale_state: SaleState,
+    voucher: Option<VoucherId>,
+    /// The nodes' logs.
+    _dir: TempDir,
+    sandbox: Sandbox,
+}
+
+impl SaleStage {
+    /// A sandbox on the lab's MySQL and on the Redis at `redis_url`, with
+    /// `nodes` nodes to start (none running yet).
+    pub async fn open(args: &LabArgs, redis_url: &str, nodes: usize) -> anyhow::Result<Self> {
+        let sandbox = Sandbox::create(&args.database_url, redis_url, "lab").await?;
+        let exe = std::env::current_exe().context("cannot find the hmdp executable")?;
+        let spec = ClusterSpec::in_sandbox(exe, &sandbox);
+        let dir = tempfile::Builder::new().prefix("hmdp-lab-").tempdir()?;
+        let ports: [u16; 2] = free_ports().context("no free local port")?;
+        let nodes = (0..nodes)
+            .map(|index| {
+                let id = format!("node{}", index + 1);
+                let log = dir.path().join(format!("{id}.log"));
+                Node::new(&id, ports[index], log)
+            })
+            .collect();
+        let redis = hmdp::startup::connect_redis(redis_url, Duration::from_secs(2))?;
+        let store = sandbox.store(4)?;
+        let keys = Keys::new(sandbox.redis.prefix.clone());
+        Ok(SaleStage {
+            nodes,
+            spec,
+            client: loadtest::http_client(64)?,
+            sale_state: SaleState::new(redis.clone(), keys, store.clone()),
+            redis,
+            store,
+            voucher: None,
+            _dir: dir,
+            sandbox,
+        })
+    }
+
+    /// Starts node `index` in `seckill` mode with the lab's lock, a writer
+    /// that holds each transaction open `chaos_hold_ms`, and `extra` flags;
+    /// returns once it is ready.
+    pub async fn start_node(
+        &mut self,
+        lab: &Lab,
+        index: usize,
+        seckill: SeckillMode,
+        chaos_hold_ms: u64,
+        extra: &[&str],
+    ) -> anyhow::Result<()> {
+        let mut flags = node_flags(lab.mode(), chaos_hold_ms);
+        flags.push(format!("--seckill={seckill}"));
+        flags.push("--db-pool=8".into());
+        flags.extend(extra.iter().map(|flag| flag.to_string()));
+        self.nodes[index].start(&self.spec, &flags).await?;
+        let slow = if chaos_hold_ms > 0 {
+            format!(", its writer holding each transaction open {chaos_hold_ms} ms")
+        } else {
+            String::new()
+        };
+        let extra = if extra.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", extra.join(" "))
+        };
+        lab.say(
+            self.node_name(index),
+            format!("starts: --seckill {seckill}{extra}{slow}"),
+        );
+        Ok(())
+    }
+
+    /// SIGKILLs node `index`: nothing in its memory survives.
+    pub async fn kill_node(&mut self, lab: &Lab, index: usize) {
+        self.nodes[index].kill().await;
+        lab.say(self.node_name(index), "is killed (SIGKILL)");
+    }
+
+    fn node_name(&self, index: usize) -> &'static str {
+        ["node1", "node2"][index]
+    }
+
+    /// Creates a voucher of stock `buyers` through node `index`, logs
+    /// `buyers` users in and has each buy once at the same moment; returns
+    /// how many were told success (answered an order id).
+    pub async fn sell(&mut self, lab: &Lab, index: usize, buyers: usize) -> anyhow::Result<u64> {
+        let target = self.nodes[index].url();
+        let stock = i32::try_from(buyers).context("too many buyers")?;
+        let voucher =
+            loadtest::create_voucher(&self.client, &target, &self.spec.admin_token, stock).await?;
+        self.voucher = Some(VoucherId::new(voucher));
+        let keys = Keys::new(self.sandbox.redis.prefix.clone());
+        let tokens = Login::new(self.client.clone(), &target, self.redis.clone(), keys)
+            .users(0, buyers, 16)
+            .await?;
+        let plan = Plan {
+            target,
+            voucher,
+            tokens,
+            per_user: 1,
+            concurrency: 64,
+            progress: indicatif::ProgressBar::hidden(),
+        };
+        let measured = loadtest::run(&plan).await?;
+        let told_success = measured.outcomes.get("OK").copied().unwrap_or(0);
+        let answers: Vec<String> = measured
+            .outcomes
+            .iter()
+            .map(|(outcome, n)| format!("{outcome} {n}"))
+            .collect();
+        lab.say(
+            "buyers",
+            format!(
+                "{buyers} users buy voucher {voucher} (stock {buyers}) once each: {}; \
+                 {told_success} told success with an order id",
+                answers.join(", ")
+            ),
+        );
+        Ok(told_success)
+    }
+
+    pub fn voucher(&self) -> VoucherId {
+        self.voucher.expect("the sale has started")
+    }
+
+    /// Orders written to MySQL, and how many users hold more than one.
+    pub async fn orders(&self) -> anyhow::Result<(i64, i64)> {
+        let audit = self.store.audit_voucher(self.voucher()).await?;
+        Ok((audit.orders, audit.duplicate_users))
+    }
+
+    /// Admitted orders not written yet: in the pending orders hash, in the
+    /// order stream.
+    pub async fn on_their_way(&self) -> anyhow::Result<(usize, usize)> {
+        let voucher = self.voucher();
+        Ok((
+            self.sale_state.pending_orders_of(voucher).await?.len(),
+            self.sale_state.streamed_orders_of(voucher).await?.len(),
+        ))
+    }
+
+    /// Waits up to `deadline` for the admitted orders to be written.
+    pub async fn drain(&self, deadline: Duration) -> anyhow::Result<Drain> {
+        loadtest::drain(&self.sale_state, self.voucher(), deadline).await
+    }
+
+    /// `hmdp audit` of the sale.
+    pub async fn audit(&self) -> anyhow::Result<Audit> {
+        audit::audit(&self.store, &self.sale_state, self.voucher(), None).await
+    }
+
+    /// `XPENDING`'s count: entries read by a consumer and not acknowledged.
+    pub async fn delivered_unacknowledged(&self) -> anyhow::Result<i64> {
+        let keys = Keys::new(self.sandbox.redis.prefix.clone());
+        let summary: (i64, redis::Value, redis::Value, redis::Value) = redis::cmd("XPENDING")
+            .arg(keys.order_stream())
+            .arg(ORDER_WRITERS)
+            .query_async(&mut self.redis.clone())
+            .await
+            .context("XPENDING of the order stream")?;
+        Ok(summary.0)
+    }
+}
+
+/// The consumer group of the order stream.
+const ORDER_WRITERS: &str = "order-writers";
