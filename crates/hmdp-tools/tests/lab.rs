@@ -1,6 +1,7 @@
 //! The lab's verdicts: each scenario run in-process against real Redis with
 //! each simple mode, checking who overlapped in the critical section and what
-//! the releases reported; and the `hmdp lab` command's exit codes and help.
+//! the releases reported; the asynchronous purchase's scenarios, run as the
+//! `hmdp lab` command on real nodes; and the command's exit codes and help.
 
 use std::process::Command;
 
@@ -189,6 +190,7 @@ fn hmdp_lab(args: &[&str]) -> (i32, String) {
         .arg("lab")
         .args(args)
         .env("REDIS_URL", redis_url())
+        .env("DATABASE_URL", format!("{}/hmdp", mysql_server_url()))
         .output()
         .expect("hmdp runs");
     let stdout = String::from_utf8(output.stdout).unwrap();
@@ -226,10 +228,47 @@ fn each_scenario_tells_its_story_in_its_help() {
         ("retry", "subscription"),
         ("failover", "MultiLock"),
         ("gc-pause", "fencing"),
+        ("queue-crash", "blocking queue"),
+        ("stream-crash", "consumer group"),
+        ("redis-restart", "trusts Redis with"),
     ] {
         let (code, out) = hmdp_lab(&[scenario, "--help"]);
         assert_eq!(code, 0);
         assert!(out.contains("Course stage"), "{scenario}: {out}");
         assert!(out.contains(stage), "{scenario}: {out}");
     }
+}
+
+#[test]
+fn queue_crash_loses_the_orders_still_queued() {
+    let (code, out) = hmdp_lab(&["queue-crash"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("20 told success"), "{out}");
+    assert!(out.contains("buyers told success have no order: BROKEN"), "{out}");
+}
+
+#[test]
+fn stream_crash_writes_every_order_once_through_the_other_node() {
+    let (code, out) = hmdp_lab(&["stream-crash"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("20 order(s) of voucher"), "{out}");
+    assert!(out.contains("0 user(s) with two"), "{out}");
+    assert!(out.contains("audit  every check holds"), "{out}");
+}
+
+#[test]
+fn redis_restart_without_persistence_loses_what_the_stream_held() {
+    let (code, out) = hmdp_lab(&["redis-restart", "--seckill", "stream"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("restarts empty"), "{out}");
+    assert!(out.contains("12 of 12 buyers told success have no order"), "{out}");
+    assert!(out.contains("appendfsync always"), "{out}");
+}
+
+#[test]
+fn redis_restart_with_an_append_only_file_loses_nothing() {
+    let (code, out) = hmdp_lab(&["redis-restart", "--seckill", "stream", "--redis-aof"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("restarts with its data"), "{out}");
+    assert!(out.contains("12 order(s) of voucher"), "{out}");
 }

@@ -1,0 +1,157 @@
+//! `hmdp audit` and `hmdp loadtest --verify` on an asynchronous sale, run as
+//! commands against two `queue` nodes behind nginx: the verified load test
+//! waits for the orders to be written and audits them; the audit holds on
+//! the clean sale and names what a buyer added in Redis or an order row
+//! deleted by hand broke; a voucher Redis holds no sale for gets the MySQL
+//! checks only.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use chrono::{Local, TimeDelta};
+use hmdp::ids::VoucherId;
+use hmdp::keys::Keys;
+use hmdp::store::{NewSeckillVoucher, NewVoucher};
+use hmdp_lock::LockMode;
+use hmdp_test_support::{mysql_server_url, redis_url};
+use hmdp_tools::cluster::{node_flags, Cluster, ClusterSpec, Sandbox};
+use redis::AsyncCommands;
+
+/// Runs `hmdp` with `args` against the sandbox; returns its exit code and
+/// standard output.
+fn hmdp(sandbox: &Sandbox, args: &[&str]) -> (i32, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_hmdp"))
+        .args(args)
+        .env("DATABASE_URL", &sandbox.database.url)
+        .env("REDIS_URL", &sandbox.redis.redis_url)
+        .env("HMDP_REDIS_PREFIX", &sandbox.redis.prefix)
+        .output()
+        .expect("hmdp runs");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    (output.status.code().expect("exited"), stdout + &stderr)
+}
+
+fn audit(sandbox: &Sandbox, voucher: i64) -> (i32, String) {
+    let (code, out) = hmdp(sandbox, &["audit", "--voucher", &voucher.to_string()]);
+    println!("{out}");
+    (code, out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
+    let sandbox = Sandbox::create(&format!("{}/hmdp", mysql_server_url()), &redis_url(), "test")
+        .await
+        .expect("MySQL is reachable");
+    let spec = ClusterSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
+    let mut flags = node_flags(LockMode::Reentrant, 0);
+    flags.extend(["--seckill=queue".to_owned(), "--db-pool=8".to_owned()]);
+    let cluster = Cluster::start(spec.clone(), &flags).await.unwrap();
+
+    // A verified sale through nginx: drained, then audited.
+    let json = tempfile::NamedTempFile::new().unwrap();
+    let (code, out) = hmdp(
+        &sandbox,
+        &[
+            "loadtest",
+            "--target",
+            &cluster.url(),
+            "--workload=sale",
+            "--users=30",
+            "--admin-token",
+            &spec.admin_token,
+            "--verify",
+            "--json",
+            json.path().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("drained "), "{out}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json.path()).unwrap()).unwrap();
+    assert!(report["drain_s"].as_f64().is_some(), "{report}");
+    assert_eq!(report["orders"], 30);
+    assert_eq!(report["audit"]["buyers"], 30);
+    let checks = report["audit"]["checks"].as_array().unwrap();
+    assert_eq!(checks.len(), 5);
+    assert!(checks.iter().all(|check| check["status"] == "holds"), "{report}");
+    let voucher = report["voucher"].as_i64().unwrap();
+
+    let (code, out) = audit(&sandbox, voucher);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("verdict: every check holds"), "{out}");
+
+    // A buyer Redis admitted who has no order and none on its way.
+    let keys = Keys::new(sandbox.redis.prefix.clone());
+    let buyers = keys.seckill_buyers(VoucherId::new(voucher));
+    let mut redis = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis.sadd(&buyers, 424_242).await.unwrap();
+    let (code, out) = audit(&sandbox, voucher);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("verdict: BROKEN: redis-stock, buyers"), "{out}");
+    assert!(
+        out.contains("1 buyer(s) told success with no order and none on its way: users 424242"),
+        "{out}"
+    );
+    let _: () = redis.srem(&buyers, 424_242).await.unwrap();
+
+    // An order row deleted by hand: its buyer has lost the order.
+    let store = sandbox.store(1).unwrap();
+    let (order, user): (i64, u64) = sqlx::query_as(
+        "SELECT id, user_id FROM tb_voucher_order WHERE voucher_id = ? ORDER BY id LIMIT 1",
+    )
+    .bind(voucher)
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    sqlx::query("DELETE FROM tb_voucher_order WHERE id = ?")
+        .bind(order)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let (code, out) = audit(&sandbox, voucher);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("verdict: BROKEN: mysql-stock, buyers"), "{out}");
+    assert!(out.contains("orders + stock is 29, 1 fewer"), "{out}");
+    assert!(
+        out.contains(&format!("none on its way: users {user}")),
+        "{out}"
+    );
+
+    // A voucher only MySQL knows (a sync sale): the MySQL checks alone.
+    let now = Local::now().naive_local();
+    let sync_voucher = store
+        .insert_seckill_voucher(
+            &NewVoucher {
+                shop_id: 1,
+                title: "sync".into(),
+                sub_title: None,
+                rules: None,
+                pay_value: 100,
+                actual_value: 200,
+                voucher_type: 1,
+                status: 1,
+            },
+            &NewSeckillVoucher {
+                stock: 5,
+                begin_time: now,
+                end_time: now + TimeDelta::hours(1),
+            },
+        )
+        .await
+        .unwrap();
+    let (code, out) = hmdp(
+        &sandbox,
+        &["audit", "--voucher", &sync_voucher.to_string(), "--initial-stock=5"],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("Redis not checked"), "{out}");
+    assert!(out.contains("mysql-stock          holds"), "{out}");
+
+    let (code, out) = hmdp(&sandbox, &["audit", "--voucher", "999999999"]);
+    assert_eq!(code, 2, "{out}");
+}
