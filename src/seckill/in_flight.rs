@@ -24,6 +24,18 @@ pub struct DeadLetter {
 }
 
 impl SaleState {
+    /// How many orders of every voucher are pending, and how many entries
+    /// the order stream holds: two `O(1)` reads, for polling.
+    pub async fn orders_on_their_way(&self) -> Result<(u64, u64), Error> {
+        let counts = redis::pipe()
+            .hlen(self.keys.pending_orders())
+            .cmd("XLEN")
+            .arg(self.keys.order_stream())
+            .query_async(&mut self.redis.clone())
+            .await?;
+        Ok(counts)
+    }
+
     /// Orders of `voucher_id` in the pending orders hash: admitted, not yet
     /// written (`queue` and `stream`).
     pub async fn pending_orders_of(&self, voucher_id: VoucherId) -> Result<Vec<NewOrder>, Error> {
