@@ -123,7 +123,9 @@ pub struct Audit {
 impl Audit {
     /// Whether no check is broken.
     pub fn holds(&self) -> bool {
-        self.checks.iter().all(|check| check.status != Status::Broken)
+        self.checks
+            .iter()
+            .all(|check| check.status != Status::Broken)
     }
 
     /// The broken checks' names.
@@ -164,7 +166,11 @@ impl fmt::Display for Audit {
         let initial = self
             .initial_stock
             .map_or("unknown".to_owned(), |n| n.to_string());
-        writeln!(f, "audit of voucher {} (initial stock {initial})", self.voucher)?;
+        writeln!(
+            f,
+            "audit of voucher {} (initial stock {initial})",
+            self.voucher
+        )?;
         if self.redis_checked {
             writeln!(
                 f,
@@ -305,7 +311,10 @@ fn mysql_stock(mysql: &VoucherAudit, initial: Option<i64>) -> Check {
         differences.push(format!("stock is negative: {}", mysql.stock_left));
     }
     let sum = mysql.orders + mysql.stock_left;
-    let detail = format!("{} orders + stock {} = {sum}", mysql.orders, mysql.stock_left);
+    let detail = format!(
+        "{} orders + stock {} = {sum}",
+        mysql.orders, mysql.stock_left
+    );
     match initial {
         Some(initial) => {
             if sum != initial {
@@ -314,7 +323,11 @@ fn mysql_stock(mysql: &VoucherAudit, initial: Option<i64>) -> Check {
                     more_or_fewer(sum - initial)
                 ));
             }
-            Check::judged("mysql-stock", format!("{detail} (initial {initial})"), differences)
+            Check::judged(
+                "mysql-stock",
+                format!("{detail} (initial {initial})"),
+                differences,
+            )
         }
         None if differences.is_empty() => Check::not_checked(
             "mysql-stock",

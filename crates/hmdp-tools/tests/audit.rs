@@ -40,9 +40,13 @@ fn audit(sandbox: &Sandbox, voucher: i64) -> (i32, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
-    let sandbox = Sandbox::create(&format!("{}/hmdp", mysql_server_url()), &redis_url(), "test")
-        .await
-        .expect("MySQL is reachable");
+    let sandbox = Sandbox::create(
+        &format!("{}/hmdp", mysql_server_url()),
+        &redis_url(),
+        "test",
+    )
+    .await
+    .expect("MySQL is reachable");
     let spec = ClusterSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
     let mut flags = node_flags(LockMode::Reentrant, 0);
     flags.extend(["--seckill=queue".to_owned(), "--db-pool=8".to_owned()]);
@@ -74,7 +78,10 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
     assert_eq!(report["audit"]["buyers"], 30);
     let checks = report["audit"]["checks"].as_array().unwrap();
     assert_eq!(checks.len(), 5);
-    assert!(checks.iter().all(|check| check["status"] == "holds"), "{report}");
+    assert!(
+        checks.iter().all(|check| check["status"] == "holds"),
+        "{report}"
+    );
     let voucher = report["voucher"].as_i64().unwrap();
 
     let (code, out) = audit(&sandbox, voucher);
@@ -92,7 +99,10 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
     let _: () = redis.sadd(&buyers, 424_242).await.unwrap();
     let (code, out) = audit(&sandbox, voucher);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("verdict: BROKEN: redis-stock, buyers"), "{out}");
+    assert!(
+        out.contains("verdict: BROKEN: redis-stock, buyers"),
+        "{out}"
+    );
     assert!(
         out.contains("1 buyer(s) told success with no order and none on its way: users 424242"),
         "{out}"
@@ -115,7 +125,10 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
         .unwrap();
     let (code, out) = audit(&sandbox, voucher);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("verdict: BROKEN: mysql-stock, buyers"), "{out}");
+    assert!(
+        out.contains("verdict: BROKEN: mysql-stock, buyers"),
+        "{out}"
+    );
     assert!(out.contains("orders + stock is 29, 1 fewer"), "{out}");
     assert!(
         out.contains(&format!("none on its way: users {user}")),
@@ -146,7 +159,12 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
         .unwrap();
     let (code, out) = hmdp(
         &sandbox,
-        &["audit", "--voucher", &sync_voucher.to_string(), "--initial-stock=5"],
+        &[
+            "audit",
+            "--voucher",
+            &sync_voucher.to_string(),
+            "--initial-stock=5",
+        ],
     );
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("Redis not checked"), "{out}");

@@ -244,7 +244,10 @@ fn queue_crash_loses_the_orders_still_queued() {
     let (code, out) = hmdp_lab(&["queue-crash"]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("20 told success"), "{out}");
-    assert!(out.contains("buyers told success have no order: BROKEN"), "{out}");
+    assert!(
+        out.contains("buyers told success have no order: BROKEN"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -261,7 +264,10 @@ fn redis_restart_without_persistence_loses_what_the_stream_held() {
     let (code, out) = hmdp_lab(&["redis-restart", "--seckill", "stream"]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("restarts empty"), "{out}");
-    assert!(out.contains("12 of 12 buyers told success have no order"), "{out}");
+    assert!(
+        out.contains("12 of 12 buyers told success have no order"),
+        "{out}"
+    );
     assert!(out.contains("appendfsync always"), "{out}");
 }
 

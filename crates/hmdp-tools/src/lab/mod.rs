@@ -171,11 +171,11 @@ pub enum Scenario {
     /// A private redis-server and a node of its own in --seckill stream whose
     /// writer holds each transaction open 5 s. Twelve users buy and are told
     /// success; the node is SIGKILLed with their orders unwritten, Redis and
-    /// then the node restart. Without persistence the orders are lost (exit
-    /// 1) and the node rebuilds stock and buyers from MySQL; with --redis-aof
-    /// (appendonly yes, appendfsync always) the stream survives and every
-    /// order is written (exit 0). Course stage: what the asynchronous seckill
-    /// trusts Redis with. Default --lock: reentrant.
+    /// then the node restart. Without persistence the orders are lost, exit
+    /// status 1, and the node rebuilds stock and buyers from MySQL; with
+    /// --redis-aof (appendonly yes, appendfsync always) the stream survives
+    /// and every order is written, exit status 0. Course stage: what the
+    /// asynchronous seckill trusts Redis with. Default --lock: reentrant.
     RedisRestart(RedisRestartArgs),
 }
 

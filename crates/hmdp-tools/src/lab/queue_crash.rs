@@ -41,7 +41,10 @@ pub(super) async fn run(lab: &Lab, args: &LabArgs) -> anyhow::Result<String> {
     tokio::time::sleep(Duration::from_millis(WRITER_HOLD_MS * 3)).await;
     let (orders, _) = stage.orders().await?;
     let (pending, _) = stage.on_their_way().await?;
-    lab.say("mysql", format!("{orders} order(s) of voucher {}", stage.voucher()));
+    lab.say(
+        "mysql",
+        format!("{orders} order(s) of voucher {}", stage.voucher()),
+    );
     lab.say(
         "redis",
         format!("{pending} order(s) still pending: admitted, and no process left holds them"),

@@ -134,7 +134,8 @@ impl Report {
         self.extra_orders = Some(audit.extra_orders);
         self.oversold = Some(audit.oversold(initial_stock));
         self.stock_left = Some(audit.stock_left);
-        self.violations.extend(audit.violations(initial_stock, false));
+        self.violations
+            .extend(audit.violations(initial_stock, false));
     }
 
     /// Answers that came back with this outcome.
