@@ -181,18 +181,41 @@ impl SaleStage {
         audit::audit(&self.store, &self.sale_state, self.voucher(), None).await
     }
 
-    /// `XPENDING`'s count: entries read by a consumer and not acknowledged.
-    pub async fn delivered_unacknowledged(&self) -> anyhow::Result<i64> {
-        let keys = Keys::new(self.sandbox.redis.prefix.clone());
-        let summary: (i64, redis::Value, redis::Value, redis::Value) = redis::cmd("XPENDING")
-            .arg(keys.order_stream())
-            .arg(ORDER_WRITERS)
-            .query_async(&mut self.redis.clone())
-            .await
-            .context("XPENDING of the order stream")?;
-        Ok(summary.0)
+    /// Entries of the order stream read by a consumer and not acknowledged
+    /// (`XPENDING`'s count), and entries in the stream (`XLEN`): the
+    /// consumers delete what they acknowledged, so the rest is unread.
+    pub async fn stream_entries(&self) -> anyhow::Result<(i64, i64)> {
+        let stream = Keys::new(self.sandbox.redis.prefix.clone()).order_stream();
+        let ((read, _, _, _), entries): ((i64, redis::Value, redis::Value, redis::Value), i64) =
+            redis::pipe()
+                .cmd("XPENDING")
+                .arg(&stream)
+                .arg(GROUP)
+                .cmd("XLEN")
+                .arg(&stream)
+                .query_async(&mut self.redis.clone())
+                .await
+                .context("XPENDING and XLEN of the order stream")?;
+        Ok((read, entries))
+    }
+
+    /// The value of the sample `name` (with its labels, if any) on node
+    /// `index`'s `/metrics`; 0 when absent.
+    pub async fn metric(&self, index: usize, name: &str) -> anyhow::Result<f64> {
+        let text = self
+            .client
+            .get(format!("{}/metrics", self.nodes[index].url()))
+            .send()
+            .await?
+            .text()
+            .await?;
+        Ok(text
+            .lines()
+            .filter_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .find_map(|value| value.trim().parse().ok())
+            .unwrap_or(0.0))
     }
 }
 
 /// The consumer group of the order stream.
-const ORDER_WRITERS: &str = "order-writers";
+const GROUP: &str = "order-writers";

@@ -2,11 +2,11 @@
 //! orders in hand.
 //!
 //! node1 runs `--seckill stream` with a writer that holds each batch's
-//! transaction open 3 s. Twenty users buy; node1's consumer reads their
-//! orders and holds them, unacknowledged. node2 starts beside it (new
-//! entries only: none), then node1 is SIGKILLed mid-transaction, which MySQL
-//! rolls back. After `--stream-claim-idle-ms` node2 claims the entries
-//! (`XAUTOCLAIM`) and writes them: every order exactly once.
+//! transaction open 5 s. Twenty users buy; node1's consumer reads orders and
+//! holds them, unacknowledged, and is SIGKILLed mid-transaction (which MySQL
+//! rolls back). node2 starts: it reads what node1 had not read yet, and
+//! after `--stream-claim-idle-ms` claims what node1 held (`XAUTOCLAIM`).
+//! Every order is written exactly once.
 
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use super::LabArgs;
 use crate::loadtest::Drain;
 
 const BUYERS: usize = 20;
-const WRITER_HOLD_MS: u64 = 3000;
+const WRITER_HOLD_MS: u64 = 5000;
 const CLAIM_IDLE: &str = "--stream-claim-idle-ms=1000";
 const DRAIN_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -28,25 +28,29 @@ pub(super) async fn run(lab: &Lab, args: &LabArgs) -> anyhow::Result<String> {
         .start_node(lab, 0, SeckillMode::Stream, WRITER_HOLD_MS, &[CLAIM_IDLE])
         .await?;
     let told_success = stage.sell(lab, 0, BUYERS).await?;
-    let read = wait_for_delivery(&stage, told_success as i64).await?;
+    let (read, entries) = wait_for_delivery(&stage).await?;
     lab.say(
         "redis",
-        format!("{read} entries read by node1's consumer, not acknowledged"),
+        format!(
+            "node1's consumer holds {read} entries read and not acknowledged; {} more \
+             not read yet",
+            entries - read
+        ),
     );
-    stage
-        .start_node(lab, 1, SeckillMode::Stream, 0, &[CLAIM_IDLE])
-        .await?;
     stage.kill_node(lab, 0).await;
     let (written, _) = stage.orders().await?;
     lab.say(
         "mysql",
-        format!("{written} order(s) written: node1's transaction died with it"),
+        format!("{written} order(s) written: node1's open transaction died with it"),
     );
+    stage
+        .start_node(lab, 1, SeckillMode::Stream, 0, &[CLAIM_IDLE])
+        .await?;
     match stage.drain(DRAIN_DEADLINE).await? {
         Drain::Drained(took) => lab.say(
             "node2",
             format!(
-                "claims node1's idle entries and writes them: none pending {} ms later",
+                "reads the rest, claims node1's idle entries, writes them: none pending {} ms after it started",
                 took.as_millis()
             ),
         ),
@@ -57,6 +61,17 @@ pub(super) async fn run(lab: &Lab, args: &LabArgs) -> anyhow::Result<String> {
                 DRAIN_DEADLINE.as_secs()
             ),
         ),
+    }
+    let claimed = stage.metric(1, "hmdp_stream_claimed_total").await?;
+    lab.say(
+        "node2",
+        format!("claimed {claimed} entries (hmdp_stream_claimed_total)"),
+    );
+    if claimed < read as f64 {
+        lab.fail(
+            "node2",
+            format!("claimed {claimed} of the {read} entries node1 held"),
+        );
     }
     let (orders, duplicates) = stage.orders().await?;
     lab.say(
@@ -84,22 +99,26 @@ pub(super) async fn run(lab: &Lab, args: &LabArgs) -> anyhow::Result<String> {
     Ok(if lab.broken() {
         "The orders node1 held were not written exactly once after it died.".to_owned()
     } else {
-        "node1 died holding the entries unacknowledged; they stayed in the group's \
+        "node1 died holding entries unacknowledged; they stayed in the group's \
          pending list, node2 claimed them once idle and wrote each, skipping none and \
          none twice (the write is idempotent on the order id)."
             .to_owned()
     })
 }
 
-/// Waits until node1's consumer has read `entries` entries (they are in the
-/// group's pending list), at most 10 s.
-async fn wait_for_delivery(stage: &SaleStage, entries: i64) -> anyhow::Result<i64> {
+/// Waits until node1's consumer holds entries read and unacknowledged, at
+/// most 10 s; returns them and the stream's length.
+async fn wait_for_delivery(stage: &SaleStage) -> anyhow::Result<(i64, i64)> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let read = stage.delivered_unacknowledged().await?;
-        if read >= entries || tokio::time::Instant::now() >= deadline {
-            return Ok(read);
+        let (read, entries) = stage.stream_entries().await?;
+        if read > 0 {
+            return Ok((read, entries));
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "node1's consumer read nothing within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
