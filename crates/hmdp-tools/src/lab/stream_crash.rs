@@ -50,7 +50,8 @@ pub(super) async fn run(lab: &Lab, args: &LabArgs) -> anyhow::Result<String> {
         Drain::Drained(took) => lab.say(
             "node2",
             format!(
-                "reads the rest, claims node1's idle entries, writes them: none pending {} ms after it started",
+                "reads the rest, claims node1's idle entries, writes them: none pending \
+                 {} ms after it started",
                 took.as_millis()
             ),
         ),
