@@ -155,6 +155,62 @@ impl LockSettings {
     }
 }
 
+/// How a node turns a purchase into an order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SeckillMode {
+    /// The per-user lock around the SQL transaction, inside the request.
+    Sync,
+    /// Admission in Redis, orders written by an in-process queue (the
+    /// course's V5, kept to show that a killed node loses its queue).
+    Queue,
+    /// Admission in Redis, orders written from a Redis Stream by a consumer
+    /// group with one consumer on every node (the course's V6).
+    Stream,
+}
+
+impl std::fmt::Display for SeckillMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SeckillMode::Sync => "sync",
+            SeckillMode::Queue => "queue",
+            SeckillMode::Stream => "stream",
+        })
+    }
+}
+
+/// The order stream's consumer (`--seckill stream`).
+#[derive(Debug, Clone, Args)]
+pub struct StreamSettings {
+    /// Most orders the stream consumer writes in one MySQL transaction (and
+    /// reads from the stream at once).
+    #[arg(long, env = "HMDP_STREAM_BATCH", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub stream_batch: u64,
+
+    /// How long an order read from the stream may stay unacknowledged (its
+    /// consumer died, or its write failed) before a live consumer claims it
+    /// and tries again, in milliseconds.
+    #[arg(long, env = "HMDP_STREAM_CLAIM_IDLE_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(10..=DAY_MS))]
+    pub stream_claim_idle_ms: u64,
+
+    /// An order delivered more often than this without being written goes
+    /// to the dead-letter stream instead of being tried again.
+    #[arg(long, env = "HMDP_STREAM_MAX_DELIVERIES", default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub stream_max_deliveries: u64,
+}
+
+impl StreamSettings {
+    pub fn batch(&self) -> usize {
+        self.stream_batch as usize
+    }
+
+    pub fn claim_idle(&self) -> Duration {
+        Duration::from_millis(self.stream_claim_idle_ms)
+    }
+}
+
 /// Settings of one HTTP node (`hmdp serve`).
 #[derive(Debug, Clone, Args)]
 pub struct ServeSettings {
@@ -163,6 +219,16 @@ pub struct ServeSettings {
 
     #[command(flatten)]
     pub lock: LockSettings,
+
+    /// How a purchase becomes an order: `sync` (the per-user lock around the
+    /// SQL transaction, in the request), `queue` (Redis admission, an
+    /// in-process queue: loses orders when the node dies), `stream` (Redis
+    /// admission, a Redis Stream consumer group on every node).
+    #[arg(long, env = "HMDP_SECKILL", value_enum, default_value_t = SeckillMode::Sync)]
+    pub seckill: SeckillMode,
+
+    #[command(flatten)]
+    pub stream: StreamSettings,
 
     /// TCP port to listen on; 0 picks a free one.
     #[arg(long, env = "HMDP_PORT", default_value_t = 8081)]

@@ -11,6 +11,7 @@
 //! user's next request would not see the order yet and place a second one.
 
 mod catalog;
+pub mod stream;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
