@@ -62,23 +62,27 @@ impl OrderStream {
         }
     }
 
-    /// Creates the group (and the stream) unless it exists. It starts at
-    /// `0`, not `$`: entries the admission script added before any consumer
-    /// created the group (a node admitting orders before the first writer
-    /// started, or after Redis lost the group) are delivered instead of
-    /// skipped for ever. The price, entries delivered again if the group is
-    /// recreated while they are still in the stream, is nothing: writes are
-    /// idempotent on the order id, and written entries are deleted.
-    pub async fn create_group(&self) -> RedisResult<()> {
-        let created: RedisResult<()> = self
-            .redis
-            .clone()
-            .xgroup_create_mkstream(&self.stream, GROUP, "0")
-            .await;
+    /// Creates the group (and the stream) unless it exists, and joins it.
+    /// It starts at `0`, not `$`: entries the admission script added before
+    /// any consumer created the group (a node admitting orders before the
+    /// first writer started, or after Redis lost the group) are delivered
+    /// instead of skipped for ever. The price, entries delivered again if
+    /// the group is recreated while they are still in the stream, is
+    /// nothing: writes are idempotent on the order id, and written entries
+    /// are deleted.
+    pub async fn join_group(&self) -> RedisResult<()> {
+        let mut redis = self.redis.clone();
+        let created: RedisResult<()> = redis.xgroup_create_mkstream(&self.stream, GROUP, "0").await;
         match created {
-            Err(error) if error.code() == Some("BUSYGROUP") => Ok(()),
-            other => other,
+            Err(error) if error.code() == Some("BUSYGROUP") => {}
+            other => other?,
         }
+        // Redis 7 creates a consumer only once something is delivered to
+        // it; created now, a live consumer shows in `XINFO CONSUMERS` from
+        // its start.
+        redis
+            .xgroup_createconsumer::<_, _, _, ()>(&self.stream, GROUP, &self.consumer)
+            .await
     }
 
     /// Up to `count` entries never delivered before, waiting up to `block`

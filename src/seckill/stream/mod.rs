@@ -129,8 +129,8 @@ impl Inner {
         // after its consumer stopped touching it.
         let claim_every = (self.claim_idle / 2).max(Duration::from_millis(5));
         let block = claim_every.min(MAX_BLOCK);
-        while let Err(error) = self.stream.create_group().await {
-            tracing::warn!(error = %error, "cannot create the consumer group; retrying");
+        while let Err(error) = self.stream.join_group().await {
+            tracing::warn!(error = %error, "cannot join the consumer group; retrying");
             if pause(&mut stopped, RETRY).await {
                 return;
             }
@@ -228,8 +228,8 @@ impl Inner {
         if no_group {
             // The stream or its group is gone (Redis restarted empty, or
             // the key was deleted): create it again.
-            if let Err(error) = self.stream.create_group().await {
-                tracing::warn!(error = %error, "cannot create the consumer group again");
+            if let Err(error) = self.stream.join_group().await {
+                tracing::warn!(error = %error, "cannot join the consumer group again");
             }
         }
         loop {
