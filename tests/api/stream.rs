@@ -51,15 +51,20 @@ async fn add_entry(app: &TestApp, fields: &[(&str, &str)]) {
         .unwrap();
 }
 
-/// Entries delivered to a consumer of the group and not acknowledged.
+/// Entries delivered to a consumer of the group and not acknowledged; 0
+/// before a node has created the group.
 async fn pending(app: &TestApp) -> i64 {
-    let (count, _, _, _): (i64, redis::Value, redis::Value, redis::Value) = redis::cmd("XPENDING")
-        .arg(app.keys().order_stream())
-        .arg(GROUP)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
-    count
+    let summary: redis::RedisResult<(i64, redis::Value, redis::Value, redis::Value)> =
+        redis::cmd("XPENDING")
+            .arg(app.keys().order_stream())
+            .arg(GROUP)
+            .query_async(&mut app.redis.clone())
+            .await;
+    match summary {
+        Ok((count, _, _, _)) => count,
+        Err(error) if error.code() == Some("NOGROUP") => 0,
+        Err(error) => panic!("XPENDING: {error}"),
+    }
 }
 
 async fn stream_length(app: &TestApp) -> usize {
@@ -78,19 +83,33 @@ async fn pending_orders(app: &TestApp) -> usize {
         .unwrap()
 }
 
-/// The group's consumers and how many entries each has pending.
+/// The group's consumers and how many entries each has pending; none
+/// before a node has created the stream and the group.
 async fn consumers(app: &TestApp) -> Vec<(String, usize)> {
-    let reply: StreamInfoConsumersReply = app
+    // `XINFO CONSUMERS` of a missing key fails with a plain `ERR`.
+    let exists: bool = app
+        .redis
+        .clone()
+        .exists(app.keys().order_stream())
+        .await
+        .unwrap();
+    if !exists {
+        return Vec::new();
+    }
+    let reply: redis::RedisResult<StreamInfoConsumersReply> = app
         .redis
         .clone()
         .xinfo_consumers(app.keys().order_stream(), GROUP)
-        .await
-        .unwrap_or_default();
-    reply
-        .consumers
-        .into_iter()
-        .map(|consumer| (consumer.name, consumer.pending))
-        .collect()
+        .await;
+    match reply {
+        Ok(reply) => reply
+            .consumers
+            .into_iter()
+            .map(|consumer| (consumer.name, consumer.pending))
+            .collect(),
+        Err(error) if error.code() == Some("NOGROUP") => Vec::new(),
+        Err(error) => panic!("XINFO CONSUMERS: {error}"),
+    }
 }
 
 /// Waits until `orders` orders of `voucher` are written and every entry is
