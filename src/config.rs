@@ -299,7 +299,7 @@ impl TypedValueParser for AdminTokenParser {
 mod tests {
     use clap::Parser;
 
-    use super::{redact_url, LockSettings, ServeSettings};
+    use super::{redact_url, LockSettings, SeckillMode, ServeSettings};
 
     #[derive(Parser)]
     struct Flags {
@@ -353,6 +353,37 @@ mod tests {
             assert!(short.is_empty() || !refused.contains(short), "{refused}");
         }
         assert!(Serve::try_parse_from(["hmdp", "--admin-token=sixteen-chars!!!"]).is_ok());
+    }
+
+    #[test]
+    fn the_seckill_mode_and_the_stream_settings_parse_within_their_ranges() {
+        let serve = |flags: &[&str]| {
+            Serve::try_parse_from(std::iter::once("hmdp").chain(flags.iter().copied()))
+        };
+        let defaults = serve(&[]).unwrap().serve;
+        assert_eq!(defaults.seckill, SeckillMode::Sync);
+        assert_eq!(
+            (
+                defaults.stream.batch(),
+                defaults.stream.stream_max_deliveries
+            ),
+            (100, 5)
+        );
+        let stream = serve(&["--seckill=stream", "--stream-batch=10"])
+            .unwrap()
+            .serve;
+        assert_eq!(
+            (stream.seckill.to_string(), stream.stream.batch()),
+            ("stream".into(), 10)
+        );
+        for refused in [
+            "--seckill=async",
+            "--stream-batch=0",
+            "--stream-claim-idle-ms=0",
+            "--stream-max-deliveries=0",
+        ] {
+            assert!(serve(&[refused]).is_err(), "{refused}");
+        }
     }
 
     #[test]
