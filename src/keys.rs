@@ -68,7 +68,10 @@ impl Keys {
         format!("{}{{seckill}}:buyers:{voucher_id}", self.prefix)
     }
 
-    /// `{seckill}:orders`: the stream of admitted orders (`stream` mode).
+    /// `{seckill}:orders`: the stream of admitted orders (fields `id`,
+    /// `userId`, `voucherId`) that the consumer group writes to MySQL. Every
+    /// key of the asynchronous path carries the hash tag `{seckill}`, so a
+    /// script touching several of them stays in one Redis Cluster slot.
     pub fn order_stream(&self) -> String {
         format!("{}{{seckill}}:orders", self.prefix)
     }

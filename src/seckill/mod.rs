@@ -16,6 +16,7 @@
 //! - `admission.rs` — `lua/seckill.lua` and its reply, the admitting purchase
 //! - `sale_state.rs` — sales, buyers and pending orders in Redis, loaded from MySQL
 //! - `queue.rs` — `queue` mode's in-process queue and its writer
+//! - `stream/` — `stream` mode's consumer group, writing the order stream
 //! - `in_flight.rs` — admitted orders not yet written, read back for the audit
 
 mod admission;
@@ -23,6 +24,7 @@ mod catalog;
 mod in_flight;
 mod queue;
 mod sale_state;
+pub mod stream;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

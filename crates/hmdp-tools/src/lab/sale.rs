@@ -11,6 +11,7 @@ use anyhow::Context;
 use hmdp::config::SeckillMode;
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
+use hmdp::seckill::stream::GROUP;
 use hmdp::seckill::SaleState;
 use hmdp::store::Store;
 use hmdp_test_support::free_ports;
@@ -216,6 +217,3 @@ impl SaleStage {
             .unwrap_or(0.0))
     }
 }
-
-/// The consumer group of the order stream.
-const GROUP: &str = "order-writers";
