@@ -14,6 +14,7 @@ use hmdp::keys::Keys;
 use hmdp::seckill::stream::GROUP;
 use hmdp::seckill::SaleState;
 use hmdp::store::Store;
+use hmdp_lock::LockMode;
 use hmdp_test_support::free_ports;
 use tempfile::TempDir;
 
@@ -22,6 +23,9 @@ use super::LabArgs;
 use crate::audit::{self, Audit};
 use crate::cluster::{node_flags, ClusterSpec, Node, Sandbox};
 use crate::loadtest::{self, tokens::Login, Drain, Plan};
+
+/// The lease of the nodes' per-user locks, renewed while their holder lives.
+const LOCK_LEASE_MS: u64 = 2000;
 
 /// Nodes, sandbox and sale of one run. Fields drop in order: the nodes go
 /// before their database and their keys do.
@@ -82,6 +86,15 @@ impl SaleStage {
         extra: &[&str],
     ) -> anyhow::Result<()> {
         let mut flags = node_flags(lab.mode(), chaos_hold_ms);
+        // A killed node's per-user locks stay until their lease runs out,
+        // and a writer that finds a user's lock busy leaves the order to be
+        // claimed again, a delivery more: with the 30 s default lease a dead
+        // node's orders would reach the dead letters before its locks expire.
+        let lease = match lab.mode() {
+            LockMode::Reentrant => "--lock-watchdog-ms",
+            _ => "--lock-lease-ms",
+        };
+        flags.push(format!("{lease}={LOCK_LEASE_MS}"));
         flags.push(format!("--seckill={seckill}"));
         flags.push("--db-pool=8".into());
         flags.extend(extra.iter().map(|flag| flag.to_string()));

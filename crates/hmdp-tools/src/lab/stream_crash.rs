@@ -32,8 +32,8 @@ pub(super) async fn run(lab: &Lab, args: &LabArgs) -> anyhow::Result<String> {
     lab.say(
         "redis",
         format!(
-            "node1's consumer holds {read} entries read and not acknowledged; {} more \
-             not read yet",
+            "entries node1's consumer read and holds unacknowledged: {read}; not read \
+             yet: {}",
             entries - read
         ),
     );
@@ -66,7 +66,7 @@ pub(super) async fn run(lab: &Lab, args: &LabArgs) -> anyhow::Result<String> {
     let claimed = stage.metric(1, "hmdp_stream_claimed_total").await?;
     lab.say(
         "node2",
-        format!("claimed {claimed} entries (hmdp_stream_claimed_total)"),
+        format!("claims made (hmdp_stream_claimed_total): {claimed}"),
     );
     if claimed < read as f64 {
         lab.fail(
