@@ -1,5 +1,5 @@
 //! `hmdp audit` and `hmdp loadtest --verify` on an asynchronous sale, run as
-//! commands against two `queue` nodes behind nginx: the verified load test
+//! commands against two `stream` nodes behind nginx: the verified load test
 //! waits for the orders to be written and audits them; the audit holds on
 //! the clean sale and names what a buyer added in Redis or an order row
 //! deleted by hand broke; a voucher Redis holds no sale for gets the MySQL
@@ -49,7 +49,7 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
     .expect("MySQL is reachable");
     let spec = ClusterSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
     let mut flags = node_flags(LockMode::Reentrant, 0);
-    flags.extend(["--seckill=queue".to_owned(), "--db-pool=8".to_owned()]);
+    flags.extend(["--seckill=stream".to_owned(), "--db-pool=8".to_owned()]);
     let cluster = Cluster::start(spec.clone(), &flags).await.unwrap();
 
     // A verified sale through nginx: drained, then audited.
