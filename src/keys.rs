@@ -82,7 +82,7 @@ impl Keys {
         format!("{}{{seckill}}:orders:dead", self.prefix)
     }
 
-    /// `{seckill}:pending`: hash order id → `userId:voucherId` of orders
+    /// `{seckill}:pending`: hash order id → `<userId>:<voucherId>` of orders
     /// admitted and not yet written to MySQL.
     pub fn pending_orders(&self) -> String {
         format!("{}{{seckill}}:pending", self.prefix)

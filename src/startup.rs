@@ -45,7 +45,7 @@ pub fn connect_redis(url: &str, timeout: Duration) -> anyhow::Result<ConnectionM
 /// `faults` injected, counting its events into the node's metrics.
 pub fn build_lock(
     settings: &LockSettings,
-    redis: &ConnectionManager,
+    redis: impl Into<hmdp_lock::Connection>,
     redis_url: &str,
     faults: Faults,
 ) -> anyhow::Result<Arc<dyn OrderLock>> {
@@ -93,7 +93,7 @@ impl Application {
         let keys = Keys::new(settings.store.redis_prefix.clone());
         let lock = build_lock(
             &settings.lock,
-            &redis,
+            redis.clone(),
             &settings.store.redis_url,
             Faults::none(),
         )?;

@@ -16,7 +16,7 @@
 //! - `admission.rs` — `lua/seckill.lua` and its reply, the admitting purchase
 //! - `sale_state.rs` — sales, buyers and pending orders in Redis, loaded from MySQL
 //! - `queue.rs` — `queue` mode's in-process queue and its writer
-//! - `stream/` — `stream` mode's consumer group, writing the order stream
+//! - `stream/` — `stream` mode's consumer: the order stream written to MySQL in batches
 //! - `in_flight.rs` — admitted orders not yet written, read back for the audit
 
 mod admission;

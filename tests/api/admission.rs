@@ -264,9 +264,20 @@ async fn an_admitted_order_reads_as_pending_until_it_is_written() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_mode_writes_each_admitted_order_once() {
+    each_admitted_order_is_written_once(SeckillMode::Queue).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_mode_writes_each_admitted_order_once() {
+    each_admitted_order_is_written_once(SeckillMode::Stream).await;
+}
+
+/// Through the HTTP API in `mode`: 40 users buy a stock of 20 three times
+/// each at once; every admitted order is written once, Redis and MySQL agree.
+async fn each_admitted_order_is_written_once(mode: SeckillMode) {
     const STOCK: i64 = 20;
     const USERS: usize = 40;
-    let app = queue_app(0).await;
+    let app = spawn_app(|s| s.seckill = mode).await;
     let voucher = app.create_open_seckill(STOCK).await;
     let tokens = app.login_many(USERS).await;
 

@@ -229,6 +229,14 @@ async fn a_killed_consumers_pending_entries_are_claimed_and_written_once() {
         ORDERS as f64
     );
     assert_eq!(pending_orders(&app).await, 0);
+    // The killed process never left the group; with nothing pending for it
+    // and no read for ten claim idle times, the survivor removes it.
+    wait_until(
+        "only the survivor left in the group",
+        Duration::from_secs(20),
+        || async { consumers(&app).await.len() == 1 },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

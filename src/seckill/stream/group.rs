@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::streams::{
-    StreamAutoClaimOptions, StreamAutoClaimReply, StreamPendingCountReply, StreamReadOptions,
-    StreamReadReply,
+    StreamAutoClaimOptions, StreamAutoClaimReply, StreamInfoConsumersReply,
+    StreamPendingCountReply, StreamReadOptions, StreamReadReply,
 };
 use redis::{AsyncCommands, RedisResult};
 
@@ -228,6 +228,28 @@ impl OrderStream {
         let age_ms = oldest_ms.map_or(0, |ms| now_ms.saturating_sub(ms));
         metrics::STREAM_OLDEST_PENDING.set(age_ms as f64 / 1000.0);
         Ok(())
+    }
+
+    /// Removes from the group the consumers with nothing pending that have
+    /// not read for `idle`: processes killed without leaving (a clean stop
+    /// leaves by itself). One wrongly taken for dead costs nothing: its
+    /// next read recreates it. Returns how many were removed.
+    pub async fn forget_dead_consumers(&self, idle: Duration) -> RedisResult<usize> {
+        let mut redis = self.redis.clone();
+        let consumers: StreamInfoConsumersReply =
+            redis.xinfo_consumers(&self.stream, GROUP).await?;
+        let mut forgotten = 0;
+        for dead in consumers.consumers.iter().filter(|consumer| {
+            consumer.pending == 0
+                && consumer.idle as u128 > idle.as_millis()
+                && consumer.name != self.consumer
+        }) {
+            redis
+                .xgroup_delconsumer::<_, _, _, ()>(&self.stream, GROUP, &dead.name)
+                .await?;
+            forgotten += 1;
+        }
+        Ok(forgotten)
     }
 
     /// Leaves the group if nothing is pending for this consumer, so that

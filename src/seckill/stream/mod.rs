@@ -39,6 +39,10 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::Seckill;
+
+/// A consumer with nothing pending that has not read for this many claim
+/// idle times is taken for a killed process and removed from the group.
+const DEAD_CONSUMER_IDLE: u32 = 10;
 use crate::config::StreamSettings;
 use crate::metrics;
 use entry::Entry;
@@ -196,6 +200,17 @@ impl Inner {
                 break;
             }
             start = claimed.next;
+        }
+        let forgotten = self
+            .stream
+            .forget_dead_consumers(self.claim_idle * DEAD_CONSUMER_IDLE)
+            .await
+            .context("XINFO CONSUMERS")?;
+        if forgotten > 0 {
+            tracing::info!(
+                consumers = forgotten,
+                "removed dead consumers from the group"
+            );
         }
         self.stream.record_gauges().await.context("stream gauges")
     }
