@@ -490,4 +490,50 @@ mod tests {
         let broken = verdict(LockMode::RedisLua, 0, 0, &["1 units oversold".into()]);
         assert!(broken.ends_with("; BROKEN: 1 units oversold"), "{broken}");
     }
+
+    #[test]
+    fn asynchronous_verdicts_give_the_drain_or_what_broke() {
+        assert_eq!(
+            async_verdict("local + stream", 0, Some(Duration::from_millis(412)), &[]),
+            "local + stream: one order per user, admitted in Redis by lua/seckill.lua; \
+             every order in MySQL 412 ms after the last answer"
+        );
+        let stuck = async_verdict(
+            "reentrant + queue",
+            0,
+            None,
+            &["3 admitted orders not in MySQL 60 s after the last answer".into()],
+        );
+        assert!(
+            stuck.ends_with("; BROKEN: 3 admitted orders not in MySQL 60 s after the last answer"),
+            "{stuck}"
+        );
+        assert!(async_verdict("none + stream", 2, None, &[]).contains("admission did not hold"));
+    }
+
+    #[test]
+    fn the_synchronous_table_is_unchanged_and_the_paths_add_two_columns() {
+        let run = |seckill| ModeRun {
+            mode: LockMode::Reentrant,
+            seckill,
+            result: Err("no nginx".into()),
+        };
+        let sync_only = table(&[run(SeckillMode::Sync)], false);
+        assert!(sync_only.starts_with("mode       requests"), "{sync_only}");
+        assert!(sync_only.lines().next().unwrap().ends_with("node1/node2"));
+        let both = table(&[run(SeckillMode::Sync), run(SeckillMode::Stream)], true);
+        let mut lines = both.lines();
+        assert!(lines
+            .next()
+            .unwrap()
+            .starts_with("mode       seckill requests"));
+        assert!(lines
+            .next()
+            .unwrap()
+            .starts_with("reentrant  sync    (did not run"));
+        assert!(lines
+            .next()
+            .unwrap()
+            .starts_with("reentrant  stream  (did not run"));
+    }
 }
