@@ -187,6 +187,39 @@ impl std::fmt::Display for SeckillMode {
     }
 }
 
+/// The order stream's consumer (`--seckill stream`).
+#[derive(Debug, Clone, Args)]
+pub struct StreamSettings {
+    /// Most orders the stream consumer writes in one MySQL transaction (and
+    /// reads from the stream at once).
+    #[arg(long, env = "HMDP_STREAM_BATCH", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub stream_batch: u64,
+
+    /// How long an order read from the stream may stay unacknowledged (its
+    /// consumer died, or its write failed) before a live consumer claims it
+    /// and tries again, in milliseconds.
+    #[arg(long, env = "HMDP_STREAM_CLAIM_IDLE_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(10..=DAY_MS))]
+    pub stream_claim_idle_ms: u64,
+
+    /// An order delivered more often than this without being written goes
+    /// to the dead-letter stream instead of being tried again.
+    #[arg(long, env = "HMDP_STREAM_MAX_DELIVERIES", default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub stream_max_deliveries: u64,
+}
+
+impl StreamSettings {
+    pub fn batch(&self) -> usize {
+        self.stream_batch as usize
+    }
+
+    pub fn claim_idle(&self) -> Duration {
+        Duration::from_millis(self.stream_claim_idle_ms)
+    }
+}
+
 /// Settings of one HTTP node (`hmdp serve`).
 #[derive(Debug, Clone, Args)]
 pub struct ServeSettings {
@@ -202,6 +235,9 @@ pub struct ServeSettings {
     /// id at once and write the order to MySQL afterwards.
     #[arg(long, env = "HMDP_SECKILL", value_enum, default_value_t = SeckillMode::Sync)]
     pub seckill: SeckillMode,
+
+    #[command(flatten)]
+    pub stream: StreamSettings,
 
     /// TCP port to listen on; 0 picks a free one.
     #[arg(long, env = "HMDP_PORT", default_value_t = 8081)]
@@ -272,7 +308,7 @@ impl TypedValueParser for AdminTokenParser {
 mod tests {
     use clap::Parser;
 
-    use super::{redact_url, LockSettings, ServeSettings};
+    use super::{redact_url, LockSettings, SeckillMode, ServeSettings};
 
     #[derive(Parser)]
     struct Flags {
@@ -326,6 +362,37 @@ mod tests {
             assert!(short.is_empty() || !refused.contains(short), "{refused}");
         }
         assert!(Serve::try_parse_from(["hmdp", "--admin-token=sixteen-chars!!!"]).is_ok());
+    }
+
+    #[test]
+    fn the_seckill_mode_and_the_stream_settings_parse_within_their_ranges() {
+        let serve = |flags: &[&str]| {
+            Serve::try_parse_from(std::iter::once("hmdp").chain(flags.iter().copied()))
+        };
+        let defaults = serve(&[]).unwrap().serve;
+        assert_eq!(defaults.seckill, SeckillMode::Sync);
+        assert_eq!(
+            (
+                defaults.stream.batch(),
+                defaults.stream.stream_max_deliveries
+            ),
+            (100, 5)
+        );
+        let stream = serve(&["--seckill=stream", "--stream-batch=10"])
+            .unwrap()
+            .serve;
+        assert_eq!(
+            (stream.seckill.to_string(), stream.stream.batch()),
+            ("stream".into(), 10)
+        );
+        for refused in [
+            "--seckill=async",
+            "--stream-batch=0",
+            "--stream-claim-idle-ms=0",
+            "--stream-max-deliveries=0",
+        ] {
+            assert!(serve(&[refused]).is_err(), "{refused}");
+        }
     }
 
     #[test]

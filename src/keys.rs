@@ -68,12 +68,21 @@ impl Keys {
         format!("{}{{seckill}}:buyers:{voucher_id}", self.prefix)
     }
 
-    /// `{seckill}:orders`: the stream of admitted orders (`stream` mode).
+    /// `{seckill}:orders`: the stream of admitted orders (fields `id`,
+    /// `userId`, `voucherId`) that the consumer group writes to MySQL. Every
+    /// key of the asynchronous path carries the hash tag `{seckill}`, so a
+    /// script touching several of them stays in one Redis Cluster slot.
     pub fn order_stream(&self) -> String {
         format!("{}{{seckill}}:orders", self.prefix)
     }
 
-    /// `{seckill}:pending`: hash order id → `userId:voucherId` of orders
+    /// `{seckill}:orders:dead`: orders the consumers gave up on, with the
+    /// entry's fields plus `entry`, `deliveries` and `reason`.
+    pub fn dead_letters(&self) -> String {
+        format!("{}{{seckill}}:orders:dead", self.prefix)
+    }
+
+    /// `{seckill}:pending`: hash order id → `<userId>:<voucherId>` of orders
     /// admitted and not yet written to MySQL.
     pub fn pending_orders(&self) -> String {
         format!("{}{{seckill}}:pending", self.prefix)

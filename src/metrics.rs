@@ -13,9 +13,11 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
 use hmdp_lock::{LockEvent, LostReason};
 use prometheus::{
-    register_histogram_vec_with_registry, register_int_counter_vec_with_registry,
-    register_int_counter_with_registry, register_int_gauge_vec_with_registry, Encoder,
-    HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Registry, TextEncoder,
+    register_gauge_with_registry, register_histogram_vec_with_registry,
+    register_histogram_with_registry, register_int_counter_vec_with_registry,
+    register_int_counter_with_registry, register_int_gauge_vec_with_registry,
+    register_int_gauge_with_registry, Encoder, Gauge, Histogram, HistogramVec, IntCounter,
+    IntCounterVec, IntGauge, IntGaugeVec, Registry, TextEncoder,
 };
 
 static REGISTRY: LazyLock<Registry> = LazyLock::new(Registry::new);
@@ -65,6 +67,26 @@ metric!(REDIS_ERRORS: IntCounter = register_int_counter_with_registry(
 metric!(DB_POOL: IntGaugeVec = register_int_gauge_vec_with_registry(
     "db_pool_connections", "MySQL pool connections by state", &["state"]));
 
+metric!(STREAM_LENGTH: IntGauge = register_int_gauge_with_registry(
+    "hmdp_stream_length", "Entries in the order stream: admitted orders not yet written and acknowledged"));
+metric!(STREAM_PENDING: IntGauge = register_int_gauge_with_registry(
+    "hmdp_stream_pending", "Order stream entries delivered to a consumer and not yet acknowledged"));
+metric!(STREAM_OLDEST_PENDING: Gauge = register_gauge_with_registry(
+    "hmdp_stream_oldest_pending_seconds",
+    "Age of the oldest delivered, unacknowledged order stream entry (the consumers' lag)"));
+metric!(STREAM_CLAIMED: IntCounter = register_int_counter_with_registry(
+    "hmdp_stream_claimed_total",
+    "Entries this node's consumer claimed after they sat unacknowledged too long"));
+metric!(STREAM_DEAD_LETTERS: IntCounterVec = register_int_counter_vec_with_registry(
+    "hmdp_stream_dead_letters_total", "Entries this node moved to the dead-letter stream, by reason",
+    &["reason"]));
+metric!(STREAM_BATCH_ORDERS: Histogram = register_histogram_with_registry(
+    "hmdp_stream_batch_orders", "Orders written per committed consumer transaction",
+    vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]));
+metric!(STREAM_ORDERS: IntCounterVec = register_int_counter_vec_with_registry(
+    "hmdp_stream_orders_total",
+    "Stream entries settled by this node's consumer, by outcome", &["outcome"]));
+
 /// Counts what the lock reports into the metrics above.
 pub struct LockMetrics;
 
@@ -94,6 +116,22 @@ pub fn init(mode: &str) {
     LOCK_BUSY.with_label_values(&[mode]);
     for reason in LostReason::ALL {
         LOCK_LOST.with_label_values(&[reason.as_str()]);
+    }
+}
+
+/// Registers the order stream consumer's metrics, every labelled series at
+/// zero (see [`init`]).
+pub fn init_stream(outcomes: &[&str], dead_letter_reasons: &[&str]) {
+    LazyLock::force(&STREAM_LENGTH);
+    LazyLock::force(&STREAM_PENDING);
+    LazyLock::force(&STREAM_OLDEST_PENDING);
+    LazyLock::force(&STREAM_CLAIMED);
+    LazyLock::force(&STREAM_BATCH_ORDERS);
+    for outcome in outcomes {
+        STREAM_ORDERS.with_label_values(&[*outcome]);
+    }
+    for reason in dead_letter_reasons {
+        STREAM_DEAD_LETTERS.with_label_values(&[*reason]);
     }
 }
 

@@ -14,8 +14,9 @@ use redis::aio::ConnectionManager;
 use tracing_actix_web::TracingLogger;
 
 use crate::auth::{AdminToken, Sessions};
-use crate::config::{redact_url, LockSettings, ServeSettings};
+use crate::config::{redact_url, LockSettings, SeckillMode, ServeSettings};
 use crate::keys::Keys;
+use crate::seckill::stream::StreamConsumer;
 use crate::seckill::Seckill;
 use crate::store::{self, Store};
 use crate::telemetry::RequestIdSpan;
@@ -44,7 +45,7 @@ pub fn connect_redis(url: &str, timeout: Duration) -> anyhow::Result<ConnectionM
 /// `faults` injected, counting its events into the node's metrics.
 pub fn build_lock(
     settings: &LockSettings,
-    redis: &ConnectionManager,
+    redis: impl Into<hmdp_lock::Connection>,
     redis_url: &str,
     faults: Faults,
 ) -> anyhow::Result<Arc<dyn OrderLock>> {
@@ -69,6 +70,9 @@ const IDLE_CONNECTION_KEPT: Duration = Duration::from_secs(75);
 pub struct Application {
     port: u16,
     server: Server,
+    /// `--seckill stream`: this node's consumer of the order stream, started
+    /// with the server and stopped after it.
+    stream_consumer: Option<StreamConsumer>,
 }
 
 impl Application {
@@ -89,7 +93,7 @@ impl Application {
         let keys = Keys::new(settings.store.redis_prefix.clone());
         let lock = build_lock(
             &settings.lock,
-            &redis,
+            redis.clone(),
             &settings.store.redis_url,
             Faults::none(),
         )?;
@@ -123,6 +127,17 @@ impl Application {
         )
         .start(settings.seckill)
         .await;
+        let stream_consumer = match settings.seckill {
+            SeckillMode::Stream => Some(StreamConsumer::new(
+                seckill.clone(),
+                redis.clone(),
+                &settings.store.redis_url,
+                timeout,
+                &settings.stream,
+                &node_id,
+            )?),
+            SeckillMode::Sync | SeckillMode::Queue => None,
+        };
         let state = web::Data::new(AppState {
             node_id: node_id.clone(),
             store,
@@ -137,8 +152,13 @@ impl Application {
             backend_timeout: timeout,
         });
         metrics::init(&settings.lock.mode.to_string());
-        tracing::info!(%node_id, port, lock = %settings.lock.mode, seckill = %settings.seckill,
-            "node starting");
+        tracing::info!(
+            %node_id,
+            port,
+            lock = %settings.lock.mode,
+            seckill = %settings.seckill,
+            "node starting"
+        );
 
         let body_timeout = Duration::from_millis(settings.body_timeout_ms);
         let mut server = HttpServer::new(move || {
@@ -161,6 +181,7 @@ impl Application {
         Ok(Application {
             port,
             server: server.run(),
+            stream_consumer,
         })
     }
 
@@ -174,9 +195,16 @@ impl Application {
     }
 
     /// Serves until stopped; SIGTERM and SIGINT stop accepting and let
-    /// in-flight requests finish (actix's graceful shutdown).
+    /// in-flight requests finish (actix's graceful shutdown). The order
+    /// stream's consumer, if any, runs alongside and is stopped after the
+    /// server: it finishes and acknowledges the batch it holds first.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        self.server.await
+        let consumer = self.stream_consumer.map(StreamConsumer::spawn);
+        let served = self.server.await;
+        if let Some(consumer) = consumer {
+            consumer.stop().await;
+        }
+        served
     }
 }
 

@@ -16,11 +16,13 @@
 //! - `admission.rs` — `lua/seckill.lua` and its reply, the admitting purchase
 //! - `sale_state.rs` — sales, buyers and pending orders in Redis, loaded from MySQL
 //! - `queue.rs` — `queue` mode's in-process queue and its writer
+//! - `stream/` — `stream` mode's consumer: the order stream written to MySQL in batches
 
 mod admission;
 mod catalog;
 mod queue;
 mod sale_state;
+pub mod stream;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,15 +1,16 @@
-//! `tb_voucher_order`: the purchase transaction's three statements and the
-//! owner-scoped order query.
+//! `tb_voucher_order`: the purchase transaction's three statements, their
+//! batched forms for the order stream's consumer (one statement per step
+//! for a whole batch), and the owner-scoped order query.
 
 use chrono::NaiveDateTime;
 use serde::Serialize;
-use sqlx::{FromRow, MySqlConnection};
+use sqlx::{FromRow, MySql, MySqlConnection, QueryBuilder};
 
 use super::Store;
 use crate::ids::{OrderId, UserId, VoucherId};
 
 /// An order to insert.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromRow)]
 pub struct NewOrder {
     pub id: OrderId,
     pub user_id: UserId,
@@ -52,13 +53,91 @@ pub async fn take_stock(
     conn: &mut MySqlConnection,
     voucher_id: VoucherId,
 ) -> Result<bool, sqlx::Error> {
+    take_stock_units(conn, voucher_id, 1).await
+}
+
+/// Takes `units` of stock at once if at least that many are left; `false`
+/// (and nothing taken) otherwise: a batch's orders of one voucher in one
+/// statement, with the same guard as [`take_stock`].
+pub async fn take_stock_units(
+    conn: &mut MySqlConnection,
+    voucher_id: VoucherId,
+    units: u32,
+) -> Result<bool, sqlx::Error> {
     let result = sqlx::query(
-        "UPDATE tb_seckill_voucher SET stock = stock - 1 WHERE voucher_id = ? AND stock > 0",
+        "UPDATE tb_seckill_voucher SET stock = stock - ? WHERE voucher_id = ? AND stock >= ?",
     )
+    .bind(units)
     .bind(voucher_id)
+    .bind(units)
     .execute(conn)
     .await?;
     Ok(result.rows_affected() == 1)
+}
+
+/// The orders among `ids` that exist already, as they were written: a
+/// consumer compares them with what it was asked to write, which tells a
+/// redelivered order from an order id reused for another order.
+pub async fn orders_by_id(
+    conn: &mut MySqlConnection,
+    ids: &[OrderId],
+) -> Result<Vec<NewOrder>, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut query = QueryBuilder::<MySql>::new(
+        "SELECT id, user_id, CAST(voucher_id AS SIGNED) AS voucher_id \
+         FROM tb_voucher_order WHERE id IN (",
+    );
+    let mut list = query.separated(", ");
+    for id in ids {
+        list.push_bind(*id);
+    }
+    query.push(")");
+    query.build_query_as().fetch_all(conn).await
+}
+
+/// The users among `users` who already hold an order of `voucher_id`: the
+/// per-user count of the purchase, for a whole batch in one statement.
+pub async fn users_with_orders(
+    conn: &mut MySqlConnection,
+    voucher_id: VoucherId,
+    users: &[UserId],
+) -> Result<Vec<UserId>, sqlx::Error> {
+    if users.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut query = QueryBuilder::<MySql>::new(
+        "SELECT DISTINCT user_id FROM tb_voucher_order WHERE voucher_id = ",
+    );
+    query.push_bind(voucher_id).push(" AND user_id IN (");
+    let mut list = query.separated(", ");
+    for user in users {
+        list.push_bind(*user);
+    }
+    query.push(")");
+    query.build_query_scalar().fetch_all(conn).await
+}
+
+/// Inserts `orders` in one multi-row `INSERT`: a batch costs one round trip,
+/// not one per order.
+pub async fn insert_orders(
+    conn: &mut MySqlConnection,
+    orders: &[NewOrder],
+) -> Result<(), sqlx::Error> {
+    if orders.is_empty() {
+        return Ok(());
+    }
+    QueryBuilder::<MySql>::new("INSERT INTO tb_voucher_order (id, user_id, voucher_id) ")
+        .push_values(orders, |mut row, order| {
+            row.push_bind(order.id)
+                .push_bind(order.user_id)
+                .push_bind(order.voucher_id);
+        })
+        .build()
+        .execute(conn)
+        .await
+        .map(drop)
 }
 
 pub async fn insert_order(conn: &mut MySqlConnection, order: NewOrder) -> Result<(), sqlx::Error> {

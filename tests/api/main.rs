@@ -12,6 +12,7 @@ mod logs;
 mod shutdown;
 mod slow_body;
 mod slow_mysql;
+mod stream;
 mod user;
 mod voucher;
 mod voucher_order;

@@ -4,12 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
-
 use crate::redis_lua::{LuaUnlock, RedisLuaLock};
 use crate::redis_naive::{DelUnlock, RedisNaiveLock};
 use crate::redis_owner::{GetThenDelUnlock, RedisOwnerLock};
 use crate::set_nx::SetNx;
+use crate::Connection;
 use crate::{
     Faults, Fenced, LocalLock, LockMode, NoLock, Observer, OrderLock, QuorumLock, ReentrantLock,
     ReentrantOptions, Unobserved,
@@ -105,14 +104,19 @@ pub enum BuildError {
     Redis(#[from] redis::RedisError),
 }
 
-/// Builds the lock `options` describe on `redis`; `redis_url` lets modes that
-/// need a dedicated connection of their own (the release subscription of
-/// `reentrant`) open one. Nothing connects yet: connections open on first use.
+/// Builds the lock `options` describe on `redis` (a [`ConnectionManager`]
+/// from [`connection_manager`], or any [`Connection`]); `redis_url` lets modes
+/// that need a dedicated connection of their own (the release subscription
+/// of `reentrant`) open one. Nothing connects yet: connections open on first
+/// use.
+///
+/// [`ConnectionManager`]: redis::aio::ConnectionManager
 pub fn build(
     options: &Options,
-    redis: &ConnectionManager,
+    redis: impl Into<Connection>,
     redis_url: &str,
 ) -> Result<Arc<dyn OrderLock>, BuildError> {
+    let redis = redis.into();
     let set_nx = || {
         SetNx::new(
             redis.clone(),

@@ -14,8 +14,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::Connection;
 use async_trait::async_trait;
-use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 
 use crate::scripts::{MintFencingToken, Minted};
@@ -32,25 +32,25 @@ const COUNTER_RETENTION: Duration = Duration::from_secs(24 * 3600);
 /// Any lock, with a fencing token minted for every acquisition.
 pub struct Fenced {
     inner: Arc<dyn OrderLock>,
-    redis: ConnectionManager,
+    redis: Connection,
     observer: Arc<dyn Observer>,
 }
 
 impl Fenced {
     /// Fences `inner`, keeping the counters on `redis`.
-    pub fn new(inner: Arc<dyn OrderLock>, redis: ConnectionManager) -> Self {
+    pub fn new(inner: Arc<dyn OrderLock>, redis: impl Into<Connection>) -> Self {
         Self::observed(inner, redis, Unobserved::shared())
     }
 
     /// Like [`Fenced::new`], reporting rejections to `observer`.
     pub fn observed(
         inner: Arc<dyn OrderLock>,
-        redis: ConnectionManager,
+        redis: impl Into<Connection>,
         observer: Arc<dyn Observer>,
     ) -> Self {
         Fenced {
             inner,
-            redis,
+            redis: redis.into(),
             observer,
         }
     }
@@ -117,7 +117,7 @@ impl OrderLock for Fenced {
 
 struct FencedHold {
     inner: Box<dyn HeldLock>,
-    redis: ConnectionManager,
+    redis: Connection,
     counter: String,
     token: u64,
     observer: Arc<dyn Observer>,

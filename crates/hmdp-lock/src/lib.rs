@@ -68,7 +68,7 @@
 //!         wait: Duration::from_millis(100),
 //!         ..Options::new(LockMode::Reentrant)
 //!     },
-//!     &redis,
+//!     redis.clone(),
 //!     &url,
 //! )?;
 //! let key = format!("doc:{}:lock", std::process::id());
@@ -93,11 +93,13 @@
 //! `redis_owner` and `redis_lua`, `reentrant/`, `quorum`), the `fencing`
 //! layer, `release_events` (the shared pub/sub subscription), `scripts`
 //! (every Lua script and its reply, parsed once), `owner` (the one owner
-//! identity), `builder`, `mode`, `observer`, `faults` and `keys`.
+//! identity), `connection` (the connection a lock sends on), `builder`,
+//! `mode`, `observer`, `faults` and `keys`.
 
 #![warn(missing_docs)]
 
 mod builder;
+mod connection;
 mod faults;
 mod fencing;
 mod keys;
@@ -118,6 +120,7 @@ mod set_nx;
 use async_trait::async_trait;
 
 pub use builder::{build, connection_manager, BuildError, Options};
+pub use connection::Connection;
 pub use faults::{Faults, Pause};
 pub use fencing::Fenced;
 pub use keys::sibling;

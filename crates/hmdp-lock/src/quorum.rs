@@ -18,10 +18,10 @@
 
 use std::time::Duration;
 
+use crate::Connection;
 use async_trait::async_trait;
 use futures::future::join_all;
 use rand::RngExt;
-use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
 use crate::builder::timed_connection;
@@ -34,7 +34,7 @@ use crate::{BuildError, LockMode};
 struct Node {
     /// `host:port`, for reports and logs.
     name: String,
-    redis: ConnectionManager,
+    redis: Connection,
 }
 
 /// What one node said in one round.
@@ -123,7 +123,7 @@ impl QuorumLock {
                 Ok(Node {
                     // `host:port`, without the URL's credentials.
                     name: client.get_connection_info().addr().to_string(),
-                    redis: timed_connection(client, round, 0)?,
+                    redis: timed_connection(client, round, 0)?.into(),
                 })
             })
             .collect::<Result<Vec<_>, BuildError>>()?;
@@ -185,7 +185,7 @@ impl QuorumLock {
                 .filter(|left| !left.is_zero());
             tracing::debug!(mode = %self.mode, key, agreed, quorum = self.quorum, ?votes, "lock round");
             // Nodes that took the key, or may have (no answer): the ones to undo.
-            let asked: Vec<(String, ConnectionManager)> = votes
+            let asked: Vec<(String, Connection)> = votes
                 .iter()
                 .zip(&self.nodes)
                 .filter(|(vote, _)| vote.detail.may_hold())
@@ -223,7 +223,7 @@ impl QuorumLock {
 struct QuorumHold {
     /// The nodes that took the key (or may have), to release on; emptied
     /// once a release has started.
-    nodes: Vec<(String, ConnectionManager)>,
+    nodes: Vec<(String, Connection)>,
     key: String,
     owner: String,
     /// The round's take marker: where it is missing, the take never landed.
@@ -303,7 +303,7 @@ fn overall(outcomes: &[Release], quorum: usize) -> Release {
 /// parallel; a node it never reached, or cannot reach now, counts as expired
 /// (its copy will be, within the lease).
 async fn release_on(
-    nodes: &[(String, ConnectionManager)],
+    nodes: &[(String, Connection)],
     key: &str,
     owner: &str,
     marker: &str,

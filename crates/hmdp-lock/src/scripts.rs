@@ -8,7 +8,9 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionLike;
+
+use crate::Connection;
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
 
 use crate::keys::sibling_of;
@@ -74,7 +76,7 @@ pub(crate) enum CompareAndDelete {
 
 /// Deletes `key` only if it still holds `token` (lock v3's release).
 pub(crate) async fn compare_and_delete(
-    redis: &mut ConnectionManager,
+    redis: &mut Connection,
     key: &str,
     token: &str,
 ) -> Result<CompareAndDelete, LockError> {
@@ -112,7 +114,7 @@ pub(crate) enum Minted {
 }
 
 impl MintFencingToken<'_> {
-    pub async fn run(&self, redis: &mut ConnectionManager) -> Result<Minted, LockError> {
+    pub async fn run(&self, redis: &mut Connection) -> Result<Minted, LockError> {
         let mut call = evalsha(
             &MINT_FENCING_TOKEN,
             &[self.counter, self.lock_key],
@@ -151,7 +153,7 @@ pub(crate) enum Taken {
 }
 
 impl Take<'_> {
-    pub async fn run(&self, redis: &mut ConnectionManager) -> redis::RedisResult<Taken> {
+    pub async fn run(&self, redis: &mut Connection) -> redis::RedisResult<Taken> {
         let mut call = match self.marker {
             Some(marker) => evalsha(&TAKE, &[self.key, marker], 2, 20 + self.owner.len()),
             None => evalsha(&TAKE, &[self.key], 2, 20 + self.owner.len()),
@@ -173,7 +175,7 @@ impl Take<'_> {
 /// Extends `owner`'s lease on the hash lock `key` (`lua/reentrant_renew.lua`);
 /// `false` when the owner no longer holds it.
 pub(crate) async fn renew(
-    redis: &mut ConnectionManager,
+    redis: &mut Connection,
     key: &str,
     owner: &str,
     lease: Duration,
@@ -219,7 +221,7 @@ pub(crate) enum GaveBack {
 }
 
 impl GiveBack<'_> {
-    pub async fn run(&self, redis: &mut ConnectionManager) -> Result<GaveBack, LockError> {
+    pub async fn run(&self, redis: &mut Connection) -> Result<GaveBack, LockError> {
         let released = sibling(self.key, "released");
         let latch = sibling_of(self.key, &["release:", self.release_id]);
         let args_len = self.owner.len() + 3 * 20;
@@ -297,7 +299,7 @@ mod tests {
     }
 
     async fn unlock(
-        redis: &mut ConnectionManager,
+        redis: &mut Connection,
         key: &str,
         owner: &str,
         id: &str,
@@ -319,9 +321,9 @@ mod tests {
     #[tokio::test]
     async fn a_retried_release_of_a_reentered_hold_does_not_take_a_second_hold() {
         let client = redis::Client::open(hmdp_test_support::redis_url()).unwrap();
-        let mut redis = ConnectionManager::new(client).await.unwrap();
+        let mut redis = Connection::from(redis::aio::ConnectionManager::new(client).await.unwrap());
         let key = format!("test:{}:lock:retried", uuid::Uuid::new_v4().simple());
-        async fn take(redis: &mut ConnectionManager, key: &str, owner: &str) -> bool {
+        async fn take(redis: &mut Connection, key: &str, owner: &str) -> bool {
             let take = Take {
                 key,
                 owner,

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
+use crate::Connection;
 use async_trait::async_trait;
 use rand::RngExt;
-use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
 use crate::LockMode;
@@ -91,7 +91,7 @@ const RETRY_PAUSE_MS: std::ops::RangeInclusive<u64> = 5..=15;
 
 /// Settings and connection shared by the `SET NX PX` locks.
 pub(crate) struct SetNx {
-    redis: ConnectionManager,
+    redis: Connection,
     lease: Duration,
     /// Zero: try once (hmdp's `tryLock()`); otherwise retry until this has passed.
     wait: Duration,
@@ -100,14 +100,14 @@ pub(crate) struct SetNx {
 
 /// A key this process set with its own token.
 pub(crate) struct Taken {
-    pub redis: ConnectionManager,
+    pub redis: Connection,
     pub key: String,
     pub token: String,
     pub faults: Faults,
 }
 
 impl SetNx {
-    pub fn new(redis: ConnectionManager, lease: Duration, wait: Duration, faults: Faults) -> Self {
+    pub fn new(redis: Connection, lease: Duration, wait: Duration, faults: Faults) -> Self {
         SetNx {
             redis,
             lease,

@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::aio::ConnectionManager;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::watchdog::Watching;
 use crate::owner;
 use crate::scripts::GiveBack;
+use crate::Connection;
 use crate::{release_dropped, HeldLock, Holder, LockError, Release};
 
 /// Sent at most this many times per release; the latch outlives them all
@@ -68,7 +68,8 @@ pub(super) struct Hold {
     /// Until when Redis keeps the key for us, by our clock: counted from
     /// when the command that set the lease was sent, so never too late.
     pub(super) valid_until: Mutex<Instant>,
-    renewal: Mutex<Option<JoinHandle<()>>>,
+    /// The watchdog's renewals of this hold, stopped when dropped.
+    renewal: Mutex<Option<Watching>>,
     /// The registry this hold is entered in, if any (see [`Landed`]).
     registry: Option<Arc<Registry>>,
 }
@@ -86,18 +87,16 @@ impl Hold {
     fn guard_leaves(&self) {
         if self.guards.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.releasing.store(true, Ordering::SeqCst);
-            if let Some(renewal) = self.renewal.lock().expect("hold poisoned").take() {
-                renewal.abort();
-            }
+            let renewal = self.renewal.lock().expect("hold poisoned").take();
+            drop(renewal);
         }
     }
 }
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        if let Some(renewal) = self.renewal.lock().expect("hold poisoned").take() {
-            renewal.abort();
-        }
+        let renewal = self.renewal.lock().expect("hold poisoned").take();
+        drop(renewal);
         let Some(registry) = &self.registry else {
             return;
         };
@@ -117,9 +116,9 @@ impl Drop for Hold {
 /// holder's live hold, a first take starts one, and `watchdog` with it.
 pub(super) fn guard(
     registry: &Arc<Registry>,
-    redis: &ConnectionManager,
+    redis: &Connection,
     landed: Landed,
-    watchdog: impl FnOnce(&Arc<Hold>) -> Option<JoinHandle<()>>,
+    watchdog: impl FnOnce(&Arc<Hold>) -> Option<Watching>,
 ) -> Box<dyn HeldLock> {
     let Landed {
         key,
@@ -175,7 +174,7 @@ pub(super) fn guard(
 /// One acquisition's guard: gives back exactly one hold, on `release` or,
 /// failing that, when dropped (a panic or a cancelled task included).
 struct ReentrantHold {
-    redis: ConnectionManager,
+    redis: Connection,
     hold: Arc<Hold>,
     /// Names this release for the idempotency latch.
     release_id: String,
@@ -197,7 +196,7 @@ struct ReleaseProgress {
 
 /// Gives back one guard's hold of `hold`, or resumes doing so.
 async fn give_back(
-    redis: &ConnectionManager,
+    redis: &Connection,
     hold: &Hold,
     release_id: &str,
     progress: &mut ReleaseProgress,
@@ -272,7 +271,7 @@ impl Drop for ReentrantHold {
 /// is lost, so the answer is the first attempt's; `progress` counts the
 /// attempts sent, this call's and any earlier call's for the same release.
 async fn release(
-    redis: &ConnectionManager,
+    redis: &Connection,
     key: &str,
     owner: &str,
     lease: Duration,
@@ -307,7 +306,7 @@ async fn release(
 /// while armed.
 pub(super) struct Undo<'a> {
     pub(super) armed: bool,
-    pub(super) redis: &'a ConnectionManager,
+    pub(super) redis: &'a Connection,
     pub(super) key: &'a str,
     pub(super) owner: &'a str,
     pub(super) lease: Duration,

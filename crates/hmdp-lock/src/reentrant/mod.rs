@@ -31,8 +31,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::Connection;
 use async_trait::async_trait;
-use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
 use crate::release_events::ReleaseEvents;
@@ -70,7 +70,7 @@ pub struct ReentrantLock {
 }
 
 struct Inner {
-    redis: ConnectionManager,
+    redis: Connection,
     events: ReleaseEvents,
     options: ReentrantOptions,
     holds: Arc<Registry>,
@@ -86,7 +86,11 @@ struct Attempt {
 impl ReentrantLock {
     /// `client` opens the release subscription (lazily, on the first wait);
     /// `redis` carries the lock commands.
-    pub fn new(client: redis::Client, redis: ConnectionManager, options: ReentrantOptions) -> Self {
+    pub fn new(
+        client: redis::Client,
+        redis: impl Into<Connection>,
+        options: ReentrantOptions,
+    ) -> Self {
         Self::observed(client, redis, options, Unobserved::shared())
     }
 
@@ -94,17 +98,18 @@ impl ReentrantLock {
     /// `observer`.
     pub fn observed(
         client: redis::Client,
-        redis: ConnectionManager,
+        redis: impl Into<Connection>,
         options: ReentrantOptions,
         observer: Arc<dyn Observer>,
     ) -> Self {
+        let redis: Connection = redis.into();
         ReentrantLock {
             inner: Arc::new(Inner {
-                redis,
+                redis: redis.clone(),
                 events: ReleaseEvents::new(client),
                 options,
                 holds: Arc::new(Mutex::new(HashMap::new())),
-                watchdogs: Arc::new(Watchdogs::new(observer)),
+                watchdogs: Arc::new(Watchdogs::new(redis.clone(), observer)),
             }),
         }
     }
@@ -180,7 +185,7 @@ impl ReentrantLock {
             // An explicit lease runs out by itself: no watchdog.
             inner.options.lease.is_none().then(|| {
                 let stop_at = inner.options.max_hold.map(|max| sent + max);
-                watchdog::start(&inner.watchdogs, hold, inner.redis.clone(), stop_at)
+                watchdog::watch(&inner.watchdogs, hold, stop_at)
             })
         })
     }

@@ -2,145 +2,235 @@
 //! lease alive every third of it while the hold lives, up to a maximum hold,
 //! and marks the hold lost when a renewal finds the key gone or cannot reach
 //! Redis before the lease runs out.
+//!
+//! One renewal task serves every hold of a lock (as Redisson's renewal
+//! scheduler does), not a task per hold: most holds end within milliseconds,
+//! long before their first renewal, and for them a hold's watch is an entry
+//! put into a map and taken out again. A task of their own, with its timer,
+//! cost more client work than the acquisition's command. The task runs
+//! while there is something to renew and ends when nothing is left.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
-use tokio::task::JoinHandle;
+use futures::future::join_all;
 use tokio::time::Instant;
 
 use super::hold::Hold;
 use crate::scripts;
+use crate::Connection;
 use crate::{LockEvent, LostReason, Observer};
 
 /// A failed renewal is retried this often until the lease runs out.
 const RENEW_RETRY: Duration = Duration::from_millis(500);
 
-/// What the watchdogs of one lock are doing, for tests and operators.
+/// The watchdog of one lock: the holds it renews and what it has seen.
 pub(super) struct Watchdogs {
+    redis: Connection,
     observer: Arc<dyn Observer>,
-    /// Watchdog tasks alive right now.
-    renewing: AtomicUsize,
-    /// Holds a watchdog found taken or gone, or could not renew in time.
+    watched: Mutex<Watched>,
+    /// Holds found taken or gone, or not renewed in time.
     lost: AtomicU64,
 }
 
+/// The holds being renewed, under one lock.
+#[derive(Default)]
+struct Watched {
+    /// By watch number.
+    watches: HashMap<u64, Watch>,
+    next_number: u64,
+    /// Whether the renewal task is alive; it ends once `watches` is empty.
+    renewing_task: bool,
+}
+
+/// One hold's renewal schedule.
+struct Watch {
+    hold: Weak<Hold>,
+    /// When its lease is next renewed.
+    due: Instant,
+    /// The maximum hold: no renewal after it.
+    stop_at: Option<Instant>,
+}
+
 impl Watchdogs {
-    pub(super) fn new(observer: Arc<dyn Observer>) -> Self {
+    pub(super) fn new(redis: Connection, observer: Arc<dyn Observer>) -> Self {
         Watchdogs {
+            redis,
             observer,
-            renewing: AtomicUsize::new(0),
+            watched: Mutex::new(Watched::default()),
             lost: AtomicU64::new(0),
         }
     }
 
-    /// Holds whose lease a watchdog is renewing right now.
+    /// Holds whose lease is being renewed right now.
     pub(super) fn renewing(&self) -> usize {
-        self.renewing.load(Ordering::SeqCst)
+        self.watched().watches.len()
     }
 
-    /// Holds a watchdog declared lost so far.
+    /// Holds declared lost so far.
     pub(super) fn lost(&self) -> u64 {
         self.lost.load(Ordering::SeqCst)
     }
-}
 
-/// Starts the watchdog of `hold`, renewing on `redis` until the task is
-/// aborted, or `stop_at` (the maximum hold) passes.
-pub(super) fn start(
-    watchdogs: &Arc<Watchdogs>,
-    hold: &Arc<Hold>,
-    redis: ConnectionManager,
-    stop_at: Option<Instant>,
-) -> JoinHandle<()> {
-    tokio::spawn(renew(
-        Arc::downgrade(hold),
-        redis,
-        stop_at,
-        Renewing::start(watchdogs),
-    ))
-}
-
-/// Counts a live watchdog for as long as its task exists (aborted included).
-struct Renewing(Arc<Watchdogs>);
-
-impl Renewing {
-    fn start(watchdogs: &Arc<Watchdogs>) -> Self {
-        watchdogs.renewing.fetch_add(1, Ordering::SeqCst);
-        Renewing(watchdogs.clone())
+    fn watched(&self) -> MutexGuard<'_, Watched> {
+        self.watched.lock().expect("watchdog poisoned")
     }
 
     /// Marks `hold` lost, unless its release has begun: a renewal that
     /// crossed the release finds the key gone because it was given back.
-    fn lost(&self, hold: &Hold, reason: LostReason) -> bool {
+    fn declare_lost(&self, hold: &Hold, reason: LostReason) -> bool {
         if hold.releasing.load(Ordering::SeqCst) {
             return false;
         }
         hold.lost.store(true, Ordering::SeqCst);
-        self.0.lost.fetch_add(1, Ordering::SeqCst);
-        self.0.observer.observe(LockEvent::HoldLost(reason));
+        self.lost.fetch_add(1, Ordering::SeqCst);
+        self.observer.observe(LockEvent::HoldLost(reason));
         true
     }
 }
 
-impl Drop for Renewing {
+/// A hold's place in its lock's watchdog: dropping it stops the renewals.
+pub(super) struct Watching {
+    watchdogs: Arc<Watchdogs>,
+    number: u64,
+}
+
+impl Drop for Watching {
     fn drop(&mut self) {
-        self.0.renewing.fetch_sub(1, Ordering::SeqCst);
+        self.watchdogs.watched().watches.remove(&self.number);
     }
 }
 
-/// The watchdog of one hold: renews its lease every third of it until the
-/// hold ends (the task is aborted), the maximum hold time passes, or the key
-/// turns out to be lost.
-async fn renew(
-    hold: Weak<Hold>,
-    redis: ConnectionManager,
+/// Starts renewing `hold`'s lease, a third of it from now, until the
+/// returned [`Watching`] is dropped or `stop_at` (the maximum hold) passes.
+pub(super) fn watch(
+    watchdogs: &Arc<Watchdogs>,
+    hold: &Arc<Hold>,
     stop_at: Option<Instant>,
-    renewing: Renewing,
-) {
-    let Some(lease) = hold.upgrade().map(|hold| hold.lease) else {
-        return;
-    };
-    let every = lease / 3;
-    let mut next = Instant::now() + every;
+) -> Watching {
+    let mut watched = watchdogs.watched();
+    let number = watched.next_number;
+    watched.next_number += 1;
+    watched.watches.insert(
+        number,
+        Watch {
+            hold: Arc::downgrade(hold),
+            due: Instant::now() + hold.lease / 3,
+            stop_at,
+        },
+    );
+    // A new watch is never due before the others: every due time is at most
+    // a third of a lease ahead. So a running task, asleep until the earliest
+    // one, need not be woken.
+    if !watched.renewing_task {
+        watched.renewing_task = true;
+        tokio::spawn(renew_while_watched(Arc::downgrade(watchdogs)));
+    }
+    Watching {
+        watchdogs: watchdogs.clone(),
+        number,
+    }
+}
+
+/// A watch due now, taken out of the map's lock to be renewed.
+struct Due {
+    number: u64,
+    hold: Arc<Hold>,
+}
+
+/// The renewal task: sleeps until the earliest watch is due, renews every
+/// watch due then (concurrently), and ends when nothing is watched or the
+/// lock is gone.
+async fn renew_while_watched(watchdogs: Weak<Watchdogs>) {
     loop {
-        tokio::time::sleep_until(next).await;
-        if stop_at.is_some_and(|stop| Instant::now() >= stop) {
-            tracing::warn!("lock held past its maximum hold time; no longer renewing its lease");
-            return;
-        }
-        let Some(hold) = hold.upgrade() else {
+        let Some(next) = ({
+            let Some(watchdogs) = watchdogs.upgrade() else {
+                return;
+            };
+            let mut watched = watchdogs.watched();
+            let next = watched.watches.values().map(|watch| watch.due).min();
+            if next.is_none() {
+                watched.renewing_task = false;
+            }
+            next
+        }) else {
             return;
         };
-        let sent = Instant::now();
-        let renewed = tokio::time::timeout(
-            every,
-            scripts::renew(&mut redis.clone(), &hold.key, &hold.owner, lease),
-        )
-        .await;
-        match renewed {
-            Ok(Ok(true)) => {
-                renewing.0.observer.observe(LockEvent::LeaseRenewed);
-                *hold.valid_until.lock().expect("hold poisoned") = sent + lease;
-                next = sent + every;
+        tokio::time::sleep_until(next).await;
+        let Some(watchdogs) = watchdogs.upgrade() else {
+            return;
+        };
+        let due = take_due(&watchdogs);
+        join_all(due.into_iter().map(|due| renew(&watchdogs, due))).await;
+    }
+}
+
+/// The watches due now; those past their maximum hold or whose hold is gone
+/// leave the map.
+fn take_due(watchdogs: &Watchdogs) -> Vec<Due> {
+    let now = Instant::now();
+    let mut due = Vec::new();
+    watchdogs.watched().watches.retain(|&number, watch| {
+        if watch.due > now {
+            return true;
+        }
+        if watch.stop_at.is_some_and(|stop| now >= stop) {
+            tracing::warn!("lock held past its maximum hold time; no longer renewing its lease");
+            return false;
+        }
+        match watch.hold.upgrade() {
+            Some(hold) => {
+                due.push(Due { number, hold });
+                true
             }
-            Ok(Ok(false)) => {
-                if renewing.lost(&hold, LostReason::TakenOrGone) {
-                    tracing::warn!(key = %hold.key, "lock lost: the watchdog found it taken or gone");
-                }
-                return;
+            None => false,
+        }
+    });
+    due
+}
+
+/// Renews one due hold and schedules its next renewal, or ends its watch.
+async fn renew(watchdogs: &Watchdogs, Due { number, hold }: Due) {
+    let every = hold.lease / 3;
+    let sent = Instant::now();
+    let renewed = tokio::time::timeout(
+        every,
+        scripts::renew(
+            &mut watchdogs.redis.clone(),
+            &hold.key,
+            &hold.owner,
+            hold.lease,
+        ),
+    )
+    .await;
+    let mut watched = watchdogs.watched();
+    // Released meanwhile: whatever the renewal found, the watch is over.
+    let Some(watch) = watched.watches.get_mut(&number) else {
+        return;
+    };
+    match renewed {
+        Ok(Ok(true)) => {
+            watchdogs.observer.observe(LockEvent::LeaseRenewed);
+            *hold.valid_until.lock().expect("hold poisoned") = sent + hold.lease;
+            watch.due = sent + every;
+        }
+        Ok(Ok(false)) => {
+            watched.watches.remove(&number);
+            if watchdogs.declare_lost(&hold, LostReason::TakenOrGone) {
+                tracing::warn!(key = %hold.key, "lock lost: the watchdog found it taken or gone");
             }
-            Ok(Err(_)) | Err(_) => {
-                let now = Instant::now();
-                if now >= *hold.valid_until.lock().expect("hold poisoned") {
-                    if renewing.lost(&hold, LostReason::RedisUnreachable) {
-                        tracing::warn!(key = %hold.key, "lock lost: Redis unreachable until the lease ran out");
-                    }
-                    return;
+        }
+        Ok(Err(_)) | Err(_) => {
+            let now = Instant::now();
+            if now >= *hold.valid_until.lock().expect("hold poisoned") {
+                watched.watches.remove(&number);
+                if watchdogs.declare_lost(&hold, LostReason::RedisUnreachable) {
+                    tracing::warn!(key = %hold.key, "lock lost: Redis unreachable until the lease ran out");
                 }
-                next = now + RENEW_RETRY.min(every);
+            } else {
+                watch.due = now + RENEW_RETRY.min(every);
             }
         }
     }

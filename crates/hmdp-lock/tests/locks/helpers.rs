@@ -56,7 +56,7 @@ impl Subject {
             nodes: self.nodes.iter().map(RedisServer::url).collect(),
             ..Options::new(self.mode)
         };
-        hmdp_lock::build(&options, &self.redis, &redis_url()).expect("mode is available")
+        hmdp_lock::build(&options, self.redis.clone(), &redis_url()).expect("mode is available")
     }
 
     pub fn key(&self, name: &str) -> String {

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use hmdp_lock::{Faults, OrderLock};
-use redis::aio::{ConnectionManager, MultiplexedConnection};
+use hmdp_lock::{Connection, Faults, OrderLock};
+use redis::aio::ConnectionManager;
 use redis::Script;
 use serde::Serialize;
 
@@ -56,18 +56,36 @@ pub struct BenchLockArgs {
     pub keys: KeySpread,
 
     /// Run the same loop without the lock crate, as bare redis-rs commands
-    /// on one multiplexed connection: per pair `SET key token NX PX`, then
+    /// on the same connection: per pair `SET key token NX PX`, then
     /// `EVALSHA` of a compare-and-delete (what `redis-lua` sends). The
     /// client library's own cost: the lock's figures divided by these say
     /// what the lock adds. `--lock` is then ignored.
     #[arg(long, default_value_t = false)]
     pub baseline: bool,
+
+    /// The one Redis connection every task shares: `reconnecting`, redis-rs's
+    /// `ConnectionManager`, as the nodes run (it reconnects by itself, for
+    /// a little work per command), or `multiplexed`, a plain
+    /// `MultiplexedConnection`.
+    #[arg(long, value_enum, default_value_t = ConnectionKind::Reconnecting)]
+    pub connection: ConnectionKind,
+}
+
+/// Which redis-rs connection the benchmark shares between its tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConnectionKind {
+    /// `ConnectionManager`, with the nodes' timeouts.
+    Reconnecting,
+    /// A plain `MultiplexedConnection`, with the same timeouts.
+    Multiplexed,
 }
 
 #[derive(Debug, Serialize)]
 pub struct BenchLockResult {
     pub mode: String,
     pub keys: KeySpread,
+    pub connection: ConnectionKind,
     pub pairs_per_s: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
@@ -160,7 +178,7 @@ static COMPARE_AND_DELETE: LazyLock<Script> = LazyLock::new(|| {
 
 /// One pair of the baseline: take the key with a token, give it back if
 /// still ours.
-async fn bare_pair(mut redis: MultiplexedConnection, key: &str, token: &str) -> bool {
+async fn bare_pair(mut redis: Connection, key: &str, token: &str) -> bool {
     let taken: redis::RedisResult<Option<String>> = redis::cmd("SET")
         .arg(key)
         .arg(token)
@@ -182,14 +200,26 @@ async fn bare_pair(mut redis: MultiplexedConnection, key: &str, token: &str) -> 
 
 pub async fn run(args: BenchLockArgs) -> anyhow::Result<BenchLockResult> {
     let redis = connect_redis(&args.store.redis_url, args.store.backend_timeout())?;
-    let lock =
-        hmdp::startup::build_lock(&args.lock, &redis, &args.store.redis_url, Faults::none())?;
-    let bare = if args.baseline {
-        let client = redis::Client::open(args.store.redis_url.as_str())?;
-        Some(client.get_multiplexed_async_connection().await?)
-    } else {
-        None
+    let shared: Connection = match args.connection {
+        ConnectionKind::Reconnecting => redis.clone().into(),
+        ConnectionKind::Multiplexed => {
+            // The nodes' timeouts, as the reconnecting connection has them.
+            let config = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(args.store.backend_timeout()))
+                .set_response_timeout(Some(args.store.backend_timeout()));
+            redis::Client::open(args.store.redis_url.as_str())?
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?
+                .into()
+        }
     };
+    let lock = hmdp::startup::build_lock(
+        &args.lock,
+        shared.clone(),
+        &args.store.redis_url,
+        Faults::none(),
+    )?;
+    let bare = args.baseline.then_some(shared);
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     let prefix = format!("{}bench:lock:{run_id}", args.store.redis_prefix);
     let spread = args.keys;
@@ -238,6 +268,7 @@ pub async fn run(args: BenchLockArgs) -> anyhow::Result<BenchLockResult> {
             args.lock.mode.to_string()
         },
         keys: spread,
+        connection: args.connection,
         pairs_per_s: measured.per_second(),
         p50_ms: measured.latency.p50_ms,
         p99_ms: measured.latency.p99_ms,
@@ -252,8 +283,8 @@ pub async fn run(args: BenchLockArgs) -> anyhow::Result<BenchLockResult> {
         handoff_round_trips: handoff.as_ref().map(|h| h.gap_p50_ms / h.acquire_p50_ms),
     };
     println!(
-        "bench-lock {} ({:?} keys): {:.0} pairs/s  p50 {:.3} ms  p99 {:.3} ms  max {:.2} ms  ({} pairs, {} busy, concurrency {})",
-        result.mode, spread, result.pairs_per_s, result.p50_ms, result.p99_ms, result.max_ms,
+        "bench-lock {} ({:?} keys, {:?} connection): {:.0} pairs/s  p50 {:.3} ms  p99 {:.3} ms  max {:.2} ms  ({} pairs, {} busy, concurrency {})",
+        result.mode, spread, result.connection, result.pairs_per_s, result.p50_ms, result.p99_ms, result.max_ms,
         result.pairs, result.busy, result.concurrency
     );
     if let Some(Handoff {

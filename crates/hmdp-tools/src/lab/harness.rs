@@ -164,7 +164,7 @@ impl Lab {
             fencing: self.fencing,
         };
         *self.lease.lock().expect("lease poisoned") = Some(lease);
-        hmdp::startup::build_lock(&settings, redis, redis_url, self.faults())
+        hmdp::startup::build_lock(&settings, redis.clone(), redis_url, self.faults())
     }
 
     /// The lock key the actors contend for.

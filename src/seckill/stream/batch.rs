@@ -1,0 +1,430 @@
+//! Settling a batch of delivered entries: the dead letters first, then the
+//! per-user locks of every remaining order (taken at once: on the shared
+//! Redis connection their commands leave together), ONE transaction for
+//! the lot, the acknowledgement, and the locks' release.
+//!
+//! Every step is safe to repeat, which is what makes a redelivery harmless:
+//! an order id already in `tb_voucher_order` is not written again, so an
+//! entry whose commit succeeded but whose `XACK` never happened (the node
+//! died in between, or the reply was lost) is found written the next time
+//! and only acknowledged.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use futures::future::join_all;
+use hmdp_lock::{HeldLock, LockError};
+
+use super::entry::Entry;
+use super::group::OrderStream;
+use crate::error::{Error, Rejection};
+use crate::ids::{UserId, VoucherId};
+use crate::metrics;
+use crate::seckill::Seckill;
+use crate::store::{self, NewOrder, Tx};
+
+/// What became of one order of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Inserted, stock taken, committed.
+    Written,
+    /// Already in MySQL as this very order: a redelivery.
+    AlreadyWritten,
+    /// The user already holds another order of the voucher: refused, as
+    /// the synchronous purchase refuses `ALREADY_ORDERED`.
+    DuplicateUser,
+    /// The order id belongs to another order (the id counter in Redis
+    /// started over): it can never be written under this id.
+    IdTaken,
+    /// Not written this time (lock busy, no stock left in MySQL, a stale
+    /// fencing token); left pending, to be claimed and tried again.
+    Deferred(&'static str),
+}
+
+impl Outcome {
+    /// The `outcome` label of `hmdp_stream_orders_total`.
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Written => "written",
+            Outcome::AlreadyWritten => "already_written",
+            Outcome::DuplicateUser => "duplicate_user",
+            Outcome::IdTaken => "id_taken",
+            Outcome::Deferred(_) => "deferred",
+        }
+    }
+
+    /// Settled in MySQL for good: the entry is acknowledged and its order
+    /// leaves the pending hash.
+    fn settled(self) -> bool {
+        matches!(
+            self,
+            Outcome::Written | Outcome::AlreadyWritten | Outcome::DuplicateUser
+        )
+    }
+}
+
+/// Every `outcome` label, for the metrics' zero series.
+pub(super) const OUTCOMES: &[&str] = &[
+    "written",
+    "already_written",
+    "duplicate_user",
+    "id_taken",
+    "deferred",
+];
+
+/// Why an entry went to the dead letters: the `reason` label of
+/// `hmdp_stream_dead_letters_total`.
+pub(super) const DEAD_LETTER_REASONS: &[&str] = &["malformed", "max_deliveries", "id_taken"];
+
+/// Settles `entries`: dead-letters those delivered more than
+/// `max_deliveries` times or malformed, writes the others in one
+/// transaction and acknowledges what it settled. `Err` when the transaction
+/// or the acknowledgement failed: the entries concerned stay pending and are
+/// claimed again later.
+pub(super) async fn settle(
+    seckill: &Seckill,
+    stream: &OrderStream,
+    entries: Vec<Entry>,
+    max_deliveries: usize,
+) -> anyhow::Result<()> {
+    let mut orders = Vec::with_capacity(entries.len());
+    for entry in entries {
+        if entry.deliveries > max_deliveries {
+            let reason = format!(
+                "delivered {} times without being written (limit {max_deliveries})",
+                entry.deliveries
+            );
+            dead_letter(stream, &entry, "max_deliveries", &reason).await?;
+            continue;
+        }
+        match entry.order() {
+            Ok(order) => orders.push((entry, order)),
+            Err(why) => dead_letter(stream, &entry, "malformed", &why).await?,
+        }
+    }
+    if orders.is_empty() {
+        return Ok(());
+    }
+
+    let mut locks = lock_users(seckill, &orders).await;
+    let mut outcomes: Vec<Option<Outcome>> = orders
+        .iter()
+        .map(|(_, order)| locks.refused.get(&order.user_id).copied())
+        .collect();
+    let locked: Vec<NewOrder> = orders
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, outcome)| outcome.is_none())
+        .map(|((_, order), _)| *order)
+        .collect();
+    // The locks are released whatever happens below, and only after it:
+    // after the commit (or the failure) and the acknowledgement.
+    let written = async {
+        let mut written = write(seckill, &locked, &locks).await?.into_iter();
+        for outcome in outcomes.iter_mut().filter(|outcome| outcome.is_none()) {
+            *outcome = written.next();
+        }
+        acknowledge(stream, &orders, &outcomes).await
+    }
+    .await;
+    join_all(
+        locks
+            .held
+            .drain()
+            .map(|(_, held)| seckill.release_logged(held)),
+    )
+    .await;
+    written?;
+
+    for ((entry, order), outcome) in orders.iter().zip(&outcomes) {
+        let outcome = outcome.expect("every order has an outcome");
+        report(entry, order, outcome);
+    }
+    Ok(())
+}
+
+/// The per-user locks of a batch's users: held, or why not.
+struct Locks {
+    held: HashMap<UserId, Box<dyn HeldLock>>,
+    refused: HashMap<UserId, Outcome>,
+}
+
+/// Takes every user's lock at once. A lock busy (another node's purchase or
+/// consumer holds that user) or unreachable defers that user's orders.
+async fn lock_users(seckill: &Seckill, orders: &[(Entry, NewOrder)]) -> Locks {
+    let users: HashSet<UserId> = orders.iter().map(|(_, order)| order.user_id).collect();
+    let taken = join_all(
+        users
+            .into_iter()
+            .map(|user| async move { (user, seckill.acquire(user).await) }),
+    )
+    .await;
+    let mut locks = Locks {
+        held: HashMap::new(),
+        refused: HashMap::new(),
+    };
+    for (user, taken) in taken {
+        match taken {
+            Ok(held) => {
+                locks.held.insert(user, held);
+            }
+            Err(Error::Rejected(Rejection::DuplicateRequest)) => {
+                locks
+                    .refused
+                    .insert(user, Outcome::Deferred("the user's lock is busy"));
+            }
+            Err(error) => {
+                tracing::warn!(error = ?error, %user, "cannot take the user's lock");
+                locks
+                    .refused
+                    .insert(user, Outcome::Deferred("the user's lock is unavailable"));
+            }
+        }
+    }
+    locks
+}
+
+/// Writes `orders`, whose users' locks are held, in one transaction; the
+/// outcome of each, in order. Should a voucher's stock not cover its orders
+/// (MySQL and Redis disagree), the batch is rolled back and each order is
+/// written alone, so the orders that have stock are written and only those
+/// without wait: no oversell, nothing written twice.
+async fn write(
+    seckill: &Seckill,
+    orders: &[NewOrder],
+    locks: &Locks,
+) -> anyhow::Result<Vec<Outcome>> {
+    if let Some(outcomes) = transaction(seckill, orders, locks).await? {
+        return Ok(outcomes);
+    }
+    tracing::warn!(
+        orders = orders.len(),
+        "the stock left in MySQL does not cover the batch; writing its orders one by one"
+    );
+    let mut outcomes = Vec::with_capacity(orders.len());
+    for order in orders {
+        let alone = transaction(seckill, std::slice::from_ref(order), locks).await?;
+        outcomes.push(
+            alone.map_or(Outcome::Deferred("no stock left in MySQL"), |alone| {
+                alone[0]
+            }),
+        );
+    }
+    Ok(outcomes)
+}
+
+/// One transaction over `orders`: `None` (rolled back) when a voucher's
+/// stock does not cover its orders. Its end is known before this returns,
+/// so that the locks are released only after it (see
+/// [`Seckill::order_transaction`]).
+async fn transaction(
+    seckill: &Seckill,
+    orders: &[NewOrder],
+    locks: &Locks,
+) -> anyhow::Result<Option<Vec<Outcome>>> {
+    let mut tx = seckill.store.begin().await?;
+    // On an error, the transaction is dropped with its end unseen, which
+    // closes its connection: MySQL rolls it back.
+    match statements(seckill, &mut tx, orders, locks).await? {
+        Some(outcomes) => {
+            tx.commit().await?;
+            let written = outcomes.iter().filter(|o| **o == Outcome::Written).count();
+            if written > 0 {
+                metrics::STREAM_BATCH_ORDERS.observe(written as f64);
+            }
+            tracing::debug!(orders = orders.len(), written, "batch committed");
+            Ok(Some(outcomes))
+        }
+        None => {
+            tx.rollback().await?;
+            Ok(None)
+        }
+    }
+}
+
+/// The statements of a batch: the purchase's (fence, count, insert, take
+/// stock), each run once for the whole batch.
+async fn statements(
+    seckill: &Seckill,
+    tx: &mut Tx,
+    orders: &[NewOrder],
+    locks: &Locks,
+) -> anyhow::Result<Option<Vec<Outcome>>> {
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; orders.len()];
+
+    // Fencing first, as in the purchase: a newer holder's token means this
+    // user's lock passed on while we held it.
+    let mut stale = HashSet::new();
+    for (user, held) in &locks.held {
+        if let Some(token) = held.fencing_token() {
+            if orders.iter().any(|order| order.user_id == *user)
+                && !store::record_fence(tx, *user, token).await?
+            {
+                metrics::FENCING_REJECTIONS.inc();
+                stale.insert(*user);
+            }
+        }
+    }
+    for (order, outcome) in orders.iter().zip(outcomes.iter_mut()) {
+        if stale.contains(&order.user_id) {
+            *outcome = Some(Outcome::Deferred(
+                "a newer lock holder's fencing token wrote",
+            ));
+        }
+    }
+
+    // Idempotency: an order id already written is this order again, or
+    // (another user, another voucher) an id the counter handed out twice.
+    let ids: Vec<_> = orders.iter().map(|order| order.id).collect();
+    let existing = store::orders_by_id(tx, &ids).await?;
+    for (order, outcome) in orders.iter().zip(outcomes.iter_mut()) {
+        if let Some(row) = existing.iter().find(|row| row.id == order.id) {
+            *outcome = Some(if row == order {
+                Outcome::AlreadyWritten
+            } else {
+                Outcome::IdTaken
+            });
+        }
+    }
+
+    // One order per user: the users who hold an order of the voucher
+    // already, and a user's second order within the batch.
+    let mut by_voucher: BTreeMap<VoucherId, Vec<UserId>> = BTreeMap::new();
+    for (order, _) in undecided(orders, &outcomes) {
+        by_voucher
+            .entry(order.voucher_id)
+            .or_default()
+            .push(order.user_id);
+    }
+    let mut ordered = HashSet::new();
+    for (voucher, users) in &by_voucher {
+        for user in store::users_with_orders(tx, *voucher, users).await? {
+            ordered.insert((user, *voucher));
+        }
+    }
+    for (order, outcome) in orders.iter().zip(outcomes.iter_mut()) {
+        if outcome.is_none() && !ordered.insert((order.user_id, order.voucher_id)) {
+            *outcome = Some(Outcome::DuplicateUser);
+        }
+    }
+
+    if !seckill.chaos_hold.is_zero() {
+        tokio::time::sleep(seckill.chaos_hold).await;
+    }
+    // The rows first, the stock last: the `UPDATE` locks each voucher's
+    // stock row until the commit, so only the commit may follow it.
+    let new: Vec<NewOrder> = undecided(orders, &outcomes)
+        .map(|(order, _)| *order)
+        .collect();
+    store::insert_orders(tx, &new).await?;
+    let mut units: BTreeMap<VoucherId, u32> = BTreeMap::new();
+    for order in &new {
+        *units.entry(order.voucher_id).or_default() += 1;
+    }
+    for (voucher, units) in units {
+        if !store::take_stock_units(tx, voucher, units).await? {
+            return Ok(None);
+        }
+    }
+
+    // A holder that learnt it lost a lock rolls the whole batch back.
+    let users: HashSet<UserId> = new.iter().map(|order| order.user_id).collect();
+    let checks = join_all(
+        users
+            .iter()
+            .filter_map(|user| locks.held.get(user))
+            .map(|held| held.ensure_held()),
+    )
+    .await;
+    checks
+        .into_iter()
+        .collect::<Result<Vec<()>, LockError>>()
+        .map_err(|lost| {
+            anyhow::Error::new(lost).context("a user's lock was lost; batch rolled back")
+        })?;
+
+    Ok(Some(
+        outcomes
+            .into_iter()
+            .map(|outcome| outcome.unwrap_or(Outcome::Written))
+            .collect(),
+    ))
+}
+
+/// The orders no check has decided on yet.
+fn undecided<'a>(
+    orders: &'a [NewOrder],
+    outcomes: &'a [Option<Outcome>],
+) -> impl Iterator<Item = (&'a NewOrder, &'a Option<Outcome>)> {
+    orders
+        .iter()
+        .zip(outcomes)
+        .filter(|(_, outcome)| outcome.is_none())
+}
+
+/// After the commit: acknowledges the settled entries (one `MULTI`) and
+/// moves the orders whose id another order took to the dead letters.
+async fn acknowledge(
+    stream: &OrderStream,
+    orders: &[(Entry, NewOrder)],
+    outcomes: &[Option<Outcome>],
+) -> anyhow::Result<()> {
+    let mut entries = Vec::new();
+    let mut settled = Vec::new();
+    for ((entry, order), outcome) in orders.iter().zip(outcomes) {
+        match outcome {
+            Some(outcome) if outcome.settled() => {
+                entries.push(entry);
+                settled.push(*order);
+            }
+            Some(Outcome::IdTaken) => {
+                let reason = format!("order id {} belongs to another order", order.id);
+                dead_letter(stream, entry, "id_taken", &reason).await?;
+            }
+            _ => {}
+        }
+    }
+    stream.acknowledge(&entries, &settled).await?;
+    Ok(())
+}
+
+async fn dead_letter(
+    stream: &OrderStream,
+    entry: &Entry,
+    label: &'static str,
+    reason: &str,
+) -> anyhow::Result<()> {
+    stream.dead_letter(entry, reason).await?;
+    metrics::STREAM_DEAD_LETTERS
+        .with_label_values(&[label])
+        .inc();
+    tracing::error!(
+        entry = %entry.id,
+        deliveries = entry.deliveries,
+        reason,
+        "order stream entry moved to the dead letters"
+    );
+    Ok(())
+}
+
+/// Counts and logs what became of one order of a committed batch.
+fn report(entry: &Entry, order: &NewOrder, outcome: Outcome) {
+    metrics::STREAM_ORDERS
+        .with_label_values(&[outcome.label()])
+        .inc();
+    let (order_id, user_id, voucher_id) = (order.id, order.user_id, order.voucher_id);
+    match outcome {
+        Outcome::Written | Outcome::IdTaken => {}
+        Outcome::AlreadyWritten => tracing::info!(
+            %order_id, entry = %entry.id,
+            "order already written (a redelivery): acknowledged, not written again"
+        ),
+        Outcome::DuplicateUser => tracing::warn!(
+            %order_id, %user_id, %voucher_id,
+            "the user already holds another order of this voucher: entry refused and acknowledged"
+        ),
+        Outcome::Deferred(reason) => tracing::warn!(
+            %order_id, entry = %entry.id, deliveries = entry.deliveries, reason,
+            "order not written; left pending to be claimed and tried again"
+        ),
+    }
+}

@@ -1,0 +1,112 @@
+//! One entry of the order stream as a consumer receives it, and the order it
+//! stands for. The admission script writes the fields `id`, `userId` and
+//! `voucherId` as decimal strings; anything else is malformed and goes to the
+//! dead letters at once, since no retry can make it parse.
+
+use std::collections::HashMap;
+
+use redis::streams::StreamId;
+use redis::Value;
+
+use crate::ids::{positive_id, OrderId, UserId, VoucherId};
+use crate::store::NewOrder;
+
+/// An entry delivered to this consumer.
+#[derive(Debug, Clone)]
+pub(super) struct Entry {
+    /// The stream entry id (`<ms>-<seq>`), what `XACK` names.
+    pub id: String,
+    pub fields: HashMap<String, Value>,
+    /// How many times the group has delivered it, this delivery included.
+    pub deliveries: usize,
+}
+
+impl Entry {
+    pub fn new(entry: StreamId, deliveries: usize) -> Entry {
+        Entry {
+            id: entry.id,
+            fields: entry.map,
+            deliveries,
+        }
+    }
+
+    /// The order this entry asks to write, or why it cannot be one.
+    pub fn order(&self) -> Result<NewOrder, String> {
+        Ok(NewOrder {
+            id: OrderId::new(self.number("id")?),
+            // Positive, so its absolute value is itself.
+            user_id: UserId::new(self.number("userId")?.unsigned_abs()),
+            voucher_id: VoucherId::new(self.number("voucherId")?),
+        })
+    }
+
+    /// A positive decimal field.
+    fn number(&self, field: &str) -> Result<i64, String> {
+        let raw = self
+            .text(field)
+            .ok_or_else(|| format!("field `{field}` missing or not text"))?;
+        positive_id(&raw).map_err(|_| format!("field `{field}` is not a positive id: {raw:?}"))
+    }
+
+    fn text(&self, field: &str) -> Option<String> {
+        redis::from_redis_value_ref(self.fields.get(field)?).ok()
+    }
+
+    /// The entry's fields as the dead-letter stream keeps them: each value's
+    /// bytes, whatever they were.
+    pub fn raw_fields(&self) -> Vec<(String, Vec<u8>)> {
+        let mut fields: Vec<(String, Vec<u8>)> = self
+            .fields
+            .iter()
+            .map(|(name, value)| {
+                let bytes = redis::from_redis_value_ref(value)
+                    .unwrap_or_else(|_| format!("{value:?}").into_bytes());
+                (name.clone(), bytes)
+            })
+            .collect();
+        fields.sort();
+        fields
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(fields: &[(&str, &str)]) -> Entry {
+        Entry {
+            id: "1-0".into(),
+            fields: fields
+                .iter()
+                .map(|(name, value)| (name.to_string(), Value::BulkString(value.as_bytes().into())))
+                .collect(),
+            deliveries: 1,
+        }
+    }
+
+    #[test]
+    fn the_admission_scripts_fields_make_an_order() {
+        let order = entry(&[
+            ("id", "665762232012898305"),
+            ("userId", "1010"),
+            ("voucherId", "10"),
+        ])
+        .order()
+        .unwrap();
+        assert_eq!(order.id, OrderId::new(665_762_232_012_898_305));
+        assert_eq!(order.user_id, UserId::new(1010));
+        assert_eq!(order.voucher_id, VoucherId::new(10));
+    }
+
+    #[test]
+    fn missing_or_malformed_fields_say_which() {
+        let missing = entry(&[("id", "1"), ("voucherId", "10")]).order();
+        assert!(missing.unwrap_err().contains("`userId` missing"));
+        for bad in ["abc", "-5", "0", "1e3", ""] {
+            let error = entry(&[("id", "1"), ("userId", bad), ("voucherId", "10")])
+                .order()
+                .unwrap_err();
+            assert!(error.contains("`userId` is not a positive id"), "{error}");
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! The order stream's writer (`--seckill stream`): the course's V6 consumer,
+//! made safe for many nodes.
+//!
+//! Every node runs one consumer in the group `order-writers`, named after
+//! the node and this process (never a constant: two nodes named `c1` would
+//! share, and steal, each other's pending entries). The loop alternates:
+//!
+//! - **read** up to `--stream-batch` new entries (`XREADGROUP ... BLOCK`, on
+//!   a connection of its own) and settle them as one batch;
+//! - every half `--stream-claim-idle-ms`, **claim** (`XAUTOCLAIM`) entries
+//!   pending longer than that with any consumer — one that died, or this one
+//!   after a failed write — and settle them the same way. An entry delivered
+//!   more than `--stream-max-deliveries` times goes to the dead letters.
+//!
+//! A batch, once read, runs to its end in a task of its own (locks, one
+//! transaction, `XACK`, release): the loop only awaits it, so neither a stop
+//! request nor a dropped future cuts it between its commit and its `XACK`.
+//! Should the process die there anyway, the entries are claimed by another
+//! consumer and found written: writes are idempotent on the order id, so a
+//! redelivery is only acknowledged.
+//!
+//! Stopping (the node's graceful shutdown) is a flag checked between
+//! batches: the read blocks for a bounded time and is never abandoned
+//! half-way, since entries an abandoned read took would sit pending until
+//! somebody claimed them.
+
+mod batch;
+mod entry;
+mod group;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use redis::aio::ConnectionManager;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::Seckill;
+use crate::config::StreamSettings;
+use crate::metrics;
+use entry::Entry;
+use group::OrderStream;
+pub use group::GROUP;
+
+/// Longest a read blocks, which bounds how long a stop request waits.
+const MAX_BLOCK: Duration = Duration::from_secs(1);
+
+/// How long the consumer waits after a failure before trying again.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// This node's consumer, built, not yet running.
+pub struct StreamConsumer {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    seckill: Arc<Seckill>,
+    stream: OrderStream,
+    batch: usize,
+    claim_idle: Duration,
+    max_deliveries: usize,
+}
+
+/// A running consumer; [`RunningConsumer::stop`] ends it gracefully.
+pub struct RunningConsumer {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl StreamConsumer {
+    /// A consumer named `<node_id>:<random uuid>`, reading on a connection
+    /// of its own to `redis_url` (replies awaited up to `timeout` beyond the
+    /// read's block) and writing through `seckill`'s store and lock.
+    pub fn new(
+        seckill: Arc<Seckill>,
+        redis: ConnectionManager,
+        redis_url: &str,
+        timeout: Duration,
+        settings: &StreamSettings,
+        node_id: &str,
+    ) -> anyhow::Result<StreamConsumer> {
+        let reader = crate::startup::connect_redis(redis_url, timeout + MAX_BLOCK)?;
+        let consumer = format!("{node_id}:{}", uuid::Uuid::new_v4().simple());
+        let stream = OrderStream::new(redis, reader, &seckill.keys, consumer);
+        Ok(StreamConsumer {
+            inner: Arc::new(Inner {
+                seckill,
+                stream,
+                batch: settings.batch(),
+                claim_idle: settings.claim_idle(),
+                max_deliveries: settings.stream_max_deliveries as usize,
+            }),
+        })
+    }
+
+    /// The consumer's name in the group.
+    pub fn name(&self) -> &str {
+        &self.inner.stream.consumer
+    }
+
+    /// Starts consuming in a task of its own.
+    pub fn spawn(self) -> RunningConsumer {
+        metrics::init_stream(batch::OUTCOMES, batch::DEAD_LETTER_REASONS);
+        let (stop, stopped) = watch::channel(false);
+        let span = tracing::info_span!("stream_consumer", consumer = %self.name());
+        let task = tokio::spawn(self.inner.run(stopped).instrument(span));
+        RunningConsumer { stop, task }
+    }
+}
+
+impl RunningConsumer {
+    /// Stops reading, lets the batch in hand be written and acknowledged,
+    /// and returns once the consumer has ended.
+    pub async fn stop(self) {
+        // An error means the consumer has already ended.
+        let _ = self.stop.send(true);
+        if let Err(failed) = self.task.await {
+            tracing::error!(error = %failed, "the stream consumer task failed");
+        }
+    }
+}
+
+impl Inner {
+    async fn run(self: Arc<Self>, mut stopped: watch::Receiver<bool>) {
+        // Half the idle time: an entry is claimed at most 1.5 idle times
+        // after its consumer stopped touching it.
+        let claim_every = (self.claim_idle / 2).max(Duration::from_millis(5));
+        let block = claim_every.min(MAX_BLOCK);
+        while let Err(error) = self.stream.join_group().await {
+            tracing::warn!(error = %error, "cannot join the consumer group; retrying");
+            if pause(&mut stopped, RETRY).await {
+                return;
+            }
+        }
+        tracing::info!(group = GROUP, "stream consumer started");
+        // Claim at once: entries of a consumer that died before this one
+        // started are not left waiting for the first interval.
+        let mut next_claim = Instant::now();
+        while !*stopped.borrow() {
+            let round = if Instant::now() >= next_claim {
+                next_claim = Instant::now() + claim_every;
+                self.claim_round(&stopped).await
+            } else {
+                self.read_round(block).await
+            };
+            if let Err(error) = round {
+                tracing::warn!(error = ?error, "stream consumer round failed; entries stay pending");
+                if self.recover(&error, &mut stopped).await {
+                    break;
+                }
+            }
+        }
+        match self.stream.leave().await {
+            Ok(true) => tracing::info!("stream consumer stopped and left the group"),
+            Ok(false) => tracing::info!(
+                "stream consumer stopped; its pending entries stay for others to claim"
+            ),
+            Err(error) => {
+                tracing::warn!(error = %error, "stream consumer stopped; could not leave the group")
+            }
+        }
+    }
+
+    /// New entries, settled as one batch.
+    async fn read_round(self: &Arc<Self>, block: Duration) -> anyhow::Result<()> {
+        let entries = self
+            .stream
+            .read(self.batch, block)
+            .await
+            .context("XREADGROUP")?;
+        self.settle(entries).await
+    }
+
+    /// Every entry pending too long, a page (one batch) at a time, then the
+    /// stream's gauges.
+    async fn claim_round(self: &Arc<Self>, stopped: &watch::Receiver<bool>) -> anyhow::Result<()> {
+        let mut start = "0-0".to_owned();
+        loop {
+            let claimed = self
+                .stream
+                .claim(&start, self.claim_idle, self.batch)
+                .await
+                .context("XAUTOCLAIM")?;
+            if !claimed.entries.is_empty() {
+                metrics::STREAM_CLAIMED.inc_by(claimed.entries.len() as u64);
+                tracing::info!(
+                    entries = claimed.entries.len(),
+                    "claimed entries pending too long"
+                );
+                self.settle(claimed.entries).await?;
+            }
+            if claimed.next == "0-0" || *stopped.borrow() {
+                break;
+            }
+            start = claimed.next;
+        }
+        self.stream.record_gauges().await.context("stream gauges")
+    }
+
+    /// Settles `entries` in a task of its own and waits for it: whatever
+    /// happens to this future, the batch ends as a whole.
+    async fn settle(self: &Arc<Self>, entries: Vec<Entry>) -> anyhow::Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let inner = self.clone();
+        let batch = tokio::spawn(
+            async move {
+                batch::settle(&inner.seckill, &inner.stream, entries, inner.max_deliveries).await
+            }
+            .in_current_span(),
+        );
+        batch.await.context("the batch task failed")?
+    }
+
+    /// After a failed round: waits, and while MySQL does not answer, waits
+    /// on. Claiming counts a delivery; a consumer that kept claiming while
+    /// MySQL was down would send good orders to the dead letters. `true`
+    /// when asked to stop meanwhile.
+    async fn recover(&self, error: &anyhow::Error, stopped: &mut watch::Receiver<bool>) -> bool {
+        let no_group = error
+            .chain()
+            .filter_map(|cause| cause.downcast_ref::<redis::RedisError>())
+            .any(|error| error.code() == Some("NOGROUP"));
+        if no_group {
+            // The stream or its group is gone (Redis restarted empty, or
+            // the key was deleted): create it again.
+            if let Err(error) = self.stream.join_group().await {
+                tracing::warn!(error = %error, "cannot join the consumer group again");
+            }
+        }
+        loop {
+            if pause(stopped, RETRY).await {
+                return true;
+            }
+            match self.seckill.store.ping().await {
+                Ok(()) => return false,
+                Err(error) => tracing::warn!(error = %error, "MySQL unreachable; not claiming"),
+            }
+        }
+    }
+}
+
+/// Sleeps `how_long` unless told to stop first; `true` when told to stop
+/// (or when the [`RunningConsumer`] is gone, which can no longer tell).
+async fn pause(stopped: &mut watch::Receiver<bool>, how_long: Duration) -> bool {
+    // Cancel-safe: dropping `wait_for` loses nothing, the flag stays set.
+    let told = tokio::select! {
+        _ = stopped.wait_for(|stop| *stop) => true,
+        () = tokio::time::sleep(how_long) => false,
+    };
+    told || *stopped.borrow()
+}

@@ -1,0 +1,438 @@
+//! The order stream's consumers (`--seckill stream`), run as `hmdp serve`
+//! processes against real Redis and MariaDB. Orders enter the stream here
+//! as the admission script adds them (`XADD` with `id`, `userId`,
+//! `voucherId`, and the order in the pending hash).
+
+use std::time::Duration;
+
+use hmdp::ids::VoucherId;
+use hmdp::seckill::stream::GROUP;
+use hmdp::store::{self, NewOrder};
+use hmdp_test_support::wait_until;
+use redis::streams::{StreamInfoConsumersReply, StreamRangeReply};
+use redis::AsyncCommands;
+
+use crate::helpers::{spawn_app, NodeProcess, TestApp};
+
+/// A user's order id in these tests.
+fn order_id(user: u64) -> i64 {
+    700_000_000 + user as i64
+}
+
+/// Adds one entry per user, and their orders to the pending hash.
+async fn add_orders(app: &TestApp, voucher: i64, users: impl IntoIterator<Item = u64>) {
+    let keys = app.keys();
+    let mut pipe = redis::pipe();
+    for user in users {
+        let (id, user, voucher) = (order_id(user), user.to_string(), voucher.to_string());
+        pipe.xadd(
+            keys.order_stream(),
+            "*",
+            &[
+                ("id", id.to_string()),
+                ("userId", user.clone()),
+                ("voucherId", voucher.clone()),
+            ],
+        )
+        .ignore()
+        .hset(keys.pending_orders(), id, format!("{user}:{voucher}"))
+        .ignore();
+    }
+    let () = pipe.query_async(&mut app.redis.clone()).await.unwrap();
+}
+
+/// Adds one entry with exactly these fields.
+async fn add_entry(app: &TestApp, fields: &[(&str, &str)]) {
+    let _: String = app
+        .redis
+        .clone()
+        .xadd(app.keys().order_stream(), "*", fields)
+        .await
+        .unwrap();
+}
+
+/// Entries delivered to a consumer of the group and not acknowledged; 0
+/// before a node has created the group.
+async fn pending(app: &TestApp) -> i64 {
+    let summary: redis::RedisResult<(i64, redis::Value, redis::Value, redis::Value)> =
+        redis::cmd("XPENDING")
+            .arg(app.keys().order_stream())
+            .arg(GROUP)
+            .query_async(&mut app.redis.clone())
+            .await;
+    match summary {
+        Ok((count, _, _, _)) => count,
+        Err(error) if error.code() == Some("NOGROUP") => 0,
+        Err(error) => panic!("XPENDING: {error}"),
+    }
+}
+
+async fn stream_length(app: &TestApp) -> usize {
+    app.redis
+        .clone()
+        .xlen(app.keys().order_stream())
+        .await
+        .unwrap()
+}
+
+async fn pending_orders(app: &TestApp) -> usize {
+    app.redis
+        .clone()
+        .hlen(app.keys().pending_orders())
+        .await
+        .unwrap()
+}
+
+/// The names of the group's consumers; none before a node has created the
+/// stream and the group.
+async fn consumers(app: &TestApp) -> Vec<String> {
+    // `XINFO CONSUMERS` of a missing key fails with a plain `ERR`.
+    let exists: bool = app
+        .redis
+        .clone()
+        .exists(app.keys().order_stream())
+        .await
+        .unwrap();
+    if !exists {
+        return Vec::new();
+    }
+    let reply: redis::RedisResult<StreamInfoConsumersReply> = app
+        .redis
+        .clone()
+        .xinfo_consumers(app.keys().order_stream(), GROUP)
+        .await;
+    match reply {
+        Ok(reply) => reply
+            .consumers
+            .into_iter()
+            .map(|consumer| consumer.name)
+            .collect(),
+        Err(error) if error.code() == Some("NOGROUP") => Vec::new(),
+        Err(error) => panic!("XINFO CONSUMERS: {error}"),
+    }
+}
+
+/// Waits until `orders` orders of `voucher` are written and every entry is
+/// acknowledged and gone from the stream.
+async fn wait_drained(app: &TestApp, voucher: i64, orders: i64) {
+    wait_until(
+        &format!("{orders} orders written and the stream drained"),
+        Duration::from_secs(30),
+        || async {
+            app.audit(voucher).await.orders == orders
+                && pending(app).await == 0
+                && stream_length(app).await == 0
+        },
+    )
+    .await;
+}
+
+/// The value of one series (`name` or `name{labels}`) on a node's `/metrics`.
+async fn metric(node: &NodeProcess, series: &str) -> f64 {
+    let text = reqwest::get(format!("{}/metrics", node.address))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no series {series} in:\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+const STREAM: &str = "--seckill=stream";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_share_the_stream_and_write_every_order_once() {
+    const ORDERS: u64 = 300;
+    let app = spawn_app(|_| {}).await;
+    let voucher = app.create_open_seckill(ORDERS as i64).await;
+    let flags = [STREAM, "--stream-batch=10", "--chaos-hold-ms=20"];
+    let first = NodeProcess::start(&app, &flags).await;
+    let second = NodeProcess::start(&app, &flags).await;
+    wait_until(
+        "both consumers in the group",
+        Duration::from_secs(10),
+        || async { consumers(&app).await.len() == 2 },
+    )
+    .await;
+
+    add_orders(&app, voucher, 1..=ORDERS).await;
+    wait_drained(&app, voucher, ORDERS as i64).await;
+
+    let audit = app.audit(voucher).await;
+    assert_eq!(
+        (audit.orders, audit.stock_left, audit.duplicate_users),
+        (300, 0, 0)
+    );
+    assert_eq!(
+        pending_orders(&app).await,
+        0,
+        "written orders leave the pending hash"
+    );
+    let by_first = metric(&first, "hmdp_stream_batch_orders_sum").await;
+    let by_second = metric(&second, "hmdp_stream_batch_orders_sum").await;
+    println!("orders written: {by_first} by the first node, {by_second} by the second");
+    assert!(
+        by_first > 0.0 && by_second > 0.0,
+        "{by_first} / {by_second}"
+    );
+    assert_eq!(by_first + by_second, ORDERS as f64);
+    let names = consumers(&app).await;
+    assert_ne!(names[0], names[1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_consumers_pending_entries_are_claimed_and_written_once() {
+    const ORDERS: u64 = 20;
+    let app = spawn_app(|_| {}).await;
+    let voucher = app.create_open_seckill(50).await;
+    add_orders(&app, voucher, 1..=ORDERS).await;
+    // Short leases, so the dead node's locks free up soon after it dies.
+    let mut doomed = NodeProcess::start(
+        &app,
+        &[STREAM, "--chaos-hold-ms=60000", "--lock-watchdog-ms=600"],
+    )
+    .await;
+    wait_until(
+        "the first node holding every entry, inside its transaction",
+        Duration::from_secs(10),
+        || async {
+            pending(&app).await == ORDERS as i64 && app.lock_keys().await.len() == ORDERS as usize
+        },
+    )
+    .await;
+    doomed.kill().await;
+
+    let survivor = NodeProcess::start(
+        &app,
+        &[
+            STREAM,
+            "--stream-claim-idle-ms=300",
+            "--stream-max-deliveries=50",
+            "--lock-watchdog-ms=600",
+        ],
+    )
+    .await;
+    wait_drained(&app, voucher, ORDERS as i64).await;
+
+    let audit = app.audit(voucher).await;
+    assert_eq!(
+        (audit.orders, audit.stock_left, audit.duplicate_users),
+        (20, 30, 0)
+    );
+    assert!(metric(&survivor, "hmdp_stream_claimed_total").await >= ORDERS as f64);
+    assert_eq!(
+        metric(&survivor, "hmdp_stream_batch_orders_sum").await,
+        ORDERS as f64
+    );
+    assert_eq!(pending_orders(&app).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_entries_go_to_the_dead_letters_and_do_not_block_the_rest() {
+    let app = spawn_app(|_| {}).await;
+    let voucher = app.create_open_seckill(10).await;
+    let node = NodeProcess::start(
+        &app,
+        &[
+            STREAM,
+            "--stream-claim-idle-ms=200",
+            "--stream-max-deliveries=2",
+        ],
+    )
+    .await;
+
+    let voucher_text = voucher.to_string();
+    // Cannot parse: no retry will help.
+    add_entry(
+        &app,
+        &[("id", "1"), ("userId", "abc"), ("voucherId", &voucher_text)],
+    )
+    .await;
+    // Parses, but no such voucher in MySQL: its stock can never be taken.
+    add_entry(
+        &app,
+        &[("id", "2"), ("userId", "7"), ("voucherId", "999999")],
+    )
+    .await;
+    add_orders(&app, voucher, [8]).await;
+
+    let dead = app.keys().dead_letters();
+    wait_until(
+        "two dead letters, nothing pending",
+        Duration::from_secs(30),
+        || async {
+            let dead: usize = app.redis.clone().xlen(&dead).await.unwrap();
+            dead == 2 && pending(&app).await == 0 && stream_length(&app).await == 0
+        },
+    )
+    .await;
+
+    let letters: StreamRangeReply = app.redis.clone().xrange_all(&dead).await.unwrap();
+    let field = |i: usize, name: &str| letters.ids[i].get::<String>(name).unwrap();
+    assert_eq!(field(0, "userId"), "abc");
+    assert_eq!(field(0, "deliveries"), "1", "malformed: dead at once");
+    assert!(field(0, "reason").contains("`userId` is not a positive id"));
+    assert_eq!(field(1, "voucherId"), "999999");
+    assert_eq!(
+        field(1, "deliveries"),
+        "3",
+        "tried twice, dead on the third delivery"
+    );
+    assert!(
+        field(1, "reason").contains("delivered 3 times"),
+        "{}",
+        field(1, "reason")
+    );
+    assert!(!field(1, "entry").is_empty());
+    let malformed = r#"hmdp_stream_dead_letters_total{reason="malformed"}"#;
+    let worn_out = r#"hmdp_stream_dead_letters_total{reason="max_deliveries"}"#;
+    assert_eq!(metric(&node, malformed).await, 1.0);
+    assert_eq!(metric(&node, worn_out).await, 1.0);
+    assert!(node.log().contains("moved to the dead letters"));
+
+    let audit = app.audit(voucher).await;
+    assert_eq!(
+        (audit.orders, audit.stock_left),
+        (1, 9),
+        "the good order is written"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_written_order_is_acknowledged_not_written_again() {
+    let app = spawn_app(|_| {}).await;
+    let voucher = app.create_open_seckill(10).await;
+    let keys = app.keys();
+    let mut redis = app.redis.clone();
+
+    // A consumer that committed the order of user 1 and died before its
+    // XACK: the entry is pending under its name, the order is in MySQL.
+    let () = redis
+        .xgroup_create_mkstream(keys.order_stream(), GROUP, "0")
+        .await
+        .unwrap();
+    add_orders(&app, voucher, [1]).await;
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg(&["GROUP", GROUP, "dead-node:0", "STREAMS"])
+        .arg(keys.order_stream())
+        .arg(">")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let mut tx = app.store.begin().await.unwrap();
+    let order = NewOrder {
+        id: hmdp::ids::OrderId::new(order_id(1)),
+        user_id: hmdp::ids::UserId::new(1),
+        voucher_id: VoucherId::new(voucher),
+    };
+    store::insert_order(&mut tx, order).await.unwrap();
+    assert!(store::take_stock(&mut tx, VoucherId::new(voucher))
+        .await
+        .unwrap());
+    tx.commit().await.unwrap();
+    assert_eq!(pending(&app).await, 1);
+    // And a second order of the same user, under another id.
+    add_entry(
+        &app,
+        &[
+            ("id", "5"),
+            ("userId", "1"),
+            ("voucherId", &voucher.to_string()),
+        ],
+    )
+    .await;
+
+    let node = NodeProcess::start(&app, &[STREAM, "--stream-claim-idle-ms=200"]).await;
+    wait_until(
+        "every entry acknowledged",
+        Duration::from_secs(30),
+        || async { pending(&app).await == 0 && stream_length(&app).await == 0 },
+    )
+    .await;
+
+    let audit = app.audit(voucher).await;
+    assert_eq!(
+        (audit.orders, audit.stock_left, audit.duplicate_users),
+        (1, 9, 0)
+    );
+    let outcome = |label: &str| format!(r#"hmdp_stream_orders_total{{outcome="{label}"}}"#);
+    assert_eq!(metric(&node, &outcome("already_written")).await, 1.0);
+    assert_eq!(metric(&node, &outcome("duplicate_user")).await, 1.0);
+    assert_eq!(metric(&node, &outcome("written")).await, 0.0);
+    assert_eq!(pending_orders(&app).await, 0);
+    let log = node.log();
+    assert!(
+        log.contains("order already written (a redelivery)"),
+        "{log}"
+    );
+    assert!(log.contains("already holds another order"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_the_consumer_write_and_acknowledge_the_batch_it_holds() {
+    const ORDERS: u64 = 30;
+    let app = spawn_app(|_| {}).await;
+    let voucher = app.create_open_seckill(100).await;
+    // Added before any consumer exists: the group, created at `0`, still
+    // delivers them.
+    add_orders(&app, voucher, 1..=ORDERS).await;
+    let mut node = NodeProcess::start(&app, &[STREAM, "--chaos-hold-ms=1500"]).await;
+    wait_until(
+        "the node holding every entry, inside its transaction",
+        Duration::from_secs(10),
+        || async {
+            pending(&app).await == ORDERS as i64 && app.lock_keys().await.len() == ORDERS as usize
+        },
+    )
+    .await;
+
+    node.terminate();
+    let status = node.wait_exit(Duration::from_secs(20)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exit status {status:?}"
+    );
+
+    assert_eq!(pending(&app).await, 0, "what it took is acknowledged");
+    assert_eq!(stream_length(&app).await, 0);
+    assert_eq!(pending_orders(&app).await, 0);
+    let audit = app.audit(voucher).await;
+    assert_eq!(
+        (audit.orders, audit.stock_left, audit.duplicate_users),
+        (30, 70, 0)
+    );
+    assert!(
+        consumers(&app).await.is_empty(),
+        "the stopped consumer left the group"
+    );
+    assert!(app.lock_keys().await.is_empty());
+    assert!(node
+        .log()
+        .contains("stream consumer stopped and left the group"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_writes_many_orders_in_one_transaction() {
+    const ORDERS: u64 = 200;
+    let app = spawn_app(|_| {}).await;
+    let voucher = app.create_open_seckill(ORDERS as i64).await;
+    add_orders(&app, voucher, 1..=ORDERS).await;
+    let node = NodeProcess::start(&app, &[STREAM, "--stream-batch=50"]).await;
+    wait_drained(&app, voucher, ORDERS as i64).await;
+
+    let transactions = metric(&node, "hmdp_stream_batch_orders_count").await;
+    let written = metric(&node, "hmdp_stream_batch_orders_sum").await;
+    println!("{written} orders in {transactions} transactions");
+    assert_eq!(
+        (written, transactions),
+        (200.0, 4.0),
+        "four full batches of 50"
+    );
+    let audit = app.audit(voucher).await;
+    assert!(audit.stock_balances(ORDERS as i64), "{audit:?}");
+    assert_eq!(audit.duplicate_users, 0);
+}
