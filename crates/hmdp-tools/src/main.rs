@@ -33,7 +33,8 @@ enum Command {
     Tokens(Box<TokensSettings>),
     /// Fire many users' simultaneous purchases of one voucher and measure.
     Loadtest(Box<LoadtestSettings>),
-    /// Two nodes behind nginx, one load test per lock mode, side by side.
+    /// Two nodes behind nginx, one load test per lock mode and purchase
+    /// path, side by side.
     Demo(Box<DemoSettings>),
     /// Two nodes behind nginx, left running for outside load tools until Ctrl-C.
     Cluster(Box<ClusterSettings>),
