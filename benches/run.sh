@@ -14,6 +14,12 @@
 #   hmdp cluster + wrk             nginx -> /health of two nodes: the HTTP ceiling
 #   hmdp loadtest --workload       `sale` and `storm` through nginx, two nodes,
 #                                  `reentrant`; then the nodes' peak RSS
+#   the same with --seckill stream  a second pair of nodes behind its own nginx,
+#                                  admitting in Redis: its storm against
+#                                  /health, its sale's admissions against the
+#                                  synchronous sale's orders, and how fast its
+#                                  two consumers write the sale's orders to
+#                                  MySQL against bench-db; orders per batch
 #
 # and prints the ratios of the performance targets with PASS/FAIL, then
 # where hmdp's locks stand among lock libraries on the same Redis. Each
@@ -181,57 +187,92 @@ for c in 4 8 16 32; do
 done
 echo "best: $DB_BEST tx/s at concurrency $DB_BEST_C"
 
-# --- Two nodes behind nginx with `reentrant`. Every purchase of a voucher
-# queues for its one stock row, so more transactions in flight than bench-db's
-# best concurrency only add waiters: the two nodes' pools share that number.
+# --- Two clusters of two nodes behind nginx, both `reentrant`: one placing
+# purchases synchronously, one admitting them in Redis and writing them from
+# the order stream (`--seckill stream`). Every synchronous purchase of a
+# voucher queues for its one stock row, so more transactions in flight than
+# bench-db's best concurrency only add waiters: the two nodes' pools share
+# that number (the stream consumers' batches use the same pools).
 export HMDP_DB_POOL=$(( (DB_BEST_C + 1) / 2 ))
-say "two nodes behind nginx (reentrant, $HMDP_DB_POOL MySQL connections each)"
-rm -f "$OUT/cluster.env"
-$HMDP cluster --lock reentrant --env-file "$OUT/cluster.env" >"$OUT/cluster.log" 2>&1 &
-CLUSTER=$!
-trap 'kill $CLUSTER 2>/dev/null || true; wait $CLUSTER 2>/dev/null || true' EXIT
-for _ in $(seq 1 600); do
-  [ -s "$OUT/cluster.env" ] && break
-  kill -0 $CLUSTER 2>/dev/null || { cat "$OUT/cluster.log" >&2; exit 1; }
-  sleep 0.1
-done
-set -a
-# shellcheck disable=SC1091
-. "$OUT/cluster.env"
-set +a
-echo "nginx at $HMDP_TARGET, node pids $HMDP_NODE_PIDS"
+CLUSTERS=()
+trap 'for pid in "${CLUSTERS[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done' EXIT
+cluster() { # name (SYNC or STREAM, the prefix of its variables), seckill mode
+  local name=$1 seckill=$2 env=$OUT/cluster-$1.env pid
+  say "two nodes behind nginx (reentrant, --seckill $seckill, $HMDP_DB_POOL MySQL connections each)"
+  rm -f "$env"
+  $HMDP cluster --lock reentrant --seckill "$seckill" --env-file "$env" >"$OUT/cluster-$name.log" 2>&1 &
+  pid=$!
+  CLUSTERS+=("$pid")
+  for _ in $(seq 1 600); do
+    [ -s "$env" ] && break
+    kill -0 "$pid" 2>/dev/null || { cat "$OUT/cluster-$name.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  # shellcheck disable=SC1090 # NAME_HMDP_TARGET=..., NAME_DATABASE_URL=..., ...
+  . <(sed "s/^/${name}_/" "$env")
+  local target=${name}_HMDP_TARGET pids=${name}_HMDP_NODE_PIDS
+  echo "nginx at ${!target}, node pids ${!pids}"
+}
+cluster SYNC sync
+cluster STREAM stream
 
-health() { # -> requests/s of nginx -> /health
+health() { # -> requests/s of nginx -> /health of the synchronous cluster
   if command -v wrk >/dev/null 2>&1; then
-    wrk -t 2 -c 64 -d "${DURATION}s" "$HMDP_TARGET/health" >"$OUT/health.txt"
+    wrk -t 2 -c 64 -d "${DURATION}s" "$SYNC_HMDP_TARGET/health" >"$OUT/health.txt"
     awk '/^Requests\/sec:/ {print $2}' "$OUT/health.txt"
   else
-    oha --no-tui -c 64 -z "${DURATION}s" --json "$HMDP_TARGET/health" >"$OUT/health.json"
+    oha --no-tui -c 64 -z "${DURATION}s" --json "$SYNC_HMDP_TARGET/health" >"$OUT/health.json"
     jq -r '.summary.requestsPerSec' "$OUT/health.json"
   fi
 }
-# CPU seconds so far of MariaDB, the two nodes, Redis and nginx.
+# CPU seconds so far of MariaDB, the two synchronous nodes, Redis and nginx.
 sale_cpu() {
   # shellcheck disable=SC2086 # the nodes' pid list splits on purpose
-  echo "$(cpu_s "$MARIADB_PID") $(cpu_s $HMDP_NODE_PIDS) $(cpu_s "$REDIS_PID") $(cpu_s "$HMDP_NGINX_PID")"
+  echo "$(cpu_s "$MARIADB_PID") $(cpu_s $SYNC_HMDP_NODE_PIDS) $(cpu_s "$REDIS_PID") $(cpu_s "$SYNC_HMDP_NGINX_PID")"
 }
-loadtest() { # workload, json, extra flags...
-  local workload=$1 json=$2
-  shift 2
-  $HMDP loadtest --target "$HMDP_TARGET" --workload "$workload" --users "$USERS" \
-    --tokens "$OUT/tokens.txt" --verify --json "$json" "$@"
+# The flags that point a tool at one cluster's nginx, database and Redis prefix.
+at() { # name
+  local target=${1}_HMDP_TARGET db=${1}_DATABASE_URL redis=${1}_REDIS_URL prefix=${1}_HMDP_REDIS_PREFIX
+  echo "--target ${!target} --database-url ${!db} --redis-url ${!redis} --redis-prefix ${!prefix}"
+}
+loadtest() { # cluster name, workload, json, extra flags...
+  local name=$1 workload=$2 json=$3 admin=${1}_HMDP_ADMIN_TOKEN
+  shift 3
+  # shellcheck disable=SC2046 # at's flags split on purpose
+  $HMDP loadtest $(at "$name") --admin-token "${!admin}" --workload "$workload" --users "$USERS" \
+    --tokens "$OUT/tokens-$name.txt" --verify --json "$json" "$@"
+}
+# Orders of the stream cluster admitted and not yet written to MySQL: the
+# pending hash, which a consumer empties right after its commit.
+pending() { redis-cli -u "$STREAM_REDIS_URL" HLEN "${STREAM_HMDP_REDIS_PREFIX}{seckill}:pending"; }
+now() { date +%s.%N; }
+# Waits until the stream cluster has written every admitted order, polling
+# every 10 ms for at most 120 s; prints the time it saw the hash empty.
+drained() {
+  local deadline
+  deadline=$(awk -v t="$(now)" 'BEGIN { printf "%.0f", t + 120 }')
+  until [ "$(pending)" = 0 ]; do
+    [ "$(date +%s)" -lt "$deadline" ] || { echo "orders still pending after 120 s" >&2; exit 1; }
+    sleep 0.01
+  done
+  now
 }
 
-$HMDP tokens --target "$HMDP_TARGET" --users "$USERS" --out "$OUT/tokens.txt"
+for name in SYNC STREAM; do
+  # shellcheck disable=SC2046
+  $HMDP tokens $(at "$name") --users "$USERS" --out "$OUT/tokens-$name.txt"
+done
 # Warm-up, as the micro-benchmarks have theirs: the nodes open their MySQL
 # connections and prepare their statements here, not in a measured sale.
-loadtest sale "$OUT/warm-up.json" --concurrency 64 >/dev/null
+loadtest SYNC sale "$OUT/warm-up.json" --concurrency 64 >/dev/null
+loadtest STREAM sale "$OUT/warm-up-stream.json" --concurrency 64 >/dev/null
+drained >/dev/null
 for round in $(seq 1 "$ROUNDS"); do
-  say "round $round: bench-db at concurrency $DB_BEST_C, then sale: $USERS users, one purchase each, stock $USERS"
+  say "round $round: bench-db at concurrency $DB_BEST_C, then sale: $USERS users, one purchase each, stock $USERS, sync then stream"
   $HMDP bench-db --concurrency "$DB_BEST_C" --duration "$DURATION" --json "$OUT/db-best-$round.json"
   tx=$(num .tx_per_s "$OUT/db-best-$round.json")
   read -r -a before <<<"$(sale_cpu)"
-  timed "$OUT/sale-$round.cpu" loadtest sale "$OUT/sale-$round.json" --concurrency 64
+  timed "$OUT/sale-$round.cpu" loadtest SYNC sale "$OUT/sale-$round.json" --concurrency 64
   read -r -a after <<<"$(sale_cpu)"
   orders=$(num .orders_per_s "$OUT/sale-$round.json")
   placed=$(num '.outcomes.OK // 0' "$OUT/sale-$round.json")
@@ -239,22 +280,49 @@ for round in $(seq 1 "$ROUNDS"); do
   CPU_SALE+=("round $round: MariaDB $(per_unit "${before[0]}" "${after[0]}" "$placed") + nodes $(per_unit "${before[1]}" "${after[1]}" "$placed") + Redis $(per_unit "${before[2]}" "${after[2]}" "$placed") + nginx $(per_unit "${before[3]}" "${after[3]}" "$placed") + load generator $(per_unit 0 "$(cat "$OUT/sale-$round.cpu")" "$placed") µs per order")
   echo "${CPU_SALE[-1]}"
 
-  say "round $round: nginx -> /health, then storm: $USERS users x $PER_USER purchases at once, stock $(( (USERS + 9) / 10 ))"
+  # The stream sale: admissions/s against the synchronous sale's orders/s
+  # just before; then the consumers' rate, the sale's orders over the time
+  # from its start to its last order in MySQL. A lower bound: the consumers
+  # start on an empty stream, and when they keep up with the admissions
+  # (nothing pending at the last answer) it is the admissions' rate.
+  started=$(now)
+  loadtest STREAM sale "$OUT/stream-sale-$round.json" --concurrency 64
+  answered=$(now)
+  backlog=$(pending)
+  written=$(drained)
+  admitted=$(num .rps "$OUT/stream-sale-$round.json")
+  ordered=$(num '.outcomes.OK // 0' "$OUT/stream-sale-$round.json")
+  drain_rate=$(awk -v n="$ordered" -v a="$started" -v b="$written" 'BEGIN { printf "%.0f", n / (b - a) }')
+  echo "stream sale: $ordered orders, $backlog pending at the last answer, all in MySQL $(awk -v a="$answered" -v b="$written" 'BEGIN { printf "%.0f", (b - a) * 1000 }') ms later: $drain_rate orders/s written"
+  keep 9 "$(ratio "$admitted" "$orders")" "$(printf '%.0f/%.0f' "$admitted" "$orders")"
+  keep 10 "$(ratio "$drain_rate" "$tx")" "$(printf '%.0f/%.0f' "$drain_rate" "$tx")"
+
+  say "round $round: nginx -> /health, then storm: $USERS users x $PER_USER purchases at once, stock $(( (USERS + 9) / 10 )), sync then stream"
   rps=$(health)
   echo "nginx -> /health: $rps requests/s"
-  loadtest storm "$OUT/storm-$round.json" --per-user "$PER_USER" --concurrency 200
+  loadtest SYNC storm "$OUT/storm-$round.json" --per-user "$PER_USER" --concurrency 200
   storm=$(num .rps "$OUT/storm-$round.json")
   keep 5 "$(ratio "$storm" "$rps")" "$(printf '%.0f/%.0f' "$storm" "$rps")"
+  loadtest STREAM storm "$OUT/stream-storm-$round.json" --per-user "$PER_USER" --concurrency 200
+  storm=$(num .rps "$OUT/stream-storm-$round.json")
+  keep 8 "$(ratio "$storm" "$rps")" "$(printf '%.0f/%.0f' "$storm" "$rps")"
+  drained >/dev/null
 done
 
+# Orders per consumer transaction, from both stream nodes' histogram.
+BATCHES=$(for url in $STREAM_HMDP_NODE_URLS; do curl -fsS "$url/metrics"; done |
+  awk '/^hmdp_stream_batch_orders_sum/ { s += $2 } /^hmdp_stream_batch_orders_count/ { n += $2 }
+       END { if (n > 0) printf "%.1f orders per batch (%d orders in %d batches)", s / n, s, n; else print "no batches recorded" }')
 RSS_KB=0
-for pid in $HMDP_NODE_PIDS; do
+for pid in $SYNC_HMDP_NODE_PIDS $STREAM_HMDP_NODE_PIDS; do
   kb=$(awk '/^VmHWM:/ {print $2}' "/proc/$pid/status")
   echo "node pid $pid peak RSS $((kb / 1024)) MiB"
   [ "$kb" -gt "$RSS_KB" ] && RSS_KB=$kb
 done
-kill $CLUSTER
-wait $CLUSTER 2>/dev/null || true
+for pid in "${CLUSTERS[@]}"; do
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
+done
 trap - EXIT
 
 # --- The ratios.
@@ -282,10 +350,14 @@ row "3  reentrant hand-off p50 / free-key acquisition p50" 3 "<=" 2
 row "4  sale orders/s (nginx, 2 nodes) / bench-db tx/s" 4 ">=" 0.6
 row "5  storm requests/s / nginx -> /health requests/s" 5 ">=" 0.5
 R[6]=$(awk -v kb="$RSS_KB" 'BEGIN { printf "%.1f", kb / 1024 }')
-D[6]="VmHWM after warm-up, sales and storms"
+D[6]="VmHWM of the four nodes after warm-up, sales and storms"
 row "6  peak RSS of a node, MiB" 6 "<=" 64
 row "7a redis-lua pairs/s / bare redis-rs loop, 50 tasks, one multiplexed connection" "7 redis-lua" ">=" 0.9
 row "7b reentrant pairs/s / bare redis-rs loop, 50 tasks, one multiplexed connection" "7 reentrant" ">=" 0.9
+row "8  stream storm requests/s / nginx -> /health requests/s" 8 ">=" 0.8
+row "9  stream sale admissions/s / sync sale orders/s" 9 ">=" 5
+row "10 stream sale orders/s, start to last in MySQL / bench-db tx/s" 10 ">=" 3
+echo "stream consumers: $BATCHES"
 
 # --- Ratio 4 on a shared machine: every process of the sale draws on the
 # same cores as MySQL, so orders/s is bounded by the CPU one order costs

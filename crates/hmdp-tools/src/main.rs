@@ -41,7 +41,8 @@ enum Command {
     /// per user, no dead letters. Exit status: 0 when every check holds, 1
     /// when one is broken (the differences listed), 2 when the audit failed.
     Audit(Box<AuditSettings>),
-    /// Two nodes behind nginx, one load test per lock mode, side by side.
+    /// Two nodes behind nginx, one load test per lock mode and purchase
+    /// path, side by side.
     Demo(Box<DemoSettings>),
     /// Two nodes behind nginx, left running for outside load tools until Ctrl-C.
     Cluster(Box<ClusterSettings>),

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use hmdp::config::SeckillMode;
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
 use hmdp::store::Store;
@@ -34,7 +35,7 @@ impl TestCluster {
         let spec = ClusterSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
         // Several clusters run at once next to the other test binaries' nodes:
         // small pools keep them all within MySQL's connection limit.
-        let mut flags = node_flags(mode, chaos_hold_ms);
+        let mut flags = node_flags(mode, SeckillMode::Sync, chaos_hold_ms);
         flags.push("--db-pool=16".into());
         let cluster = Cluster::start(spec, &flags)
             .await

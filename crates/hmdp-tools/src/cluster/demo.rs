@@ -1,9 +1,11 @@
 //! `hmdp demo`, the main job: two nodes behind nginx, the same load test once
-//! per lock mode, and one table that shows which locks keep one order per
-//! user across nodes and which do not.
+//! per lock mode (and purchase path), and one table that shows which locks
+//! keep one order per user across nodes and which do not, and what admitting
+//! in Redis and writing the orders afterwards changes.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
@@ -13,9 +15,11 @@ use serde_json::json;
 
 use super::{node_flags, until_signal, Cluster, ClusterSpec, Sandbox, NODE_IDS};
 use crate::loadtest::{self, tokens::Login, Plan, Report};
-use hmdp::config::StoreSettings;
+use hmdp::config::{SeckillMode, StoreSettings};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
+use hmdp::seckill::SaleState;
+use hmdp::store::Store;
 
 /// `hmdp demo`.
 #[derive(Debug, Clone, Args)]
@@ -24,6 +28,15 @@ pub struct DemoSettings {
     #[arg(long, value_enum, value_delimiter = ',',
           default_values_t = [LockMode::None, LockMode::Local, LockMode::RedisLua, LockMode::Reentrant])]
     pub modes: Vec<LockMode>,
+
+    /// Purchase paths to run every lock mode with, in order (comma-separated):
+    /// `sync` (the lock around the SQL transaction, inside the request),
+    /// `queue` or `stream` (admitted in Redis by lua/seckill.lua, answered at
+    /// once, written to MySQL afterwards). The asynchronous paths add a
+    /// `seckill` column and a `drain` one: the time from the last answer
+    /// until MySQL holds every order Redis admitted.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [SeckillMode::Sync])]
+    pub seckill: Vec<SeckillMode>,
 
     /// Distinct users.
     #[arg(long, default_value_t = 1000)]
@@ -60,40 +73,97 @@ pub struct DemoSettings {
     pub store: StoreSettings,
 }
 
-/// The modes whose failure on two nodes is the point of the demo.
-fn expected_to_fail(mode: LockMode) -> bool {
-    matches!(mode, LockMode::None | LockMode::Local)
+/// The modes whose failure on two nodes is the point of the demo: on the
+/// synchronous path only, as the asynchronous ones admit one order per user
+/// in Redis whatever lock guards their writer.
+fn expected_to_fail(mode: LockMode, seckill: SeckillMode) -> bool {
+    seckill == SeckillMode::Sync && matches!(mode, LockMode::None | LockMode::Local)
 }
+
+/// How long the demo waits, after the last answer, for MySQL to hold every
+/// order Redis admitted; past it the orders still missing are a violation.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(60);
 
 /// One mode's outcome: the report, or why the mode could not run.
 struct ModeRun {
     mode: LockMode,
-    result: Result<Report, String>,
+    seckill: SeckillMode,
+    result: Result<Run, String>,
+}
+
+/// What one mode's run measured.
+struct Run {
+    report: Report,
+    /// From the last answer until MySQL held every admitted order; `None`
+    /// on the synchronous path, which answers after its commit, and when
+    /// the orders were not all written by the deadline (a violation then).
+    drain: Option<Duration>,
 }
 
 impl ModeRun {
     /// Whether the mode behaved as the course says it does.
     fn as_expected(&self) -> bool {
         match &self.result {
-            Ok(report) => {
+            Ok(Run { report, .. }) => {
                 report.violations.is_empty()
-                    && (expected_to_fail(self.mode) || report.duplicate_users == Some(0))
+                    && (expected_to_fail(self.mode, self.seckill)
+                        || report.duplicate_users == Some(0))
             }
             Err(_) => false,
         }
     }
 
-    fn verdict(&self) -> String {
-        match &self.result {
-            Ok(report) => verdict(
-                self.mode,
-                report.duplicate_users.unwrap_or(0),
-                report.extra_orders.unwrap_or(0),
-                &report.violations,
-            ),
-            Err(error) => format!("{}: did not run — {error}", self.mode),
+    /// The lock mode alone on the synchronous path (the demo's table as it
+    /// always was), the lock mode and the path on the others.
+    fn label(&self) -> String {
+        match self.seckill {
+            SeckillMode::Sync => self.mode.to_string(),
+            seckill => format!("{} + {seckill}", self.mode),
         }
     }
+
+    fn verdict(&self) -> String {
+        match &self.result {
+            Ok(Run { report, drain }) => {
+                let duplicates = report.duplicate_users.unwrap_or(0);
+                let extra = report.extra_orders.unwrap_or(0);
+                match (self.seckill, drain) {
+                    (SeckillMode::Sync, _) => {
+                        verdict(self.mode, duplicates, extra, &report.violations)
+                    }
+                    (_, drain) => {
+                        async_verdict(&self.label(), duplicates, *drain, &report.violations)
+                    }
+                }
+            }
+            Err(error) => format!("{}: did not run — {error}", self.label()),
+        }
+    }
+}
+
+/// One line saying what a run on an asynchronous path showed.
+fn async_verdict(
+    label: &str,
+    duplicates: i64,
+    drain: Option<Duration>,
+    violations: &[String],
+) -> String {
+    let mut line = if duplicates == 0 {
+        format!("{label}: one order per user, admitted in Redis by lua/seckill.lua")
+    } else {
+        format!("{label}: {duplicates} users hold more than one order — admission did not hold")
+    };
+    if let Some(drain) = drain {
+        let _ = write!(
+            line,
+            "; every order in MySQL {} ms after the last answer",
+            drain.as_millis()
+        );
+    }
+    if !violations.is_empty() {
+        let _ = write!(line, "; BROKEN: {}", violations.join("; "));
+    }
+    line
 }
 
 /// One line saying what a mode's run showed.
@@ -142,40 +212,46 @@ pub async fn run(settings: DemoSettings) -> anyhow::Result<()> {
 }
 
 async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyhow::Result<()> {
-    let Some(&first) = settings.modes.first() else {
-        bail!("no lock modes given");
+    // Every lock mode on each purchase path in turn, grouped by path.
+    let combinations: Vec<(SeckillMode, LockMode)> = settings
+        .seckill
+        .iter()
+        .flat_map(|&seckill| settings.modes.iter().map(move |&mode| (seckill, mode)))
+        .collect();
+    let Some(&(first_seckill, first_mode)) = combinations.first() else {
+        bail!("no lock modes or no purchase paths given");
     };
     let spec = ClusterSpec::in_sandbox(exe, sandbox);
     eprintln!(
         "starting two nodes and nginx (database {}, Redis prefix {})",
         sandbox.database.url, sandbox.redis.prefix
     );
-    let mut cluster =
-        Cluster::start(spec.clone(), &node_flags(first, settings.chaos_hold_ms)).await?;
+    let mut cluster = Cluster::start(
+        spec.clone(),
+        &node_flags(first_mode, first_seckill, settings.chaos_hold_ms),
+    )
+    .await?;
     let client = loadtest::http_client(settings.concurrency)?;
     let redis =
         hmdp::startup::connect_redis(&sandbox.redis.redis_url, settings.store.backend_timeout())?;
+    let keys = Keys::new(sandbox.redis.prefix.clone());
     // Sessions live in Redis, so one login serves every mode's nodes.
     eprintln!("logging {} users in through nginx", settings.users);
-    let tokens = Login::new(
-        client.clone(),
-        &cluster.url(),
-        redis,
-        Keys::new(sandbox.redis.prefix.clone()),
-    )
-    .users(0, settings.users, 32)
-    .await?;
+    let tokens = Login::new(client.clone(), &cluster.url(), redis.clone(), keys.clone())
+        .users(0, settings.users, 32)
+        .await?;
     let store = sandbox.store(2)?;
+    let sales = SaleState::new(redis, keys, store.clone());
 
     let mut runs = Vec::new();
-    for (i, &mode) in settings.modes.iter().enumerate() {
-        let flags = node_flags(mode, settings.chaos_hold_ms);
+    for (i, &(seckill, mode)) in combinations.iter().enumerate() {
+        let flags = node_flags(mode, seckill, settings.chaos_hold_ms);
         let result = async {
             if i > 0 {
                 cluster.restart_nodes(&flags).await?;
             }
             eprintln!(
-                "{mode}: {} users x {} purchases",
+                "{mode}, {seckill}: {} users x {} purchases",
                 tokens.len(),
                 settings.per_user
             );
@@ -195,14 +271,36 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
                 progress: loadtest::progress_bar((tokens.len() * settings.per_user) as u64),
             };
             let measured = loadtest::run(&plan).await?;
-            let audit = store.audit_voucher(VoucherId::new(voucher)).await?;
+            let voucher = VoucherId::new(voucher);
+            let drained = match seckill {
+                SeckillMode::Sync => None,
+                SeckillMode::Queue | SeckillMode::Stream => {
+                    Some(drain(&sales, &store, voucher, Instant::now()).await?)
+                }
+            };
+            let audit = store.audit_voucher(voucher).await?;
             let mut report = Report::new(&plan, &measured);
             report.add_audit(settings.stock.into(), &audit);
-            anyhow::Ok(report)
+            let drain = match drained {
+                Some(Err(missing)) => {
+                    report.violations.push(format!(
+                        "{missing} admitted orders not in MySQL {} s after the last answer",
+                        DRAIN_DEADLINE.as_secs()
+                    ));
+                    None
+                }
+                Some(Ok(took)) => Some(took),
+                None => None,
+            };
+            anyhow::Ok(Run { report, drain })
         }
         .await
         .map_err(|error| format!("{error:#}"));
-        runs.push(ModeRun { mode, result });
+        runs.push(ModeRun {
+            mode,
+            seckill,
+            result,
+        });
     }
 
     println!();
@@ -211,7 +309,8 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
         settings.users, settings.per_user, settings.stock, settings.chaos_hold_ms
     );
     println!();
-    print!("{}", table(&runs));
+    let with_paths = settings.seckill.iter().any(|&s| s != SeckillMode::Sync);
+    print!("{}", table(&runs, with_paths));
     println!();
     for run in &runs {
         println!("{}", run.verdict());
@@ -222,7 +321,7 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
     let unexpected: Vec<String> = runs
         .iter()
         .filter(|run| !run.as_expected())
-        .map(|run| run.mode.to_string())
+        .map(ModeRun::label)
         .collect();
     if !unexpected.is_empty() {
         bail!("not as expected: {}", unexpected.join(", "));
@@ -230,30 +329,84 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
     Ok(())
 }
 
-/// The side-by-side table, one row per mode.
-fn table(runs: &[ModeRun]) -> String {
+/// Waits from `last_answer` until MySQL holds as many orders of the voucher
+/// as Redis admitted (its initial stock less the stock left there, final
+/// once every answer is in); how long that took, or the orders still
+/// missing at the deadline.
+async fn drain(
+    sales: &SaleState,
+    store: &Store,
+    voucher: VoucherId,
+    last_answer: Instant,
+) -> anyhow::Result<Result<Duration, i64>> {
+    let sale = sales
+        .read(voucher)
+        .await?
+        .with_context(|| format!("voucher {voucher} has no sale in Redis"))?;
+    let admitted = sale.initial - sale.stock;
+    loop {
+        let written = store.audit_voucher(voucher).await?.orders;
+        if written >= admitted {
+            return Ok(Ok(last_answer.elapsed()));
+        }
+        if last_answer.elapsed() >= DRAIN_DEADLINE {
+            return Ok(Err(admitted - written));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The side-by-side table, one row per run; `with_paths` adds the purchase
+/// path and the drain time (the synchronous path's rows show `-` there).
+fn table(runs: &[ModeRun], with_paths: bool) -> String {
     let mut out = String::new();
+    let path = |text: &str| {
+        if with_paths {
+            format!(" {text:<7}")
+        } else {
+            String::new()
+        }
+    };
+    let drain = |text: &str| {
+        if with_paths {
+            format!(" {text:>9}")
+        } else {
+            String::new()
+        }
+    };
     let _ = writeln!(
         out,
-        "{:<10} {:>8} {:>7} {:>22} {:>9} {:>11} {:>15} {:>17}",
+        "{:<10}{} {:>8} {:>7} {:>22} {:>9} {:>11} {:>15} {:>17}{}",
         "mode",
+        path("seckill"),
         "requests",
         "orders",
         "users with two orders",
         "oversold",
         "requests/s",
         "p50/p99 ms",
-        "node1/node2"
+        "node1/node2",
+        drain("drain ms"),
     );
     for run in runs {
         let mode = run.mode.to_string();
+        let seckill = path(&run.seckill.to_string());
         match &run.result {
-            Ok(r) => {
+            Ok(Run {
+                report: r,
+                drain: d,
+            }) => {
                 let served = |node: &str| r.served_by.get(node).copied().unwrap_or(0);
+                let drained = match (run.seckill, d) {
+                    (_, Some(took)) => took.as_millis().to_string(),
+                    (SeckillMode::Sync, None) => "-".to_owned(),
+                    (_, None) => "timeout".to_owned(),
+                };
                 let _ = writeln!(
                     out,
-                    "{:<10} {:>8} {:>7} {:>22} {:>9} {:>11.0} {:>15} {:>17}",
+                    "{:<10}{} {:>8} {:>7} {:>22} {:>9} {:>11.0} {:>15} {:>17}{}",
                     mode,
+                    seckill,
                     r.requests,
                     r.orders.unwrap_or(0),
                     r.duplicate_users.unwrap_or(0),
@@ -261,10 +414,11 @@ fn table(runs: &[ModeRun]) -> String {
                     r.rps,
                     format!("{:.1}/{:.1}", r.latency_ms.p50, r.latency_ms.p99),
                     format!("{}/{}", served(NODE_IDS[0]), served(NODE_IDS[1])),
+                    drain(&drained),
                 );
             }
             Err(_) => {
-                let _ = writeln!(out, "{mode:<10} (did not run, see below)");
+                let _ = writeln!(out, "{mode:<10}{seckill} (did not run, see below)");
             }
         }
     }
@@ -274,9 +428,13 @@ fn table(runs: &[ModeRun]) -> String {
 #[derive(Serialize)]
 struct ModeJson<'a> {
     mode: String,
+    seckill: String,
     verdict: String,
     as_expected: bool,
     report: Option<&'a Report>,
+    /// Milliseconds from the last answer until every admitted order was in
+    /// MySQL (asynchronous paths that drained by the deadline).
+    drain_ms: Option<f64>,
     error: Option<&'a str>,
 }
 
@@ -285,9 +443,16 @@ fn write_json(path: &PathBuf, settings: &DemoSettings, runs: &[ModeRun]) -> anyh
         .iter()
         .map(|run| ModeJson {
             mode: run.mode.to_string(),
+            seckill: run.seckill.to_string(),
             verdict: run.verdict(),
             as_expected: run.as_expected(),
-            report: run.result.as_ref().ok(),
+            report: run.result.as_ref().ok().map(|run| &run.report),
+            drain_ms: run
+                .result
+                .as_ref()
+                .ok()
+                .and_then(|run| run.drain)
+                .map(|took| took.as_secs_f64() * 1000.0),
             error: run.result.as_ref().err().map(String::as_str),
         })
         .collect();
@@ -297,6 +462,7 @@ fn write_json(path: &PathBuf, settings: &DemoSettings, runs: &[ModeRun]) -> anyh
         "stock": settings.stock,
         "concurrency": settings.concurrency,
         "chaos_hold_ms": settings.chaos_hold_ms,
+        "seckill": settings.seckill.iter().map(ToString::to_string).collect::<Vec<_>>(),
         "modes": modes,
     });
     std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
@@ -323,5 +489,51 @@ mod tests {
         assert!(verdict(LockMode::Local, 0, 0, &[]).contains("raise --chaos-hold-ms"));
         let broken = verdict(LockMode::RedisLua, 0, 0, &["1 units oversold".into()]);
         assert!(broken.ends_with("; BROKEN: 1 units oversold"), "{broken}");
+    }
+
+    #[test]
+    fn asynchronous_verdicts_give_the_drain_or_what_broke() {
+        assert_eq!(
+            async_verdict("local + stream", 0, Some(Duration::from_millis(412)), &[]),
+            "local + stream: one order per user, admitted in Redis by lua/seckill.lua; \
+             every order in MySQL 412 ms after the last answer"
+        );
+        let stuck = async_verdict(
+            "reentrant + queue",
+            0,
+            None,
+            &["3 admitted orders not in MySQL 60 s after the last answer".into()],
+        );
+        assert!(
+            stuck.ends_with("; BROKEN: 3 admitted orders not in MySQL 60 s after the last answer"),
+            "{stuck}"
+        );
+        assert!(async_verdict("none + stream", 2, None, &[]).contains("admission did not hold"));
+    }
+
+    #[test]
+    fn the_synchronous_table_is_unchanged_and_the_paths_add_two_columns() {
+        let run = |seckill| ModeRun {
+            mode: LockMode::Reentrant,
+            seckill,
+            result: Err("no nginx".into()),
+        };
+        let sync_only = table(&[run(SeckillMode::Sync)], false);
+        assert!(sync_only.starts_with("mode       requests"), "{sync_only}");
+        assert!(sync_only.lines().next().unwrap().ends_with("node1/node2"));
+        let both = table(&[run(SeckillMode::Sync), run(SeckillMode::Stream)], true);
+        let mut lines = both.lines();
+        assert!(lines
+            .next()
+            .unwrap()
+            .starts_with("mode       seckill requests"));
+        assert!(lines
+            .next()
+            .unwrap()
+            .starts_with("reentrant  sync    (did not run"));
+        assert!(lines
+            .next()
+            .unwrap()
+            .starts_with("reentrant  stream  (did not run"));
     }
 }

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
+use hmdp::config::SeckillMode;
 use hmdp_lock::LockMode;
 use hmdp_test_support::{free_ports, ChildProcess};
 use tempfile::TempDir;
@@ -35,10 +36,11 @@ pub async fn until_signal<T>(
     }
 }
 
-/// The flags each node gets for one mode.
-pub fn node_flags(mode: LockMode, chaos_hold_ms: u64) -> Vec<String> {
+/// The flags each node gets for one lock mode and purchase path.
+pub fn node_flags(mode: LockMode, seckill: SeckillMode, chaos_hold_ms: u64) -> Vec<String> {
     vec![
         format!("--lock={mode}"),
+        format!("--seckill={seckill}"),
         format!("--chaos-hold-ms={chaos_hold_ms}"),
     ]
 }
@@ -136,6 +138,11 @@ impl Cluster {
             self.start_node(index, node_flags).await?;
         }
         Ok(())
+    }
+
+    /// Each node's own base URL, bypassing nginx (for its `/metrics`).
+    pub fn node_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(Node::url).collect()
     }
 
     /// Process ids of the running nodes.

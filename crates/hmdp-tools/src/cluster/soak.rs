@@ -18,7 +18,7 @@ use tokio::sync::Mutex;
 use super::{node_flags, until_signal};
 use super::{Cluster, ClusterSpec, Sandbox, NODE_IDS};
 use crate::loadtest::{self, tokens::Login, Plan};
-use hmdp::config::StoreSettings;
+use hmdp::config::{SeckillMode, StoreSettings};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
 use hmdp::store::{Store, VoucherAudit};
@@ -104,7 +104,7 @@ async fn soak(
     sandbox: &Sandbox,
     mut redis: RedisServer,
 ) -> anyhow::Result<()> {
-    let mut flags = node_flags(settings.lock, settings.chaos_hold_ms);
+    let mut flags = node_flags(settings.lock, SeckillMode::Sync, settings.chaos_hold_ms);
     // Every round logs its users in again: Redis restarts drop the sessions.
     flags.push("--code-interval-secs=0".into());
     if settings.fencing {

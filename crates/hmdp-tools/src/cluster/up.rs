@@ -11,7 +11,7 @@ use hmdp_lock::LockMode;
 
 use super::{node_flags, until_signal};
 use super::{Cluster, ClusterSpec, Sandbox};
-use hmdp::config::StoreSettings;
+use hmdp::config::{SeckillMode, StoreSettings};
 
 /// `hmdp cluster`.
 #[derive(Debug, Clone, Args)]
@@ -20,13 +20,18 @@ pub struct ClusterSettings {
     #[arg(long, value_enum, default_value_t = LockMode::Reentrant)]
     pub lock: LockMode,
 
+    /// Purchase path of both nodes: `sync`, `queue` or `stream`.
+    #[arg(long, value_enum, default_value_t = SeckillMode::Sync)]
+    pub seckill: SeckillMode,
+
     /// Passed to both nodes: sleep this long inside the critical section.
     #[arg(long, default_value_t = 0)]
     pub chaos_hold_ms: u64,
 
     /// Once everything answers, write `NAME=value` lines here (nginx's URL,
     /// the sandbox's `DATABASE_URL`, `HMDP_REDIS_PREFIX`, `HMDP_ADMIN_TOKEN`,
-    /// the process ids of the nodes and of nginx) for a shell to source.
+    /// the nodes' own URLs (for their `/metrics`), the process ids of the
+    /// nodes and of nginx) for a shell to source.
     #[arg(long)]
     pub env_file: Option<PathBuf>,
 
@@ -61,15 +66,19 @@ pub async fn run(settings: ClusterSettings) -> anyhow::Result<()> {
 /// during start-up stops the children as surely as one afterwards.
 async fn serve(settings: &ClusterSettings, exe: PathBuf, sandbox: &Sandbox) -> anyhow::Result<()> {
     let spec = ClusterSpec::in_sandbox(exe, sandbox);
-    let cluster = Cluster::start(spec, &node_flags(settings.lock, settings.chaos_hold_ms)).await?;
+    let cluster = Cluster::start(
+        spec,
+        &node_flags(settings.lock, settings.seckill, settings.chaos_hold_ms),
+    )
+    .await?;
     let env = describe(&cluster, sandbox);
     if let Some(path) = &settings.env_file {
         std::fs::write(path, &env).with_context(|| format!("writing {}", path.display()))?;
     }
     print!("{env}");
     eprintln!(
-        "two nodes ({}) behind nginx; Ctrl-C stops them",
-        settings.lock
+        "two nodes ({}, {}) behind nginx; Ctrl-C stops them",
+        settings.lock, settings.seckill
     );
     std::future::pending().await
 }
@@ -87,6 +96,7 @@ fn describe(cluster: &Cluster, sandbox: &Sandbox) -> String {
     let _ = writeln!(out, "REDIS_URL={}", sandbox.redis.redis_url);
     let _ = writeln!(out, "HMDP_REDIS_PREFIX={}", sandbox.redis.prefix);
     let _ = writeln!(out, "HMDP_ADMIN_TOKEN={}", cluster.spec().admin_token);
+    let _ = writeln!(out, "HMDP_NODE_URLS=\"{}\"", cluster.node_urls().join(" "));
     let _ = writeln!(out, "HMDP_NODE_PIDS=\"{}\"", pids.join(" "));
     if let Some(pid) = cluster.nginx_pid() {
         let _ = writeln!(out, "HMDP_NGINX_PID={pid}");

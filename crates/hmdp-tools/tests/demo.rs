@@ -1,0 +1,90 @@
+//! `hmdp demo` run as a user runs it, against the machine's MySQL, Redis and
+//! nginx: with `--seckill sync,stream` every lock mode gets a row per
+//! purchase path, and the stream rows keep one order per user, sell nothing
+//! twice and say how long the orders took to reach MySQL.
+
+use std::process::Command;
+
+use hmdp_test_support::{mysql_server_url, redis_url};
+use serde_json::Value;
+
+#[test]
+fn the_demo_runs_every_lock_mode_on_both_paths_and_times_the_stream_drain() {
+    let json = tempfile::NamedTempFile::new().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_hmdp"))
+        .args([
+            "demo",
+            "--modes",
+            "local,reentrant",
+            "--seckill",
+            "sync,stream",
+        ])
+        .args(["--users", "40", "--per-user", "3", "--stock", "20"])
+        .arg("--json")
+        .arg(json.path())
+        .env("DATABASE_URL", format!("{}/hmdp", mysql_server_url()))
+        .env("REDIS_URL", redis_url())
+        .output()
+        .expect("hmdp runs");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    println!("{stdout}");
+
+    let header = stdout
+        .lines()
+        .find(|line| line.starts_with("mode"))
+        .expect("a table");
+    assert!(
+        header.contains("seckill") && header.ends_with("drain ms"),
+        "{header}"
+    );
+    let row = |mode: &str, seckill: &str| {
+        stdout
+            .lines()
+            .find(|line| line.split_whitespace().take(2).eq([mode, seckill]))
+            .unwrap_or_else(|| panic!("no row for {mode} {seckill}:\n{stdout}"))
+    };
+    assert!(row("reentrant", "sync").ends_with(" -"), "{stdout}");
+    let drain = row("reentrant", "stream")
+        .split_whitespace()
+        .last()
+        .unwrap();
+    assert!(drain.parse::<u64>().is_ok(), "drain {drain:?}: {stdout}");
+
+    let result: Value = serde_json::from_slice(&std::fs::read(json.path()).unwrap()).unwrap();
+    let runs = result["modes"].as_array().unwrap();
+    let shape: Vec<(&str, &str)> = runs
+        .iter()
+        .map(|run| {
+            (
+                run["mode"].as_str().unwrap(),
+                run["seckill"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            ("local", "sync"),
+            ("reentrant", "sync"),
+            ("local", "stream"),
+            ("reentrant", "stream")
+        ]
+    );
+    for run in runs {
+        let report = &run["report"];
+        assert_eq!(report["oversold"], 0, "{run}");
+        assert_eq!(report["violations"], Value::Array(vec![]), "{run}");
+        assert_eq!(report["orders"], 20, "the stock sold out: {run}");
+        let one_order_per_user = run["mode"] == "reentrant" || run["seckill"] == "stream";
+        if one_order_per_user {
+            assert_eq!(report["duplicate_users"], 0, "{run}");
+        }
+        assert_eq!(
+            run["drain_ms"].is_number(),
+            run["seckill"] == "stream",
+            "{run}"
+        );
+    }
+}
