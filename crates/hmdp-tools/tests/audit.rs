@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use chrono::{Local, TimeDelta};
+use hmdp::config::SeckillMode;
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
 use hmdp::store::{NewSeckillVoucher, NewVoucher};
@@ -48,8 +49,8 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
     .await
     .expect("MySQL is reachable");
     let spec = ClusterSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
-    let mut flags = node_flags(LockMode::Reentrant, 0);
-    flags.extend(["--seckill=stream".to_owned(), "--db-pool=8".to_owned()]);
+    let mut flags = node_flags(LockMode::Reentrant, SeckillMode::Stream, 0);
+    flags.push("--db-pool=8".to_owned());
     let cluster = Cluster::start(spec.clone(), &flags).await.unwrap();
 
     // A verified sale through nginx: drained, then audited.

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
@@ -14,12 +14,11 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::{node_flags, until_signal, Cluster, ClusterSpec, Sandbox, NODE_IDS};
-use crate::loadtest::{self, tokens::Login, Plan, Report};
+use crate::loadtest::{self, tokens::Login, Drain, Plan, Report};
 use hmdp::config::{SeckillMode, StoreSettings};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
 use hmdp::seckill::SaleState;
-use hmdp::store::Store;
 
 /// `hmdp demo`.
 #[derive(Debug, Clone, Args)]
@@ -275,21 +274,20 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
             let drained = match seckill {
                 SeckillMode::Sync => None,
                 SeckillMode::Queue | SeckillMode::Stream => {
-                    Some(drain(&sales, &store, voucher, Instant::now()).await?)
+                    Some(loadtest::drain(&sales, voucher, DRAIN_DEADLINE).await?)
                 }
             };
             let audit = store.audit_voucher(voucher).await?;
             let mut report = Report::new(&plan, &measured);
             report.add_audit(settings.stock.into(), &audit);
             let drain = match drained {
-                Some(Err(missing)) => {
-                    report.violations.push(format!(
-                        "{missing} admitted orders not in MySQL {} s after the last answer",
-                        DRAIN_DEADLINE.as_secs()
-                    ));
-                    None
+                Some(drain) => {
+                    report.add_drain(&drain, DRAIN_DEADLINE);
+                    match drain {
+                        Drain::Drained(took) => Some(took),
+                        Drain::Stuck(_) => None,
+                    }
                 }
-                Some(Ok(took)) => Some(took),
                 None => None,
             };
             anyhow::Ok(Run { report, drain })
@@ -327,33 +325,6 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
         bail!("not as expected: {}", unexpected.join(", "));
     }
     Ok(())
-}
-
-/// Waits from `last_answer` until MySQL holds as many orders of the voucher
-/// as Redis admitted (its initial stock less the stock left there, final
-/// once every answer is in); how long that took, or the orders still
-/// missing at the deadline.
-async fn drain(
-    sales: &SaleState,
-    store: &Store,
-    voucher: VoucherId,
-    last_answer: Instant,
-) -> anyhow::Result<Result<Duration, i64>> {
-    let sale = sales
-        .read(voucher)
-        .await?
-        .with_context(|| format!("voucher {voucher} has no sale in Redis"))?;
-    let admitted = sale.initial - sale.stock;
-    loop {
-        let written = store.audit_voucher(voucher).await?.orders;
-        if written >= admitted {
-            return Ok(Ok(last_answer.elapsed()));
-        }
-        if last_answer.elapsed() >= DRAIN_DEADLINE {
-            return Ok(Err(admitted - written));
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// The side-by-side table, one row per run; `with_paths` adds the purchase

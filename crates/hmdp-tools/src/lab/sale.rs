@@ -85,7 +85,7 @@ impl SaleStage {
         chaos_hold_ms: u64,
         extra: &[&str],
     ) -> anyhow::Result<()> {
-        let mut flags = node_flags(lab.mode(), chaos_hold_ms);
+        let mut flags = node_flags(lab.mode(), seckill, chaos_hold_ms);
         // A killed node's per-user locks stay until their lease runs out,
         // and a writer that finds a user's lock busy leaves the order to be
         // claimed again, a delivery more: with the 30 s default lease a dead
@@ -95,7 +95,6 @@ impl SaleStage {
             _ => "--lock-lease-ms",
         };
         flags.push(format!("{lease}={LOCK_LEASE_MS}"));
-        flags.push(format!("--seckill={seckill}"));
         flags.push("--db-pool=8".into());
         flags.extend(extra.iter().map(|flag| flag.to_string()));
         self.nodes[index].start(&self.spec, &flags).await?;

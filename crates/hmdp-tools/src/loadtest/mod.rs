@@ -320,7 +320,7 @@ pub async fn drain(
     voucher_id: VoucherId,
     deadline: Duration,
 ) -> anyhow::Result<Drain> {
-    const POLL: Duration = Duration::from_millis(20);
+    const POLL: Duration = Duration::from_millis(5);
     const COUNT_OWN_EVERY: Duration = Duration::from_secs(1);
     let started = Instant::now();
     let mut own_counted = started;
