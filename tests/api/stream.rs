@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use hmdp::ids::VoucherId;
+use hmdp::ids::{UserId, VoucherId};
 use hmdp::seckill::stream::GROUP;
 use hmdp::store::{self, NewOrder};
 use hmdp_test_support::wait_until;
@@ -443,4 +443,44 @@ async fn a_batch_writes_many_orders_in_one_transaction() {
     let audit = app.audit(voucher).await;
     assert!(audit.stock_balances(ORDERS as i64), "{audit:?}");
     assert_eq!(audit.duplicate_users, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_waiting_for_a_busy_lock_is_not_dead_lettered() {
+    let app = spawn_app(|_| {}).await;
+    let voucher = app.create_open_seckill(10).await;
+    // Another holder (a killed node, say) holds user 8's lock for 3 s.
+    let lock_key = app.keys().order_lock(UserId::new(8));
+    let _: () = redis::cmd("SET")
+        .arg(&lock_key)
+        .arg("another-holder")
+        .arg("PX")
+        .arg(3000)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    let node = NodeProcess::start(
+        &app,
+        &[
+            STREAM,
+            "--lock=redis-lua",
+            "--stream-claim-idle-ms=200",
+            "--stream-max-deliveries=2",
+        ],
+    )
+    .await;
+    add_orders(&app, voucher, [8]).await;
+
+    // Claimed every few hundred milliseconds while the lock is busy: far
+    // more deliveries than the limit, and yet it waits, then is written.
+    wait_drained(&app, voucher, 1).await;
+    let dead: usize = app
+        .redis
+        .clone()
+        .xlen(app.keys().dead_letters())
+        .await
+        .unwrap();
+    assert_eq!(dead, 0, "no dead letter for an order that only waited");
+    assert!(metric(&node, "hmdp_stream_claimed_total").await > 2.0);
+    assert_eq!(pending_orders(&app).await, 0);
 }

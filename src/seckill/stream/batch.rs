@@ -52,6 +52,13 @@ impl Outcome {
         }
     }
 
+    /// Not written because another holder has the user's lock, or the lock
+    /// could not be asked: a wait on somebody else, not a failure of this
+    /// order. The lock's lease bounds that wait.
+    fn waits_for_the_lock(self) -> bool {
+        matches!(self, Outcome::Deferred(LOCK_BUSY | LOCK_UNAVAILABLE))
+    }
+
     /// Settled in MySQL for good: the entry is acknowledged and its order
     /// leaves the pending hash.
     fn settled(self) -> bool {
@@ -61,6 +68,9 @@ impl Outcome {
         )
     }
 }
+
+const LOCK_BUSY: &str = "the user's lock is busy";
+const LOCK_UNAVAILABLE: &str = "the user's lock is unavailable";
 
 /// Every `outcome` label, for the metrics' zero series.
 pub(super) const OUTCOMES: &[&str] = &[
@@ -75,11 +85,11 @@ pub(super) const OUTCOMES: &[&str] = &[
 /// `hmdp_stream_dead_letters_total`.
 pub(super) const DEAD_LETTER_REASONS: &[&str] = &["malformed", "max_deliveries", "id_taken"];
 
-/// Settles `entries`: dead-letters those delivered more than
-/// `max_deliveries` times or malformed, writes the others in one
-/// transaction and acknowledges what it settled. `Err` when the transaction
-/// or the acknowledgement failed: the entries concerned stay pending and are
-/// claimed again later.
+/// Settles `entries`: dead-letters the malformed ones, writes the others in
+/// one transaction and acknowledges what it settled; an entry delivered
+/// more than `max_deliveries` times gets a last attempt of its own first.
+/// `Err` when the transaction or the acknowledgement failed: the entries
+/// concerned stay pending and are claimed again later.
 pub(super) async fn settle(
     seckill: &Seckill,
     stream: &OrderStream,
@@ -87,25 +97,65 @@ pub(super) async fn settle(
     max_deliveries: usize,
 ) -> anyhow::Result<()> {
     let mut orders = Vec::with_capacity(entries.len());
+    let mut last_chances = Vec::new();
     for entry in entries {
-        if entry.deliveries > max_deliveries {
-            let reason = format!(
-                "delivered {} times without being written (limit {max_deliveries})",
-                entry.deliveries
-            );
-            dead_letter(stream, &entry, "max_deliveries", &reason).await?;
-            continue;
-        }
         match entry.order() {
+            Ok(order) if entry.deliveries > max_deliveries => last_chances.push((entry, order)),
             Ok(order) => orders.push((entry, order)),
             Err(why) => dead_letter(stream, &entry, "malformed", &why).await?,
         }
     }
-    if orders.is_empty() {
-        return Ok(());
+    if !orders.is_empty() {
+        settle_orders(seckill, stream, &orders).await?;
     }
+    for (entry, order) in last_chances {
+        last_chance(seckill, stream, entry, order, max_deliveries).await?;
+    }
+    Ok(())
+}
 
-    let mut locks = lock_users(seckill, &orders).await;
+/// One more attempt, alone, at an entry delivered more than
+/// `max_deliveries` times; the dead letters if it fails too. Failures that
+/// are not the order's own keep it pending instead: the user's lock held by
+/// another holder (a killed node's lock lives out its lease, and every
+/// claim meanwhile counted a delivery), or MySQL down.
+async fn last_chance(
+    seckill: &Seckill,
+    stream: &OrderStream,
+    entry: Entry,
+    order: NewOrder,
+    max_deliveries: usize,
+) -> anyhow::Result<()> {
+    let deliveries = entry.deliveries;
+    let alone = [(entry, order)];
+    let why = match settle_orders(seckill, stream, &alone).await {
+        Ok(outcomes) => match outcomes[0] {
+            outcome if outcome.settled() || outcome == Outcome::IdTaken => return Ok(()),
+            outcome if outcome.waits_for_the_lock() => return Ok(()),
+            Outcome::Deferred(why) => why.to_owned(),
+            outcome => format!("{outcome:?}"),
+        },
+        Err(failed) => {
+            seckill.store.ping().await.map_err(|down| {
+                anyhow::Error::new(down).context("MySQL unreachable after a failed last attempt")
+            })?;
+            format!("{failed:#}")
+        }
+    };
+    let reason = format!(
+        "delivered {deliveries} times without being written (limit {max_deliveries}): {why}"
+    );
+    dead_letter(stream, &alone[0].0, "max_deliveries", &reason).await
+}
+
+/// Writes `orders` in one transaction under their users' locks,
+/// acknowledges what it settled, and says what became of each.
+async fn settle_orders(
+    seckill: &Seckill,
+    stream: &OrderStream,
+    orders: &[(Entry, NewOrder)],
+) -> anyhow::Result<Vec<Outcome>> {
+    let mut locks = lock_users(seckill, orders).await;
     let mut outcomes: Vec<Option<Outcome>> = orders
         .iter()
         .map(|(_, order)| locks.refused.get(&order.user_id).copied())
@@ -123,7 +173,7 @@ pub(super) async fn settle(
         for outcome in outcomes.iter_mut().filter(|outcome| outcome.is_none()) {
             *outcome = written.next();
         }
-        acknowledge(stream, &orders, &outcomes).await
+        acknowledge(stream, orders, &outcomes).await
     }
     .await;
     join_all(
@@ -135,11 +185,14 @@ pub(super) async fn settle(
     .await;
     written?;
 
+    let outcomes: Vec<Outcome> = outcomes
+        .into_iter()
+        .map(|outcome| outcome.expect("every order has an outcome"))
+        .collect();
     for ((entry, order), outcome) in orders.iter().zip(&outcomes) {
-        let outcome = outcome.expect("every order has an outcome");
-        report(entry, order, outcome);
+        report(entry, order, *outcome);
     }
-    Ok(())
+    Ok(outcomes)
 }
 
 /// The per-user locks of a batch's users: held, or why not.
@@ -168,15 +221,13 @@ async fn lock_users(seckill: &Seckill, orders: &[(Entry, NewOrder)]) -> Locks {
                 locks.held.insert(user, held);
             }
             Err(Error::Rejected(Rejection::DuplicateRequest)) => {
-                locks
-                    .refused
-                    .insert(user, Outcome::Deferred("the user's lock is busy"));
+                locks.refused.insert(user, Outcome::Deferred(LOCK_BUSY));
             }
             Err(error) => {
                 tracing::warn!(error = ?error, %user, "cannot take the user's lock");
                 locks
                     .refused
-                    .insert(user, Outcome::Deferred("the user's lock is unavailable"));
+                    .insert(user, Outcome::Deferred(LOCK_UNAVAILABLE));
             }
         }
     }

@@ -87,9 +87,9 @@ impl SaleStage {
     ) -> anyhow::Result<()> {
         let mut flags = node_flags(lab.mode(), seckill, chaos_hold_ms);
         // A killed node's per-user locks stay until their lease runs out,
-        // and a writer that finds a user's lock busy leaves the order to be
-        // claimed again, a delivery more: with the 30 s default lease a dead
-        // node's orders would reach the dead letters before its locks expire.
+        // and its orders wait for them (a writer that finds a user's lock
+        // busy leaves the order pending): with the 30 s default lease the
+        // scenario would wait half a minute.
         let lease = match lab.mode() {
             LockMode::Reentrant => "--lock-watchdog-ms",
             _ => "--lock-lease-ms",
