@@ -11,6 +11,7 @@
 
 use std::sync::LazyLock;
 
+use chrono::Local;
 use redis::Script;
 
 use super::sale_state::SaleState;
@@ -102,6 +103,21 @@ impl Seckill {
         user_id: UserId,
         voucher_id: VoucherId,
     ) -> Result<OrderId, Error> {
+        // A sale this node saw sell out is refused here, as the synchronous
+        // purchase does: after the last unit, a storm's requests are nearly
+        // all such, and each would cost an id and a script in Redis. Only
+        // within the sale window by this node's clock, so that a purchase
+        // after the sale still hears that it ended.
+        let sale = self.catalog.sale(voucher_id).await?;
+        if let Some(sale) = &sale {
+            let now = Local::now().naive_local();
+            if sale.is_sold_out() && sale.begin_time <= now && now <= sale.end_time {
+                metrics::ADMISSIONS
+                    .with_label_values(&[Admission::SoldOut.label()])
+                    .inc();
+                return Err(Rejection::SoldOut.into());
+            }
+        }
         // The id goes into the script (the stream entry, the pending hash),
         // so it is drawn first; a refusal leaves a gap, which ids allow.
         let id = self.next_order_id().await?;
@@ -112,8 +128,7 @@ impl Seckill {
         };
         let append = matches!(handoff, Handoff::Stream);
         let mut admission = self.sale_state.admit(order, append).await?;
-        if admission == Admission::VoucherNotFound && self.catalog.sale(voucher_id).await?.is_some()
-        {
+        if admission == Admission::VoucherNotFound && sale.is_some() {
             // MySQL has the voucher and Redis had not: Redis restarted
             // empty, or the node that created it could not store it. The
             // load is set-if-absent from MySQL (this task's or a concurrent
@@ -124,6 +139,13 @@ impl Seckill {
         metrics::ADMISSIONS
             .with_label_values(&[admission.label()])
             .inc();
+        if let (Admission::SoldOut, Some(sale)) = (admission, &sale) {
+            // Stock in Redis never grows during a sale, with one exception:
+            // a Redis restarted empty reloads MySQL's stock, which counts
+            // the admitted orders it lost as unsold. This node keeps
+            // refusing those units: their buyers were told success.
+            sale.mark_sold_out();
+        }
         if let Some(rejection) = admission.rejection() {
             return Err(rejection.into());
         }
