@@ -122,23 +122,7 @@ pub(super) async fn run(lab: &Lab, args: &RedisRestartArgs) -> anyhow::Result<St
     if let Drain::Stuck(pending) = stage.drain(DRAIN_DEADLINE).await? {
         lab.say("redis", format!("{pending} order(s) still pending"));
     }
-    let (orders, duplicates) = stage.orders().await?;
-    lab.say(
-        "mysql",
-        format!("{orders} order(s) of voucher {voucher}, {duplicates} user(s) with two"),
-    );
-    let audit = stage.audit().await?;
-    lab.say("audit", audit.verdict());
-    let lost = told_success as i64 - orders;
-    if lost > 0 {
-        lab.fail(
-            "buyers",
-            format!("{lost} of {told_success} buyers told success have no order"),
-        );
-    }
-    if duplicates > 0 {
-        lab.fail("mysql", format!("{duplicates} user(s) hold two orders"));
-    }
+    let (lost, _) = stage.judge(lab, told_success).await?;
     Ok(if lost > 0 {
         format!(
             "Without persistence Redis came back empty: the {lost} orders that lived only \

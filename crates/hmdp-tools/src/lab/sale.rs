@@ -194,6 +194,40 @@ impl SaleStage {
         audit::audit(&self.store, &self.sale_state, self.voucher(), None).await
     }
 
+    /// The sale's end against what its buyers heard: MySQL's orders, the
+    /// audit, and a failure for buyers told success who have no order, or
+    /// for more orders than buyers. Returns how many buyers lost their
+    /// order, and the audit.
+    pub async fn judge(&self, lab: &Lab, told_success: u64) -> anyhow::Result<(i64, Audit)> {
+        let (orders, duplicates) = self.orders().await?;
+        lab.say(
+            "mysql",
+            format!(
+                "{orders} order(s) of voucher {}, {duplicates} user(s) with two",
+                self.voucher()
+            ),
+        );
+        let audit = self.audit().await?;
+        lab.say("audit", audit.verdict());
+        let lost = told_success as i64 - orders;
+        if lost > 0 {
+            lab.fail(
+                "buyers",
+                format!("{lost} of {told_success} buyers told success have no order"),
+            );
+        }
+        if duplicates > 0 || orders > told_success as i64 {
+            lab.fail(
+                "mysql",
+                format!(
+                    "{orders} order(s) for {told_success} buyers told success, \
+                     {duplicates} user(s) with two"
+                ),
+            );
+        }
+        Ok((lost, audit))
+    }
+
     /// Entries of the order stream read by a consumer and not acknowledged
     /// (`XPENDING`'s count), and entries in the stream (`XLEN`): the
     /// consumers delete what they acknowledged, so the rest is unread.
