@@ -4,11 +4,13 @@
 //! the dead letters. All three hold every voucher's orders; these reads keep
 //! one voucher's.
 
+use redis::streams::{StreamId, StreamRangeReply};
 use redis::AsyncCommands;
 
-use super::sale_state::SaleState;
+use super::sale_state::{pending_entry, SaleState};
+use super::stream::entry::order_of;
 use crate::error::Error;
-use crate::ids::{OrderId, UserId, VoucherId};
+use crate::ids::{OrderId, VoucherId};
 use crate::store::NewOrder;
 
 /// Entries read per `XRANGE` / `HSCAN` round trip.
@@ -46,19 +48,7 @@ impl SaleState {
         let mut orders = Vec::new();
         while let Some(entry) = entries.next_item().await {
             let (id, value) = entry?;
-            let order = value
-                .split_once(':')
-                .and_then(|(user, voucher)| Some((user.parse().ok()?, voucher.parse().ok()?)))
-                .map(|(user, voucher)| NewOrder {
-                    id: OrderId::new(id),
-                    user_id: UserId::new(user),
-                    voucher_id: VoucherId::new(voucher),
-                })
-                .ok_or_else(|| {
-                    Error::Internal(anyhow::anyhow!(
-                        "pending order {id} holds {value:?}, not userId:voucherId"
-                    ))
-                })?;
+            let order = pending_entry(OrderId::new(id), &value)?;
             if order.voucher_id == voucher_id {
                 orders.push(order);
             }
@@ -71,8 +61,8 @@ impl SaleState {
     pub async fn streamed_orders_of(&self, voucher_id: VoucherId) -> Result<Vec<NewOrder>, Error> {
         let entries = self.read_stream(&self.keys.order_stream()).await?;
         let mut orders = Vec::new();
-        for (id, fields) in entries {
-            let order = order_of_entry(&id, &fields)?;
+        for entry in entries {
+            let order = order_of_entry(&entry)?;
             if order.voucher_id == voucher_id {
                 orders.push(order);
             }
@@ -84,13 +74,14 @@ impl SaleState {
     pub async fn dead_letters_of(&self, voucher_id: VoucherId) -> Result<Vec<DeadLetter>, Error> {
         let entries = self.read_stream(&self.keys.dead_letters()).await?;
         let mut letters = Vec::new();
-        for (id, fields) in entries {
-            let order = order_of_entry(&id, &fields)?;
+        for entry in entries {
+            let order = order_of_entry(&entry)?;
             if order.voucher_id == voucher_id {
+                let text = |name| entry.get(name).unwrap_or_else(|| "?".to_owned());
                 letters.push(DeadLetter {
                     order,
-                    deliveries: field(&fields, "deliveries").unwrap_or("?").to_owned(),
-                    reason: field(&fields, "reason").unwrap_or("?").to_owned(),
+                    deliveries: text("deliveries"),
+                    reason: text("reason"),
                 });
             }
         }
@@ -99,78 +90,28 @@ impl SaleState {
 
     /// Every entry of the stream at `key`, oldest first, a page at a time;
     /// none when the stream does not exist.
-    async fn read_stream(&self, key: &str) -> Result<Vec<(String, Vec<String>)>, Error> {
+    async fn read_stream(&self, key: &str) -> Result<Vec<StreamId>, Error> {
         let mut redis = self.redis.clone();
-        let mut entries: Vec<(String, Vec<String>)> = Vec::new();
+        let mut entries: Vec<StreamId> = Vec::new();
         let mut from = "-".to_owned();
         loop {
-            let page: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
-                .arg(key)
-                .arg(&from)
-                .arg("+")
-                .arg("COUNT")
-                .arg(PAGE)
-                .query_async(&mut redis)
-                .await?;
-            let full = page.len() == PAGE;
-            entries.extend(page);
+            let page: StreamRangeReply = redis.xrange_count(key, &from, "+", PAGE).await?;
+            let full = page.ids.len() == PAGE;
+            entries.extend(page.ids);
             match entries.last() {
-                Some((last, _)) if full => from = format!("({last}"),
+                Some(last) if full => from = format!("({}", last.id),
                 _ => return Ok(entries),
             }
         }
     }
 }
 
-/// A field of a stream entry, whose fields come as a flat name, value list.
-fn field<'a>(fields: &'a [String], name: &str) -> Option<&'a str> {
-    fields
-        .chunks_exact(2)
-        .find(|pair| pair[0] == name)
-        .map(|pair| pair[1].as_str())
-}
-
-/// The order an entry of the order stream (or a dead letter) carries in its
-/// `id`, `userId` and `voucherId` fields.
-fn order_of_entry(entry: &str, fields: &[String]) -> Result<NewOrder, Error> {
-    let number = |name| field(fields, name).and_then(|value| value.parse::<i64>().ok());
-    match (number("id"), number("userId"), number("voucherId")) {
-        (Some(id), Some(user), Some(voucher)) if user >= 0 => Ok(NewOrder {
-            id: OrderId::new(id),
-            user_id: UserId::new(user as u64),
-            voucher_id: VoucherId::new(voucher),
-        }),
-        _ => Err(Error::Internal(anyhow::anyhow!(
-            "stream entry {entry} holds {fields:?}, not an order's id, userId and voucherId"
-        ))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn fields(pairs: &[(&str, &str)]) -> Vec<String> {
-        pairs
-            .iter()
-            .flat_map(|(name, value)| [name.to_string(), value.to_string()])
-            .collect()
-    }
-
-    #[test]
-    fn an_entry_carries_its_order_in_any_field_order() {
-        let entry = fields(&[("voucherId", "9"), ("id", "77"), ("userId", "5")]);
-        let order = order_of_entry("1-0", &entry).unwrap();
-        assert_eq!(
-            (order.id, order.user_id, order.voucher_id),
-            (OrderId::new(77), UserId::new(5), VoucherId::new(9))
-        );
-    }
-
-    #[test]
-    fn an_entry_without_an_order_is_an_error() {
-        let entry = fields(&[("id", "77"), ("userId", "x"), ("voucherId", "9")]);
-        assert!(order_of_entry("1-0", &entry).is_err());
-        assert!(order_of_entry("1-0", &fields(&[("id", "77")])).is_err());
-    }
+/// The order an entry of the order stream (or a dead letter) carries.
+fn order_of_entry(entry: &StreamId) -> Result<NewOrder, Error> {
+    order_of(&entry.map).map_err(|why| {
+        Error::Internal(anyhow::anyhow!(
+            "stream entry {} holds no order: {why}",
+            entry.id
+        ))
+    })
 }

@@ -18,7 +18,7 @@ use serde::Serialize;
 use crate::error::Error;
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
-use crate::store::{NewSeckillVoucher, Store};
+use crate::store::{NewOrder, NewSeckillVoucher, Store};
 
 static LOAD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/seckill_load.lua")));
@@ -186,18 +186,14 @@ impl SaleState {
             .clone()
             .hget(self.keys.pending_orders(), order_id.get())
             .await?;
-        let Some((user, voucher)) = entry.as_deref().and_then(|entry| entry.split_once(':')) else {
+        let Some(entry) = entry else {
             return Ok(None);
         };
-        let (Ok(user), Ok(voucher)) = (user.parse(), voucher.parse()) else {
-            return Err(Error::Internal(anyhow::anyhow!(
-                "pending order {order_id} holds {entry:?}, not userId:voucherId"
-            )));
-        };
-        Ok((UserId::new(user) == user_id).then_some(PendingOrder {
+        let order = pending_entry(order_id, &entry)?;
+        Ok((order.user_id == user_id).then_some(PendingOrder {
             id: order_id,
             user_id,
-            voucher_id: VoucherId::new(voucher),
+            voucher_id: order.voucher_id,
             pending: true,
         }))
     }
@@ -224,4 +220,22 @@ fn epoch_ms(at: NaiveDateTime) -> i64 {
         || at.and_utc().timestamp_millis(),
         |at| at.timestamp_millis(),
     )
+}
+
+/// The order the pending orders hash holds under `order_id`, as the
+/// admission script writes it: `<userId>:<voucherId>`.
+pub(super) fn pending_entry(order_id: OrderId, entry: &str) -> Result<NewOrder, Error> {
+    entry
+        .split_once(':')
+        .and_then(|(user, voucher)| Some((user.parse().ok()?, voucher.parse().ok()?)))
+        .map(|(user, voucher)| NewOrder {
+            id: order_id,
+            user_id: UserId::new(user),
+            voucher_id: VoucherId::new(voucher),
+        })
+        .ok_or_else(|| {
+            Error::Internal(anyhow::anyhow!(
+                "pending order {order_id} holds {entry:?}, not userId:voucherId"
+            ))
+        })
 }

@@ -32,24 +32,7 @@ impl Entry {
 
     /// The order this entry asks to write, or why it cannot be one.
     pub fn order(&self) -> Result<NewOrder, String> {
-        Ok(NewOrder {
-            id: OrderId::new(self.number("id")?),
-            // Positive, so its absolute value is itself.
-            user_id: UserId::new(self.number("userId")?.unsigned_abs()),
-            voucher_id: VoucherId::new(self.number("voucherId")?),
-        })
-    }
-
-    /// A positive decimal field.
-    fn number(&self, field: &str) -> Result<i64, String> {
-        let raw = self
-            .text(field)
-            .ok_or_else(|| format!("field `{field}` missing or not text"))?;
-        positive_id(&raw).map_err(|_| format!("field `{field}` is not a positive id: {raw:?}"))
-    }
-
-    fn text(&self, field: &str) -> Option<String> {
-        redis::from_redis_value_ref(self.fields.get(field)?).ok()
+        order_of(&self.fields)
     }
 
     /// The entry's fields as the dead-letter stream keeps them: each value's
@@ -67,6 +50,26 @@ impl Entry {
         fields.sort();
         fields
     }
+}
+
+/// The order that the fields of an order stream entry (or a dead letter)
+/// stand for, or why they cannot be one.
+pub(in crate::seckill) fn order_of(fields: &HashMap<String, Value>) -> Result<NewOrder, String> {
+    Ok(NewOrder {
+        id: OrderId::new(number(fields, "id")?),
+        // Positive, so its absolute value is itself.
+        user_id: UserId::new(number(fields, "userId")?.unsigned_abs()),
+        voucher_id: VoucherId::new(number(fields, "voucherId")?),
+    })
+}
+
+/// A positive decimal field.
+fn number(fields: &HashMap<String, Value>, field: &str) -> Result<i64, String> {
+    let raw: String = fields
+        .get(field)
+        .and_then(|value| redis::from_redis_value_ref(value).ok())
+        .ok_or_else(|| format!("field `{field}` missing or not text"))?;
+    positive_id(&raw).map_err(|_| format!("field `{field}` is not a positive id: {raw:?}"))
 }
 
 #[cfg(test)]
@@ -96,6 +99,26 @@ mod tests {
         assert_eq!(order.id, OrderId::new(665_762_232_012_898_305));
         assert_eq!(order.user_id, UserId::new(1010));
         assert_eq!(order.voucher_id, VoucherId::new(10));
+    }
+
+    #[test]
+    fn a_dead_letters_fields_in_any_order_carry_its_order() {
+        let order = entry(&[
+            ("reason", "malformed"),
+            ("voucherId", "9"),
+            ("id", "77"),
+            ("userId", "5"),
+        ])
+        .order()
+        .unwrap();
+        assert_eq!(
+            (order.id, order.user_id, order.voucher_id),
+            (OrderId::new(77), UserId::new(5), VoucherId::new(9))
+        );
+        assert!(entry(&[("id", "77"), ("userId", "x"), ("voucherId", "9")])
+            .order()
+            .is_err());
+        assert!(entry(&[("id", "77")]).order().is_err());
     }
 
     #[test]

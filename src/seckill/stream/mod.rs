@@ -25,7 +25,7 @@
 //! somebody claimed them.
 
 mod batch;
-mod entry;
+pub(super) mod entry;
 mod group;
 
 use std::sync::Arc;
