@@ -75,14 +75,6 @@ async fn stream_length(app: &TestApp) -> usize {
         .unwrap()
 }
 
-async fn pending_orders(app: &TestApp) -> usize {
-    app.redis
-        .clone()
-        .hlen(app.keys().pending_orders())
-        .await
-        .unwrap()
-}
-
 /// The names of the group's consumers; none before a node has created the
 /// stream and the group.
 async fn consumers(app: &TestApp) -> Vec<String> {
@@ -168,7 +160,7 @@ async fn two_nodes_share_the_stream_and_write_every_order_once() {
         (300, 0, 0)
     );
     assert_eq!(
-        pending_orders(&app).await,
+        app.pending_orders().await,
         0,
         "written orders leave the pending hash"
     );
@@ -228,7 +220,7 @@ async fn a_killed_consumers_pending_entries_are_claimed_and_written_once() {
         metric(&survivor, "hmdp_stream_batch_orders_sum").await,
         ORDERS as f64
     );
-    assert_eq!(pending_orders(&app).await, 0);
+    assert_eq!(app.pending_orders().await, 0);
     // The killed process never left the group; with nothing pending for it
     // and no read for ten claim idle times, the survivor removes it.
     wait_until(
@@ -371,7 +363,7 @@ async fn a_redelivered_written_order_is_acknowledged_not_written_again() {
     assert_eq!(metric(&node, &outcome("already_written")).await, 1.0);
     assert_eq!(metric(&node, &outcome("duplicate_user")).await, 1.0);
     assert_eq!(metric(&node, &outcome("written")).await, 0.0);
-    assert_eq!(pending_orders(&app).await, 0);
+    assert_eq!(app.pending_orders().await, 0);
     let log = node.log();
     assert!(
         log.contains("order already written (a redelivery)"),
@@ -407,7 +399,7 @@ async fn sigterm_lets_the_consumer_write_and_acknowledge_the_batch_it_holds() {
 
     assert_eq!(pending(&app).await, 0, "what it took is acknowledged");
     assert_eq!(stream_length(&app).await, 0);
-    assert_eq!(pending_orders(&app).await, 0);
+    assert_eq!(app.pending_orders().await, 0);
     let audit = app.audit(voucher).await;
     assert_eq!(
         (audit.orders, audit.stock_left, audit.duplicate_users),
@@ -482,5 +474,5 @@ async fn an_order_waiting_for_a_busy_lock_is_not_dead_lettered() {
         .unwrap();
     assert_eq!(dead, 0, "no dead letter for an order that only waited");
     assert!(metric(&node, "hmdp_stream_claimed_total").await > 2.0);
-    assert_eq!(pending_orders(&app).await, 0);
+    assert_eq!(app.pending_orders().await, 0);
 }
