@@ -10,30 +10,59 @@ use hmdp_lock::LockMode;
 
 use crate::auth::AdminToken;
 
-/// Where the data lives: MySQL for orders, Redis for sessions, ids and locks.
+/// MySQL: users, vouchers and orders.
 #[derive(Debug, Clone, Args)]
-pub struct StoreSettings {
+pub struct DatabaseSettings {
     /// MySQL/MariaDB connection URL; the database is created if it is missing.
     #[arg(
-        long,
+        id = "database_url",
+        value_name = "DATABASE_URL",
+        long = "database-url",
         env = "DATABASE_URL",
         default_value = "mysql://root@127.0.0.1:3306/hmdp"
     )]
-    pub database_url: String,
+    pub url: String,
+}
 
-    /// Redis URL for sessions, the id worker and the single-node locks.
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379/0")]
-    pub redis_url: String,
+/// Redis: sessions, login codes, the id worker, the single-node locks and
+/// the sales admitted in Redis.
+#[derive(Debug, Clone, Args)]
+pub struct RedisSettings {
+    /// Redis URL.
+    #[arg(
+        id = "redis_url",
+        value_name = "REDIS_URL",
+        long = "redis-url",
+        env = "REDIS_URL",
+        default_value = "redis://127.0.0.1:6379/0"
+    )]
+    pub url: String,
 
     /// Prefix put before every Redis key this process writes, so several
     /// deployments (or test runs) can share one Redis without seeing each other.
-    #[arg(long, env = "HMDP_REDIS_PREFIX", default_value = "")]
-    pub redis_prefix: String,
+    #[arg(
+        id = "redis_prefix",
+        value_name = "REDIS_PREFIX",
+        long = "redis-prefix",
+        env = "HMDP_REDIS_PREFIX",
+        default_value = ""
+    )]
+    pub prefix: String,
+}
 
-    /// Maximum MySQL connections of this process.
-    #[arg(long, env = "HMDP_DB_POOL", default_value_t = 32)]
-    pub db_pool: u32,
+impl RedisSettings {
+    /// The Redis at `url`, keys unprefixed.
+    pub fn at(url: impl Into<String>) -> Self {
+        RedisSettings {
+            url: url.into(),
+            prefix: String::new(),
+        }
+    }
+}
 
+/// How long a backend call may take before it fails instead of hanging.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct TimeoutSettings {
     /// How long a Redis call, a Redis or MySQL connection attempt, a wait
     /// for a free MySQL connection, or (on a node) a MySQL statement's wait
     /// for a row or table lock, in whole seconds rounded up, may take before the
@@ -44,9 +73,31 @@ pub struct StoreSettings {
     pub backend_timeout_ms: u64,
 }
 
-impl StoreSettings {
+impl TimeoutSettings {
     pub fn backend_timeout(&self) -> Duration {
         Duration::from_millis(self.backend_timeout_ms)
+    }
+}
+
+/// Where the data lives: MySQL for orders, Redis for sessions, ids and
+/// locks, and how long a call to either may take. A command that uses only
+/// part of it takes only that group, so that its `--help` lists no setting
+/// it ignores.
+#[derive(Debug, Clone, Args)]
+pub struct StoreSettings {
+    #[command(flatten)]
+    pub database: DatabaseSettings,
+
+    #[command(flatten)]
+    pub redis: RedisSettings,
+
+    #[command(flatten)]
+    pub timeout: TimeoutSettings,
+}
+
+impl StoreSettings {
+    pub fn backend_timeout(&self) -> Duration {
+        self.timeout.backend_timeout()
     }
 }
 
@@ -225,6 +276,10 @@ impl StreamSettings {
 pub struct ServeSettings {
     #[command(flatten)]
     pub store: StoreSettings,
+
+    /// Maximum MySQL connections of this node.
+    #[arg(long, env = "HMDP_DB_POOL", default_value_t = 32)]
+    pub db_pool: u32,
 
     #[command(flatten)]
     pub lock: LockSettings,

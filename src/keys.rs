@@ -46,6 +46,14 @@ impl Keys {
         format!("{}login:token:{token}", self.prefix)
     }
 
+    /// `load:sessions`: hash phone → token of the sessions the load tools
+    /// (`hmdp tokens`, `hmdp loadtest`) opened, so that a run started again
+    /// reuses the ones still alive instead of asking for login codes a phone
+    /// gets once a minute. The nodes never read it.
+    pub fn load_sessions(&self) -> String {
+        format!("{}load:sessions", self.prefix)
+    }
+
     /// `lock:order:{userId}`: the per-user purchase lock.
     pub fn order_lock(&self, user_id: UserId) -> String {
         format!("{}lock:order:{user_id}", self.prefix)

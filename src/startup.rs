@@ -79,22 +79,18 @@ impl Application {
     pub async fn build(settings: ServeSettings) -> anyhow::Result<Application> {
         let timeout = settings.store.backend_timeout();
         if !settings.no_migrate {
-            store::create_database_if_missing(&settings.store.database_url).await?;
+            store::create_database_if_missing(&settings.store.database.url).await?;
         }
-        let store = Store::for_requests(
-            &settings.store.database_url,
-            settings.store.db_pool,
-            timeout,
-        )?;
+        let store = Store::for_requests(&settings.store.database.url, settings.db_pool, timeout)?;
         if !settings.no_migrate {
             store.migrate().await?;
         }
-        let redis = connect_redis(&settings.store.redis_url, timeout)?;
-        let keys = Keys::new(settings.store.redis_prefix.clone());
+        let redis = connect_redis(&settings.store.redis.url, timeout)?;
+        let keys = Keys::new(settings.store.redis.prefix.clone());
         let lock = build_lock(
             &settings.lock,
             redis.clone(),
-            &settings.store.redis_url,
+            &settings.store.redis.url,
             Faults::none(),
         )?;
 
@@ -131,7 +127,7 @@ impl Application {
             SeckillMode::Stream => Some(StreamConsumer::new(
                 seckill.clone(),
                 redis.clone(),
-                &settings.store.redis_url,
+                &settings.store.redis.url,
                 timeout,
                 &settings.stream,
                 &node_id,

@@ -51,7 +51,7 @@ pub fn assert_one_order_per_user(audit: hmdp::store::VoucherAudit) {
 async fn local_lock_keeps_one_order_per_user_on_one_node() {
     let app = spawn_app(|s| {
         s.lock.mode = LockMode::Local;
-        s.store.db_pool = 64;
+        s.db_pool = 64;
     })
     .await;
     assert_one_order_per_user(storm(&app).await);
@@ -62,7 +62,7 @@ async fn no_lock_with_a_chaos_hold_lets_duplicates_through() {
     let app = spawn_app(|s| {
         s.lock.mode = LockMode::None;
         s.chaos_hold_ms = 50;
-        s.store.db_pool = 64;
+        s.db_pool = 64;
     })
     .await;
     let audit = storm(&app).await;
@@ -92,7 +92,7 @@ macro_rules! one_node_keeps_one_order_per_user {
             async fn keeps_one_order_per_user_on_one_node() {
                 let app = spawn_app(|s| {
                     s.lock.mode = $mode;
-                    s.store.db_pool = 64;
+                    s.db_pool = 64;
                 })
                 .await;
                 assert_one_order_per_user(storm(&app).await);

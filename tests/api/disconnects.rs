@@ -76,16 +76,35 @@ async fn race(app: &TestApp, voucher: i64, token: &str, reset_after: Duration) -
 }
 
 /// Transactions open on `app`'s database, waiting a while for purchases still
-/// finishing (a cancelled request's work goes on) to end.
-async fn open_transactions(app: &TestApp) -> i64 {
-    let deadline = Instant::now() + Duration::from_secs(5);
+/// finishing (a cancelled request's work goes on) to end; with each one left
+/// open, what its session is doing (printed should the test fail).
+///
+/// The wait is generous: on a loaded machine a purchase queued behind the
+/// stock row can take seconds to end (each lock wait is bounded by the
+/// backend timeout), while a transaction leaked on a pooled connection
+/// never ends at all.
+async fn open_transactions(app: &TestApp) -> (i64, Vec<String>) {
+    let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let open = app.open_transactions().await;
         if open == 0 || Instant::now() >= deadline {
-            return open;
+            return (open, describe_open_transactions(app).await);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+async fn describe_open_transactions(app: &TestApp) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT CONCAT_WS(' | ', CONCAT('trx ', t.trx_id), t.trx_state, \
+         CONCAT('since ', t.trx_started), p.command, p.state, CONCAT(p.time, ' s'), p.info) \
+         FROM information_schema.innodb_trx t \
+         JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
+         WHERE p.db = DATABASE()",
+    )
+    .fetch_all(app.store.pool())
+    .await
+    .unwrap()
 }
 
 /// How many of `orders` another session can see.
@@ -110,6 +129,8 @@ struct Outcome {
     orders: i64,
     duplicate_users: i64,
     open_transactions: i64,
+    /// What each open transaction's session is doing.
+    open_detail: Vec<String>,
     answered: usize,
     visible: usize,
     stock_balances: bool,
@@ -124,7 +145,7 @@ struct Setup {
 
 async fn reset_purchases(db: &SlowCommitMariaDb, setup: &Setup, lock_nodes: &[String]) -> Outcome {
     let app = spawn_app_on(&db.url(), |s: &mut ServeSettings| {
-        s.store.db_pool = 32;
+        s.db_pool = 32;
         s.lock.mode = setup.mode;
         s.lock.fencing = setup.fencing;
         if matches!(setup.mode, LockMode::Multi | LockMode::Redlock) {
@@ -146,13 +167,14 @@ async fn reset_purchases(db: &SlowCommitMariaDb, setup: &Setup, lock_nodes: &[St
         let reset_after = Duration::from_micros((1000 + user * span / USERS) as u64);
         answered.extend(race(&app, voucher, token, reset_after).await);
     }
-    let open_transactions = open_transactions(&app).await;
+    let (open_transactions, open_detail) = open_transactions(&app).await;
     let audit = app.audit(voucher).await;
     Outcome {
         setup: setup.name.to_owned(),
         orders: audit.orders,
         duplicate_users: audit.duplicate_users,
         open_transactions,
+        open_detail,
         answered: answered.len(),
         visible: visible(&app, &answered).await,
         stock_balances: audit.stock_balances(stock),
@@ -204,7 +226,11 @@ async fn a_purchase_reset_at_any_step_buys_at_most_once_in_every_lock_mode() {
     }
     for outcome in &outcomes {
         assert_eq!(outcome.duplicate_users, 0, "{}: two orders", outcome.setup);
-        assert_eq!(outcome.open_transactions, 0, "{}: open", outcome.setup);
+        assert_eq!(
+            outcome.open_transactions, 0,
+            "{}: open: {:?}",
+            outcome.setup, outcome.open_detail
+        );
         assert_eq!(outcome.visible, outcome.answered, "{}", outcome.setup);
         assert!(outcome.stock_balances, "{}: stock", outcome.setup);
     }
@@ -223,10 +249,10 @@ async fn an_admin_write_reset_around_begin_leaves_no_open_transaction() {
     let direct = spawn_app(|_| {}).await;
     let proxy = DelayedReplies::start("127.0.0.1:3306", REPLY_DELAY).await;
     let app = spawn_app(|s| {
-        s.store.database_url = proxy.url(&direct.database_url());
-        s.store.redis_prefix = direct.prefix.clone();
+        s.store.database.url = proxy.url(&direct.database_url());
+        s.store.redis.prefix = direct.prefix.clone();
         s.no_migrate = true;
-        s.store.db_pool = 1;
+        s.db_pool = 1;
     })
     .await;
     let body = seckill_body(10, "2020-01-01T00:00:00", "2037-12-31T00:00:00");
@@ -265,7 +291,8 @@ async fn an_admin_write_reset_around_begin_leaves_no_open_transaction() {
             "after a write reset {after:?} after it was sent, an answered voucher is invisible to others"
         );
     }
-    assert_eq!(open_transactions(&direct).await, 0);
+    let (open, detail) = open_transactions(&direct).await;
+    assert_eq!(open, 0, "{detail:?}");
 }
 
 /// The same moment swept at the store: a write cancelled after 0, 1, 2, ...

@@ -34,9 +34,9 @@ async fn timed_purchase(app: &TestApp, voucher: i64, token: &str) -> (u16, Value
 async fn redis_outage_with(lock: LockMode) {
     let mut redis = RedisServer::start().await.unwrap();
     let app = spawn_app(|s| {
-        s.store.redis_url = redis.url();
+        s.store.redis.url = redis.url();
         s.lock.mode = lock;
-        s.store.backend_timeout_ms = 500;
+        s.store.timeout.backend_timeout_ms = 500;
     })
     .await;
     let voucher = app.create_open_seckill(100).await;
@@ -94,10 +94,10 @@ async fn unreachable_mysql_answers_503_fast() {
     let token = healthy.login(&phone(1)).await;
     let [closed] = free_ports().unwrap();
     let app = spawn_app(|s| {
-        s.store.database_url = format!("mysql://root@127.0.0.1:{closed}/hmdp");
-        s.store.redis_prefix = healthy.prefix.clone();
+        s.store.database.url = format!("mysql://root@127.0.0.1:{closed}/hmdp");
+        s.store.redis.prefix = healthy.prefix.clone();
         s.no_migrate = true;
-        s.store.backend_timeout_ms = 500;
+        s.store.timeout.backend_timeout_ms = 500;
     })
     .await;
     for _ in 0..2 {
@@ -176,7 +176,7 @@ async fn purchase_answers_503_behind(
 async fn impatient_node_with_a_voucher() -> (TestApp, i64, String) {
     let app = spawn_app(|s| {
         s.lock.mode = LockMode::RedisLua;
-        s.store.backend_timeout_ms = 1000;
+        s.store.timeout.backend_timeout_ms = 1000;
     })
     .await;
     let voucher = app.create_open_seckill(10).await;
@@ -300,7 +300,7 @@ async fn a_purchase_transaction_dropped_midway_is_rolled_back() {
 /// refused at once instead of waiting on that lock.
 #[tokio::test]
 async fn an_unknown_voucher_is_refused_again_without_asking_mysql() {
-    let app = spawn_app(|s| s.store.backend_timeout_ms = 1000).await;
+    let app = spawn_app(|s| s.store.timeout.backend_timeout_ms = 1000).await;
     let token = app.login(&phone(1)).await;
     let unknown = 987_654_321;
     let first = app.purchase(unknown, &token).await;

@@ -73,19 +73,19 @@ pub async fn spawn_app_on(
         .serve;
     settings.port = 0;
     settings.host = "127.0.0.1".into();
-    settings.store.database_url = database.url.clone();
-    settings.store.redis_url = namespace.redis_url.clone();
-    settings.store.redis_prefix = namespace.prefix.clone();
+    settings.store.database.url = database.url.clone();
+    settings.store.redis.url = namespace.redis_url.clone();
+    settings.store.redis.prefix = namespace.prefix.clone();
     settings.admin_token = Some(AdminToken::parse(ADMIN_TOKEN).expect("a valid admin token"));
-    settings.store.db_pool = 16;
-    settings.store.backend_timeout_ms = 10_000;
+    settings.db_pool = 16;
+    settings.store.timeout.backend_timeout_ms = 10_000;
     settings.workers = Some(2);
     configure(&mut settings);
     // The namespace is cleaned on the Redis the node writes to.
-    namespace.redis_url = settings.store.redis_url.clone();
+    namespace.redis_url = settings.store.redis.url.clone();
 
     let redis =
-        hmdp::startup::connect_redis(&settings.store.redis_url, Duration::from_secs(10)).unwrap();
+        hmdp::startup::connect_redis(&settings.store.redis.url, Duration::from_secs(10)).unwrap();
     let app = Application::build(settings).await.expect("node starts");
     let address = format!("http://127.0.0.1:{}", app.port());
     tokio::spawn(app.run_until_stopped());

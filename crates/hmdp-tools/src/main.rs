@@ -2,9 +2,9 @@
 
 use std::io::Write;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
-use hmdp::config::{ServeSettings, StoreSettings};
+use hmdp::config::{DatabaseSettings, ServeSettings, TimeoutSettings};
 use hmdp::startup::Application;
 use hmdp::store::{self, Store};
 use hmdp_tools::audit::{self, AuditSettings};
@@ -29,8 +29,12 @@ enum Command {
     /// Run one HTTP node (applies pending migrations first unless --no-migrate).
     Serve(Box<ServeSettings>),
     /// Create the database if missing, apply pending migrations and exit.
-    Migrate(StoreSettings),
+    Migrate(MigrateSettings),
     /// Log N users in through the HTTP API and write one token per line.
+    ///
+    /// Sessions it opens are remembered in Redis (`load:sessions`, phone →
+    /// token) and reused while alive, so it can run again at once on the same
+    /// phones: a phone gets one login code a minute, which this leaves as it is.
     Tokens(Box<TokensSettings>),
     /// Fire many users' simultaneous purchases of one voucher and measure.
     Loadtest(Box<LoadtestSettings>),
@@ -66,6 +70,16 @@ enum Command {
     BenchDb(Box<BenchDbArgs>),
 }
 
+/// `hmdp migrate`: MySQL only.
+#[derive(Args)]
+struct MigrateSettings {
+    #[command(flatten)]
+    database: DatabaseSettings,
+
+    #[command(flatten)]
+    timeout: TimeoutSettings,
+}
+
 fn main() -> anyhow::Result<()> {
     hmdp::telemetry::init();
     let command = Cli::parse().command;
@@ -97,10 +111,14 @@ async fn run(command: Command) -> anyhow::Result<()> {
             app.run_until_stopped().await?;
         }
         Command::Migrate(settings) => {
-            store::create_database_if_missing(&settings.database_url).await?;
-            Store::connect_lazy(&settings.database_url, 1, settings.backend_timeout())?
-                .migrate()
-                .await?;
+            store::create_database_if_missing(&settings.database.url).await?;
+            Store::connect_lazy(
+                &settings.database.url,
+                1,
+                settings.timeout.backend_timeout(),
+            )?
+            .migrate()
+            .await?;
             tracing::info!("migrations applied");
         }
         Command::Tokens(settings) => loadtest::tokens::run(*settings).await?,
@@ -138,4 +156,106 @@ async fn run(command: Command) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    /// The long flags of `hmdp <path...>`.
+    fn flags(path: &[&str]) -> Vec<String> {
+        let mut command = Cli::command();
+        command.build();
+        let mut command = &command;
+        for name in path {
+            command = command.find_subcommand(name).expect("a subcommand");
+        }
+        command
+            .get_arguments()
+            .filter_map(|arg| arg.get_long().map(str::to_owned))
+            .collect()
+    }
+
+    /// Each command's `--help` lists the backend settings it reads and none
+    /// that it ignores.
+    #[test]
+    fn each_command_takes_only_the_backend_settings_it_uses() {
+        const BACKEND: [&str; 5] = [
+            "database-url",
+            "redis-url",
+            "redis-prefix",
+            "db-pool",
+            "backend-timeout-ms",
+        ];
+        let expected: [(&[&str], &[&str]); 12] = [
+            (&["serve"], &BACKEND),
+            (&["migrate"], &["database-url", "backend-timeout-ms"]),
+            (
+                &["tokens"],
+                &["redis-url", "redis-prefix", "backend-timeout-ms"],
+            ),
+            (
+                &["loadtest"],
+                &[
+                    "database-url",
+                    "redis-url",
+                    "redis-prefix",
+                    "backend-timeout-ms",
+                ],
+            ),
+            (
+                &["audit"],
+                &[
+                    "database-url",
+                    "redis-url",
+                    "redis-prefix",
+                    "backend-timeout-ms",
+                ],
+            ),
+            (
+                &["demo"],
+                &[
+                    "database-url",
+                    "redis-url",
+                    "redis-prefix",
+                    "backend-timeout-ms",
+                ],
+            ),
+            (&["cluster"], &["database-url", "redis-url", "redis-prefix"]),
+            (&["soak"], &["database-url"]),
+            (
+                &["bench-lock"],
+                &["redis-url", "redis-prefix", "backend-timeout-ms"],
+            ),
+            (
+                &["bench-db"],
+                &[
+                    "database-url",
+                    "redis-url",
+                    "redis-prefix",
+                    "backend-timeout-ms",
+                ],
+            ),
+            (&["lab", "misdelete"], &["redis-url", "redis-prefix"]),
+            (
+                &["lab", "gc-pause"],
+                &["database-url", "redis-url", "redis-prefix"],
+            ),
+        ];
+        for (path, wanted) in expected {
+            let flags = flags(path);
+            let backend: Vec<&str> = BACKEND
+                .into_iter()
+                .filter(|flag| flags.iter().any(|f| f == flag))
+                .collect();
+            assert_eq!(backend, wanted, "hmdp {}", path.join(" "));
+        }
+    }
 }

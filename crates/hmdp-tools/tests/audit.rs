@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use chrono::{Local, TimeDelta};
-use hmdp::config::SeckillMode;
+use hmdp::config::{RedisSettings, SeckillMode};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
 use hmdp::store::{NewSeckillVoucher, NewVoucher};
@@ -43,7 +43,7 @@ fn audit(sandbox: &Sandbox, voucher: i64) -> (i32, String) {
 async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
     let sandbox = Sandbox::create(
         &format!("{}/hmdp", mysql_server_url()),
-        &redis_url(),
+        &RedisSettings::at(redis_url()),
         "test",
     )
     .await

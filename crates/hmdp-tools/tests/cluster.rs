@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use hmdp::config::SeckillMode;
+use hmdp::config::{RedisSettings, SeckillMode};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
 use hmdp::store::Store;
@@ -29,7 +29,7 @@ struct TestCluster {
 impl TestCluster {
     async fn start(mode: LockMode, chaos_hold_ms: u64, users: usize) -> TestCluster {
         hmdp::telemetry::init();
-        let sandbox = Sandbox::create(&mysql_server_url(), &redis_url(), "test")
+        let sandbox = Sandbox::create(&mysql_server_url(), &RedisSettings::at(redis_url()), "test")
             .await
             .expect("MySQL is reachable (scripts/services.sh starts it)");
         let spec = ClusterSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
@@ -229,24 +229,32 @@ async fn the_tokens_and_loadtest_commands_log_in_fire_verify_and_write_json() {
         String::from_utf8(output.stdout).unwrap()
     };
     let target = test.cluster.url();
-    let common = |command: &str| {
+    let redis_flags = |command: &str| {
         vec![
             command.to_owned(),
             format!("--target={target}"),
             format!("--redis-url={}", test.sandbox.redis.redis_url),
             format!("--redis-prefix={}", test.sandbox.redis.prefix),
-            format!("--database-url={}", test.sandbox.database.url),
         ]
     };
+    let common = |command: &str| {
+        let mut args = redis_flags(command);
+        args.push(format!("--database-url={}", test.sandbox.database.url));
+        args
+    };
 
-    let mut args = common("tokens");
+    let mut args = redis_flags("tokens");
     args.extend(["--users=30".into(), format!("--out={}", tokens.display())]);
-    hmdp(args).await;
+    hmdp(args.clone()).await;
     let lines = std::fs::read_to_string(&tokens).unwrap();
     assert_eq!(lines.lines().count(), 30);
     assert!(lines
         .lines()
         .all(|token| token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit())));
+    // Again at once, on the same phones: their login codes are still
+    // rate-limited, so the sessions of the first run are reused.
+    hmdp(args).await;
+    assert_eq!(std::fs::read_to_string(&tokens).unwrap(), lines);
 
     let mut args = common("loadtest");
     args.extend([
@@ -281,6 +289,55 @@ async fn the_tokens_and_loadtest_commands_log_in_fire_verify_and_write_json() {
     assert_eq!(result["oversold"], 0);
     for node in NODE_IDS {
         assert!(result["served_by"][node].as_u64().unwrap() > 0, "{result}");
+    }
+}
+
+/// A load test started again at once, as anyone does after changing a
+/// setting, runs like the first: the users' login codes are still
+/// rate-limited, and their sessions from the first run are reused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_storm_workload_runs_three_times_in_a_row() {
+    let test = TestCluster::start(LockMode::Reentrant, 0, 0).await;
+    let args = [
+        "loadtest".to_owned(),
+        format!("--target={}", test.cluster.url()),
+        format!("--redis-url={}", test.sandbox.redis.redis_url),
+        format!("--redis-prefix={}", test.sandbox.redis.prefix),
+        format!("--database-url={}", test.sandbox.database.url),
+        format!("--admin-token={}", test.cluster.spec().admin_token),
+        "--workload=storm".into(),
+        "--users=40".into(),
+        "--per-user=3".into(),
+        "--verify".into(),
+    ];
+    let mut summaries = Vec::new();
+    for run in 1..=3 {
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_hmdp"))
+            .args(&args)
+            .env_remove("HMDP_ADMIN_TOKEN")
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "run {run}: {stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            stdout.contains("invariants   stock balances"),
+            "run {run}: {stdout}"
+        );
+        println!("run {run}:\n{stdout}");
+        summaries.push(stdout);
+    }
+    // Each run sells a fresh voucher of its own, a tenth of the users' stock.
+    for summary in &summaries {
+        assert!(
+            summary.contains("orders       4 of initial stock 4, 0 left"),
+            "{summary}"
+        );
+        assert!(summary.contains("duplicates   0 users"), "{summary}");
     }
 }
 

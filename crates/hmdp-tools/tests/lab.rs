@@ -5,8 +5,9 @@
 
 use std::process::Command;
 
+use hmdp::config::{DatabaseSettings, RedisSettings};
 use hmdp_lock::{LockMode, Release};
-use hmdp_tools::lab::{self, LabArgs, Report, Scenario};
+use hmdp_tools::lab::{self, LabArgs, Report, SaleLabArgs, Scenario};
 use redis::AsyncCommands;
 
 use hmdp_test_support::{mysql_server_url, redis_url};
@@ -17,16 +18,24 @@ async fn run(scenario: fn(LabArgs) -> Scenario, mode: LockMode) -> Report {
     run_fenced(scenario, mode, false).await
 }
 
+/// `gc-pause`, on the machine's MySQL.
+fn gc_pause(lab: LabArgs) -> Scenario {
+    let database = DatabaseSettings {
+        url: format!("{}/hmdp", mysql_server_url()),
+    };
+    Scenario::GcPause(SaleLabArgs { lab, database })
+}
+
 async fn run_fenced(scenario: fn(LabArgs) -> Scenario, mode: LockMode, fencing: bool) -> Report {
     let prefix = format!("test:{}:", uuid::Uuid::new_v4().simple());
-    let mysql = mysql_server_url();
     let scenario = scenario(LabArgs {
         mode: Some(mode),
-        redis_url: redis_url(),
-        redis_prefix: prefix.clone(),
+        redis: RedisSettings {
+            url: redis_url(),
+            prefix: prefix.clone(),
+        },
         lock_nodes: Vec::new(),
         fencing,
-        database_url: format!("{mysql}/hmdp"),
     });
     let report = lab::run(&scenario).await.expect("the scenario runs");
     println!("{report}");
@@ -166,7 +175,7 @@ async fn retry_hands_the_lock_over_on_the_release_message() {
 
 #[tokio::test]
 async fn gc_pause_lets_a_stale_redis_lua_holder_commit() {
-    let report = run(Scenario::GcPause, LockMode::RedisLua).await;
+    let report = run(gc_pause, LockMode::RedisLua).await;
     assert_eq!(report.exit_code(), 1, "{}", report.verdict());
     assert!(
         report.to_string().contains("user 1 has 2 order(s)"),
@@ -176,7 +185,7 @@ async fn gc_pause_lets_a_stale_redis_lua_holder_commit() {
 
 #[tokio::test]
 async fn gc_pause_is_kept_by_fencing_even_with_redis_lua() {
-    let report = run_fenced(Scenario::GcPause, LockMode::RedisLua, true).await;
+    let report = run_fenced(gc_pause, LockMode::RedisLua, true).await;
     assert_kept(&report);
     let text = report.to_string();
     assert!(text.contains("user 1 has 1 order(s)"), "{text}");

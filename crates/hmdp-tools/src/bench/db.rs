@@ -45,10 +45,10 @@ pub struct BenchDbResult {
 const FIRST_BENCH_USER: u64 = 9_000_000_000_000;
 
 pub async fn run(args: BenchDbArgs) -> anyhow::Result<BenchDbResult> {
-    store::create_database_if_missing(&args.store.database_url).await?;
+    store::create_database_if_missing(&args.store.database.url).await?;
     let pool_size = u32::try_from(args.shape.concurrency)?.max(1);
     let db = Store::connect_lazy(
-        &args.store.database_url,
+        &args.store.database.url,
         pool_size,
         args.store.backend_timeout(),
     )?;
@@ -60,8 +60,8 @@ pub async fn run(args: BenchDbArgs) -> anyhow::Result<BenchDbResult> {
     let next_order_id = Arc::new(AtomicI64::new(chrono::Utc::now().timestamp_micros() << 8));
     // The purchase's own transaction, with no lock: the id worker is only
     // asked should an id be taken (the benchmark draws its own ids).
-    let redis = connect_redis(&args.store.redis_url, args.store.backend_timeout())?;
-    let keys = Keys::new(args.store.redis_prefix.clone());
+    let redis = connect_redis(&args.store.redis.url, args.store.backend_timeout())?;
+    let keys = Keys::new(args.store.redis.prefix.clone());
     let seckill = Arc::new(Seckill::new(
         db.clone(),
         Arc::new(NoLock),

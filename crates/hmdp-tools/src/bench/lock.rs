@@ -22,7 +22,7 @@ use redis::Script;
 use serde::Serialize;
 
 use super::{new_histogram, timed_loop, write_json, RunShape};
-use hmdp::config::{LockSettings, StoreSettings};
+use hmdp::config::{LockSettings, RedisSettings, TimeoutSettings};
 use hmdp::startup::connect_redis;
 
 /// Hand-offs measured after a hot-key run.
@@ -43,7 +43,10 @@ pub enum KeySpread {
 #[derive(Debug, Clone, Args)]
 pub struct BenchLockArgs {
     #[command(flatten)]
-    pub store: StoreSettings,
+    pub redis: RedisSettings,
+
+    #[command(flatten)]
+    pub timeout: TimeoutSettings,
 
     #[command(flatten)]
     pub lock: LockSettings,
@@ -199,29 +202,25 @@ async fn bare_pair(mut redis: Connection, key: &str, token: &str) -> bool {
 }
 
 pub async fn run(args: BenchLockArgs) -> anyhow::Result<BenchLockResult> {
-    let redis = connect_redis(&args.store.redis_url, args.store.backend_timeout())?;
+    let redis = connect_redis(&args.redis.url, args.timeout.backend_timeout())?;
     let shared: Connection = match args.connection {
         ConnectionKind::Reconnecting => redis.clone().into(),
         ConnectionKind::Multiplexed => {
             // The nodes' timeouts, as the reconnecting connection has them.
             let config = redis::AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(args.store.backend_timeout()))
-                .set_response_timeout(Some(args.store.backend_timeout()));
-            redis::Client::open(args.store.redis_url.as_str())?
+                .set_connection_timeout(Some(args.timeout.backend_timeout()))
+                .set_response_timeout(Some(args.timeout.backend_timeout()));
+            redis::Client::open(args.redis.url.as_str())?
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?
                 .into()
         }
     };
-    let lock = hmdp::startup::build_lock(
-        &args.lock,
-        shared.clone(),
-        &args.store.redis_url,
-        Faults::none(),
-    )?;
+    let lock =
+        hmdp::startup::build_lock(&args.lock, shared.clone(), &args.redis.url, Faults::none())?;
     let bare = args.baseline.then_some(shared);
     let run_id = uuid::Uuid::new_v4().simple().to_string();
-    let prefix = format!("{}bench:lock:{run_id}", args.store.redis_prefix);
+    let prefix = format!("{}bench:lock:{run_id}", args.redis.prefix);
     let spread = args.keys;
     // Keys are built once per task, not per pair: the benchmark measures the
     // lock, not string formatting.

@@ -196,12 +196,8 @@ fn verdict(mode: LockMode, duplicates: i64, extra: i64, violations: &[String]) -
 /// killed and the sandbox removed before it returns.
 pub async fn run(settings: DemoSettings) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find the hmdp executable")?;
-    let sandbox = Sandbox::create(
-        &settings.store.database_url,
-        &settings.store.redis_url,
-        "demo",
-    )
-    .await?;
+    let sandbox =
+        Sandbox::create(&settings.store.database.url, &settings.store.redis, "demo").await?;
     let outcome = until_signal(demo(&settings, exe, &sandbox))
         .await
         .unwrap_or_else(|signal| Err(anyhow!("interrupted by {signal}: nodes and nginx stopped")));

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use hmdp::config::RedisSettings;
 use hmdp::store::Store;
 use hmdp_test_support::{RedisNamespace, TestDatabase};
 
@@ -16,11 +17,15 @@ pub struct Sandbox {
 impl Sandbox {
     /// Creates `hmdp_{label}_{random}` on the server of `database_url` (the
     /// database named there is left alone), applies the migrations, and picks
-    /// the prefix `{label}:{random}:`.
-    pub async fn create(database_url: &str, redis_url: &str, label: &str) -> anyhow::Result<Self> {
+    /// the prefix `{redis.prefix}{label}:{random}:` on `redis.url`.
+    pub async fn create(
+        database_url: &str,
+        redis: &RedisSettings,
+        label: &str,
+    ) -> anyhow::Result<Self> {
         let sandbox = Sandbox {
             database: TestDatabase::create(database_url, label).await?,
-            redis: RedisNamespace::new(redis_url, label),
+            redis: RedisNamespace::new(&redis.url, &format!("{}{label}", redis.prefix)),
         };
         sandbox.store(1)?.migrate().await?;
         Ok(sandbox)

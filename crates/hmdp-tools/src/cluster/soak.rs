@@ -18,7 +18,7 @@ use tokio::sync::Mutex;
 use super::{node_flags, until_signal};
 use super::{Cluster, ClusterSpec, Sandbox, NODE_IDS};
 use crate::loadtest::{self, tokens::Login, Plan};
-use hmdp::config::{SeckillMode, StoreSettings};
+use hmdp::config::{DatabaseSettings, RedisSettings, SeckillMode};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
 use hmdp::store::{Store, VoucherAudit};
@@ -66,9 +66,10 @@ pub struct SoakSettings {
     #[arg(long, default_value_t = 5)]
     pub chaos_hold_ms: u64,
 
-    /// MySQL server (the soak creates and drops its own database on it).
+    /// MySQL server (the soak creates and drops its own database on it; it
+    /// runs a Redis server of its own, to restart it).
     #[command(flatten)]
-    pub store: StoreSettings,
+    pub database: DatabaseSettings,
 }
 
 /// Everything the load side saw, summed over the sales.
@@ -86,7 +87,12 @@ struct Tally {
 pub async fn run(settings: SoakSettings) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find the hmdp executable")?;
     let redis = RedisServer::start().await?;
-    let sandbox = Sandbox::create(&settings.store.database_url, &redis.url(), "soak").await?;
+    let sandbox = Sandbox::create(
+        &settings.database.url,
+        &RedisSettings::at(redis.url()),
+        "soak",
+    )
+    .await?;
     let outcome = until_signal(soak(&settings, exe, &sandbox, redis))
         .await
         .unwrap_or_else(|signal| {

@@ -11,7 +11,7 @@ use hmdp_lock::LockMode;
 
 use super::{node_flags, until_signal};
 use super::{Cluster, ClusterSpec, Sandbox};
-use hmdp::config::{SeckillMode, StoreSettings};
+use hmdp::config::{DatabaseSettings, RedisSettings, SeckillMode};
 
 /// `hmdp cluster`.
 #[derive(Debug, Clone, Args)]
@@ -35,22 +35,21 @@ pub struct ClusterSettings {
     #[arg(long)]
     pub env_file: Option<PathBuf>,
 
-    /// MySQL server (a sandbox database is created on it) and Redis (a
-    /// sandbox key prefix is used on it).
+    /// MySQL server: a sandbox database is created on it.
     #[command(flatten)]
-    pub store: StoreSettings,
+    pub database: DatabaseSettings,
+
+    /// Redis: the nodes' keys go under a sandbox prefix of their own,
+    /// itself under --redis-prefix.
+    #[command(flatten)]
+    pub redis: RedisSettings,
 }
 
 /// `hmdp cluster`: runs until interrupted, then stops the children and
 /// removes the sandbox.
 pub async fn run(settings: ClusterSettings) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find the hmdp executable")?;
-    let sandbox = Sandbox::create(
-        &settings.store.database_url,
-        &settings.store.redis_url,
-        "cluster",
-    )
-    .await?;
+    let sandbox = Sandbox::create(&settings.database.url, &settings.redis, "cluster").await?;
     let outcome = until_signal(serve(&settings, exe, &sandbox))
         .await
         .unwrap_or_else(|signal| {

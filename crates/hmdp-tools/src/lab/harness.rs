@@ -101,12 +101,12 @@ impl Lab {
     /// asks. The scenario clock starts here.
     pub(super) fn new(mode: LockMode, redis: ConnectionManager, args: &LabArgs) -> Self {
         // A fresh namespace per run, so runs never see each other's keys.
-        let namespace = format!("{}lab:{}:", args.redis_prefix, Uuid::new_v4());
+        let namespace = format!("{}lab:{}:", args.redis.prefix, Uuid::new_v4());
         let key = Keys::new(namespace.clone()).order_lock(UserId::new(1));
         Lab {
             mode,
             redis,
-            redis_url: args.redis_url.clone(),
+            redis_url: args.redis.url.clone(),
             lock_nodes: args.lock_nodes.clone(),
             fencing: args.fencing,
             namespace,

@@ -32,7 +32,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use hmdp_lock::LockMode;
 
-use hmdp::config::redact_url;
+use hmdp::config::{redact_url, DatabaseSettings, RedisSettings};
 use hmdp::startup;
 
 use harness::Lab;
@@ -48,13 +48,9 @@ pub struct LabArgs {
     pub mode: Option<LockMode>,
 
     /// Redis to run against. The run uses only keys under its own random
-    /// prefix and deletes them afterwards.
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379/0")]
-    pub redis_url: String,
-
-    /// Prefix put before the run's own key namespace.
-    #[arg(long, env = "HMDP_REDIS_PREFIX", default_value = "")]
-    pub redis_prefix: String,
+    /// namespace (under --redis-prefix) and deletes them afterwards.
+    #[command(flatten)]
+    pub redis: RedisSettings,
 
     /// Comma-separated Redis URLs of independent nodes for `multi` / `redlock`.
     #[arg(long, env = "HMDP_LOCK_NODES", value_delimiter = ',')]
@@ -63,15 +59,19 @@ pub struct LabArgs {
     /// Mint a fencing token with every acquisition, checked by the purchase.
     #[arg(long, env = "HMDP_FENCING", default_value_t = false)]
     pub fencing: bool,
+}
 
-    /// MySQL for the scenarios that run the purchase (`gc-pause`): the run
-    /// creates a database of its own on this server and drops it afterwards.
-    #[arg(
-        long,
-        env = "DATABASE_URL",
-        default_value = "mysql://root@127.0.0.1:3306/hmdp"
-    )]
-    pub database_url: String,
+/// A scenario that runs the real purchase: a lock scenario's settings and a
+/// MySQL server.
+#[derive(Debug, Clone, Args)]
+pub struct SaleLabArgs {
+    #[command(flatten)]
+    pub lab: LabArgs,
+
+    /// MySQL server: the run creates a database of its own on it and drops
+    /// it afterwards.
+    #[command(flatten)]
+    pub database: DatabaseSettings,
 }
 
 /// The scenarios. Each exits 0 when its promise held (mutual exclusion; each
@@ -142,7 +142,7 @@ pub enum Scenario {
     /// fencing both commit (two orders); with --fencing the newer token wins
     /// and A rolls back. Course stage: the limits of lease-based locks (GC
     /// pauses), fixed with fencing tokens. Default --lock: redis-lua.
-    GcPause(LabArgs),
+    GcPause(SaleLabArgs),
 
     /// The in-process queue (V5) loses the orders it holds when its node dies.
     ///
@@ -153,7 +153,7 @@ pub enum Scenario {
     /// success against the orders in MySQL: exits 1 with the numbers.
     /// Course stage: asynchronous seckill with a blocking queue, and why the
     /// course moves on to a Redis Stream. Default --lock: reentrant.
-    QueueCrash(LabArgs),
+    QueueCrash(SaleLabArgs),
 
     /// A stream consumer that dies before XACK loses nothing: another node claims its entries.
     ///
@@ -164,7 +164,7 @@ pub enum Scenario {
     /// writes them: every order exactly once, and the audit holds (exit 0).
     /// Course stage: the Redis Stream consumer group (V6) and its pending
     /// list. Default --lock: reentrant.
-    StreamCrash(LabArgs),
+    StreamCrash(SaleLabArgs),
 
     /// Redis restarted empty loses the orders still in the stream; AOF keeps them.
     ///
@@ -245,11 +245,11 @@ impl Scenario {
             | Scenario::LeaseExpiry(args)
             | Scenario::Reentrancy(args)
             | Scenario::Retry(args)
-            | Scenario::Failover(args)
-            | Scenario::GcPause(args)
-            | Scenario::QueueCrash(args)
-            | Scenario::StreamCrash(args) => args,
-            Scenario::RedisRestart(args) => &args.lab,
+            | Scenario::Failover(args) => args,
+            Scenario::GcPause(args) | Scenario::QueueCrash(args) | Scenario::StreamCrash(args) => {
+                &args.lab
+            }
+            Scenario::RedisRestart(args) => &args.sale.lab,
         }
     }
 }
@@ -261,15 +261,15 @@ const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
 pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
     let args = scenario.args();
     let mode = args.mode.unwrap_or_else(|| scenario.default_mode());
-    let redis = startup::connect_redis(&args.redis_url, REDIS_TIMEOUT)?;
+    let redis = startup::connect_redis(&args.redis.url, REDIS_TIMEOUT)?;
     // Connect before the clock starts, so the first step is not late.
     let _: String = redis::cmd("PING")
         .query_async(&mut redis.clone())
         .await
-        .with_context(|| format!("cannot reach Redis at {}", redact_url(&args.redis_url)))?;
+        .with_context(|| format!("cannot reach Redis at {}", redact_url(&args.redis.url)))?;
     // The purchase's database too (gc-pause): creating it takes a while.
     let database = match scenario {
-        Scenario::GcPause(_) => Some(gc_pause::LabDatabase::create(&args.database_url).await?),
+        Scenario::GcPause(args) => Some(gc_pause::LabDatabase::create(&args.database.url).await?),
         _ => None,
     };
     let lab = Lab::new(mode, redis, args);

@@ -13,15 +13,15 @@ use hmdp::config::SeckillMode;
 
 use super::harness::Lab;
 use super::sale::SaleStage;
-use super::LabArgs;
+use super::SaleLabArgs;
 
 const BUYERS: usize = 20;
 const WRITER_HOLD_MS: u64 = 300;
 /// How long the node lives after the last answer: a couple of orders written.
 const KILL_AFTER: Duration = Duration::from_millis(700);
 
-pub(super) async fn run(lab: &Lab, args: &LabArgs) -> anyhow::Result<String> {
-    let mut stage = SaleStage::open(args, &args.redis_url, 1).await?;
+pub(super) async fn run(lab: &Lab, args: &SaleLabArgs) -> anyhow::Result<String> {
+    let mut stage = SaleStage::open(args, &args.lab.redis, 1).await?;
     stage
         .start_node(lab, 0, SeckillMode::Queue, WRITER_HOLD_MS, &[])
         .await?;

@@ -14,19 +14,19 @@
 use std::time::Duration;
 
 use clap::Args;
-use hmdp::config::SeckillMode;
+use hmdp::config::{RedisSettings, SeckillMode};
 use hmdp_test_support::RedisServer;
 
 use super::harness::Lab;
 use super::sale::SaleStage;
-use super::LabArgs;
+use super::SaleLabArgs;
 use crate::loadtest::Drain;
 
 /// `hmdp lab redis-restart`.
 #[derive(Debug, Clone, Args)]
 pub struct RedisRestartArgs {
     #[command(flatten)]
-    pub lab: LabArgs,
+    pub sale: SaleLabArgs,
 
     /// The purchase path whose orders are on their way when Redis restarts
     /// (the scenario runs `stream`, the one that keeps them in Redis).
@@ -68,7 +68,7 @@ pub(super) async fn run(lab: &Lab, args: &RedisRestartArgs) -> anyhow::Result<St
             }
         ),
     );
-    let mut stage = SaleStage::open(&args.lab, &redis.url(), 1).await?;
+    let mut stage = SaleStage::open(&args.sale, &RedisSettings::at(redis.url()), 1).await?;
     stage
         .start_node(lab, 0, SeckillMode::Stream, WRITER_HOLD_MS, &[CLAIM_IDLE])
         .await?;

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use hmdp::config::SeckillMode;
+use hmdp::config::{RedisSettings, SeckillMode};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
 use hmdp::seckill::stream::GROUP;
@@ -19,7 +19,7 @@ use hmdp_test_support::free_ports;
 use tempfile::TempDir;
 
 use super::harness::Lab;
-use super::LabArgs;
+use super::SaleLabArgs;
 use crate::audit::{self, Audit};
 use crate::cluster::{node_flags, ClusterSpec, Node, Sandbox};
 use crate::loadtest::{self, tokens::Login, Drain, Plan};
@@ -43,10 +43,15 @@ pub(super) struct SaleStage {
 }
 
 impl SaleStage {
-    /// A sandbox on the lab's MySQL and on the Redis at `redis_url`, with
-    /// `nodes` nodes to start (none running yet).
-    pub async fn open(args: &LabArgs, redis_url: &str, nodes: usize) -> anyhow::Result<Self> {
-        let sandbox = Sandbox::create(&args.database_url, redis_url, "lab").await?;
+    /// A sandbox on the lab's MySQL and on `redis`, with `nodes` nodes to
+    /// start (none running yet).
+    pub async fn open(
+        args: &SaleLabArgs,
+        redis: &RedisSettings,
+        nodes: usize,
+    ) -> anyhow::Result<Self> {
+        let redis_url = redis.url.as_str();
+        let sandbox = Sandbox::create(&args.database.url, redis, "lab").await?;
         let exe = std::env::current_exe().context("cannot find the hmdp executable")?;
         let spec = ClusterSpec::in_sandbox(exe, &sandbox);
         let dir = tempfile::Builder::new().prefix("hmdp-lab-").tempdir()?;

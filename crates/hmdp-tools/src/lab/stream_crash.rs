@@ -14,7 +14,7 @@ use hmdp::config::SeckillMode;
 
 use super::harness::Lab;
 use super::sale::SaleStage;
-use super::LabArgs;
+use super::SaleLabArgs;
 use crate::loadtest::Drain;
 
 const BUYERS: usize = 20;
@@ -22,8 +22,8 @@ const WRITER_HOLD_MS: u64 = 5000;
 const CLAIM_IDLE: &str = "--stream-claim-idle-ms=1000";
 const DRAIN_DEADLINE: Duration = Duration::from_secs(30);
 
-pub(super) async fn run(lab: &Lab, args: &LabArgs) -> anyhow::Result<String> {
-    let mut stage = SaleStage::open(args, &args.redis_url, 2).await?;
+pub(super) async fn run(lab: &Lab, args: &SaleLabArgs) -> anyhow::Result<String> {
+    let mut stage = SaleStage::open(args, &args.lab.redis, 2).await?;
     stage
         .start_node(lab, 0, SeckillMode::Stream, WRITER_HOLD_MS, &[CLAIM_IDLE])
         .await?;

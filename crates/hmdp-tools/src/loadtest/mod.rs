@@ -375,10 +375,10 @@ pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
         }
         None => {
             let redis = hmdp::startup::connect_redis(
-                &settings.store.redis_url,
+                &settings.store.redis.url,
                 settings.store.backend_timeout(),
             )?;
-            let keys = Keys::new(settings.store.redis_prefix.clone());
+            let keys = Keys::new(settings.store.redis.prefix.clone());
             Login::new(client.clone(), &settings.target, redis, keys)
                 .users(0, settings.users, 32)
                 .await?

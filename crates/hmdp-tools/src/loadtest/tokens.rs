@@ -1,8 +1,10 @@
 //! Logging many users in through the HTTP API (`hmdp tokens`, and the load
 //! test when it is given no token file): the same two calls hmdp's front end
-//! makes, with the login code read from Redis where the node left it.
+//! makes, with the login code read from Redis where the node left it, or a
+//! session an earlier run opened for the phone, while it lives.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
@@ -11,8 +13,13 @@ use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use serde::Deserialize;
 
-use hmdp::config::StoreSettings;
+use hmdp::auth::SESSION_TTL;
+use hmdp::config::{RedisSettings, TimeoutSettings};
 use hmdp::keys::Keys;
+
+/// A remembered session with less than this left is not reused: it could
+/// expire before the run's first request renews it.
+const SESSION_MARGIN: Duration = Duration::from_secs(60);
 
 /// `hmdp tokens`: log users in and write their tokens.
 #[derive(Debug, Clone, Args)]
@@ -25,8 +32,9 @@ pub struct TokensSettings {
     #[arg(long)]
     pub users: usize,
 
-    /// Index of the first user: a phone gets one login code a minute, so a
-    /// second run within the minute needs other phones.
+    /// Index of the first user. Runs may repeat at once on the same phones:
+    /// sessions they opened are kept in Redis (`load:sessions`) and reused
+    /// while alive, so no second login code is asked for.
     #[arg(long, default_value_t = 0)]
     pub first_user: usize,
 
@@ -40,7 +48,10 @@ pub struct TokensSettings {
 
     /// Redis (URL and key prefix) of the nodes, where the login codes are.
     #[command(flatten)]
-    pub store: StoreSettings,
+    pub redis: RedisSettings,
+
+    #[command(flatten)]
+    pub timeout: TimeoutSettings,
 }
 
 /// The phone number of the `i`-th load-test user (valid for hmdp's pattern).
@@ -96,24 +107,77 @@ impl Login {
             .await
     }
 
-    /// Asks for a code, reads it from Redis, logs in; returns the token.
+    /// The phone's session: one these tools opened earlier if it is still
+    /// alive, else a new one (a code asked for, read from Redis, a login).
+    ///
+    /// Reusing sessions is what lets a load test run again at once: a phone
+    /// gets one login code a minute (the nodes' limit for real users, left
+    /// as it is), and a session lives 30 minutes from its last request.
     pub async fn user(&self, phone: String) -> anyhow::Result<String> {
+        if let Some(token) = self.live_session(&phone).await? {
+            return Ok(token);
+        }
+        let token = self.log_in(&phone).await?;
+        self.remember(&phone, &token).await?;
+        Ok(token)
+    }
+
+    /// The token remembered for `phone`, if its session has more than
+    /// [`SESSION_MARGIN`] left (each purchase then renews it).
+    async fn live_session(&self, phone: &str) -> anyhow::Result<Option<String>> {
+        let mut redis = self.redis.clone();
+        let sessions = self.keys.load_sessions();
+        let token: Option<String> = redis
+            .hget(&sessions, phone)
+            .await
+            .with_context(|| format!("reading {sessions} from Redis"))?;
+        let Some(token) = token else {
+            return Ok(None);
+        };
+        // -2: no such session (expired, logged out, Redis emptied).
+        let left_ms: i64 = redis
+            .pttl(self.keys.login_token(&token))
+            .await
+            .context("reading a session's TTL from Redis")?;
+        let alive = left_ms == -1 || left_ms > SESSION_MARGIN.as_millis() as i64;
+        Ok(alive.then_some(token))
+    }
+
+    /// Keeps `token` as `phone`'s session for the next run, for as long as
+    /// the session itself lives unused.
+    async fn remember(&self, phone: &str, token: &str) -> anyhow::Result<()> {
+        let sessions = self.keys.load_sessions();
+        redis::pipe()
+            .atomic()
+            .hset(&sessions, phone, token)
+            .ignore()
+            .expire(&sessions, SESSION_TTL.as_secs() as i64)
+            .ignore()
+            .query_async::<()>(&mut self.redis.clone())
+            .await
+            .with_context(|| format!("writing {sessions} to Redis"))
+    }
+
+    /// Asks for a code, reads it from Redis, logs in; returns the token.
+    async fn log_in(&self, phone: &str) -> anyhow::Result<String> {
         let body = self
             .call(
                 self.client
                     .post(format!("{}/user/code", self.target))
-                    .query(&[("phone", &phone)]),
+                    .query(&[("phone", phone)]),
             )
             .await
             .with_context(|| format!("asking for a login code for {phone}"))?;
         if !body.success {
             bail!(
-                "no login code for {phone}: {} ({}); a phone gets one code a minute: wait, or log in other phones (--first-user)",
+                "no login code for {phone}: {} ({}); a phone gets one code a minute, and \
+                 no live session of an earlier run was found for it: wait, or log in \
+                 other phones (--first-user)",
                 body.error_msg.unwrap_or_default(),
                 body.error_code.unwrap_or_default()
             );
         }
-        let key = self.keys.login_code(&phone);
+        let key = self.keys.login_code(phone);
         let code: Option<String> = self
             .redis
             .clone()
@@ -163,12 +227,12 @@ impl Login {
 /// `hmdp tokens`.
 pub async fn run(settings: TokensSettings) -> anyhow::Result<()> {
     let redis =
-        hmdp::startup::connect_redis(&settings.store.redis_url, settings.store.backend_timeout())?;
+        hmdp::startup::connect_redis(&settings.redis.url, settings.timeout.backend_timeout())?;
     let login = Login::new(
         super::http_client(settings.concurrency)?,
         &settings.target,
         redis,
-        Keys::new(settings.store.redis_prefix.clone()),
+        Keys::new(settings.redis.prefix.clone()),
     );
     let tokens = login
         .users(settings.first_user, settings.users, settings.concurrency)
