@@ -346,8 +346,8 @@ fn tally(page: &mut String, runs: &[ModeRun], verdicts: &[Verdict]) {
     if unexpected.is_empty() {
         page.push_str(
             "<p class=\"expectation\">Every run came out as the course predicts: \
-             <code>none</code> and <code>local</code> break on two nodes, the Redis locks \
-             and the asynchronous paths hold.</p>\n",
+             on the synchronous path no lock and a process-local lock break on two \
+             nodes; every other run holds.</p>\n",
         );
     } else {
         let _ = writeln!(
@@ -380,7 +380,7 @@ fn table(page: &mut String, settings: &DemoSettings, runs: &[ModeRun], verdicts:
             let _ = writeln!(
                 page,
                 "<tr><th class=\"path\" colspan=\"{columns}\"><code>{}</code> — {}</th></tr>",
-                run.seckill,
+                Escaped(&run.seckill.to_string()),
                 path_heading(run.seckill),
             );
         }
@@ -460,7 +460,7 @@ fn row(
         let _ = write!(
             page,
             "<td><span class=\"num\">{}</span></td>",
-            drain_ms(run.seckill, *drain)
+            Escaped(&drain_ms(run.seckill, *drain))
         );
     }
     page.push_str("<td class=\"lat\">");
@@ -504,7 +504,7 @@ fn latency_chart(
         "<svg width=\"{CHART_W}\" height=\"{CHART_H}\" viewBox=\"0 0 {CHART_W} {CHART_H}\" \
          role=\"img\" aria-label=\"latency of {0}: {1} ms\"><title>latency of {0}: {1} ms</title>",
         Escaped(label),
-        summary,
+        Escaped(&summary),
     );
     for tick in scale.ticks() {
         let _ = write!(
@@ -542,7 +542,7 @@ fn latency_chart(
             y(ms),
         );
     }
-    let _ = write!(page, "</svg><div class=\"sub\">{summary}</div>");
+    let _ = write!(page, "</svg><div class=\"sub\">{}</div>", Escaped(&summary));
 }
 
 /// How the answers split over the nodes: node1, node2, then anything else
