@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Makes sure MariaDB (or MySQL), Redis and nginx are installed and MariaDB and
-# Redis are running on their default local ports. Idempotent: does nothing
-# where they already run. Debian/Ubuntu only (apt-get).
+# Makes sure MariaDB (or MySQL), Redis, nginx and Chromium are installed and
+# MariaDB and Redis are running on their default local ports. Idempotent: does
+# nothing where they already run. Debian/Ubuntu only (apt-get).
 set -euo pipefail
 
 SUDO=""
@@ -54,4 +54,11 @@ fi
 if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
   apt_install nginx
   echo "services: nginx installed"
+fi
+
+# Headless Chromium for the test that opens `hmdp demo --report`'s page the
+# way a reader does and checks it loads without a console error.
+if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/bin/chromium ]; then
+  apt_install chromium
+  echo "services: chromium installed"
 fi

@@ -1,7 +1,10 @@
 //! `hmdp demo`, the main job: two nodes behind nginx, the same load test once
 //! per lock mode (and purchase path), and one table that shows which locks
 //! keep one order per user across nodes and which do not, and what admitting
-//! in Redis and writing the orders afterwards changes.
+//! in Redis and writing the orders afterwards changes; with `--report`, the
+//! same as a picture (`report_html`).
+
+mod report_html;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -19,6 +22,7 @@ use hmdp::config::{SeckillMode, StoreSettings};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
 use hmdp::seckill::SaleState;
+use report_html::{LatencyCurve, Occasion};
 
 /// `hmdp demo`.
 #[derive(Debug, Clone, Args)]
@@ -66,10 +70,26 @@ pub struct DemoSettings {
     #[arg(long)]
     pub json: Option<PathBuf>,
 
+    /// Also write the run as a picture to this file: one self-contained
+    /// HTML page (nothing fetched, open it in any browser) with every mode's
+    /// verdict (HELD / BROKE), orders, users with two orders, oversell,
+    /// requests/s, latency percentile curve and node1/node2 split, the
+    /// settings, the date and the machine's core count.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
+
     /// MySQL server (the demo creates and drops its own database on it) and
     /// Redis (the demo uses its own key prefix and removes its keys).
     #[command(flatten)]
     pub store: StoreSettings,
+}
+
+impl DemoSettings {
+    /// Whether an asynchronous purchase path runs: the table and the
+    /// picture then show each run's path and drain time.
+    fn with_paths(&self) -> bool {
+        self.seckill.iter().any(|&s| s != SeckillMode::Sync)
+    }
 }
 
 /// The modes whose failure on two nodes is the point of the demo: on the
@@ -97,6 +117,9 @@ struct Run {
     /// on the synchronous path, which answers after its commit, and when
     /// the orders were not all written by the deadline (a violation then).
     drain: Option<Duration>,
+    /// The whole latency distribution, for the picture; the report keeps
+    /// only its percentiles.
+    latency: LatencyCurve,
 }
 
 impl ModeRun {
@@ -123,7 +146,7 @@ impl ModeRun {
 
     fn verdict(&self) -> String {
         match &self.result {
-            Ok(Run { report, drain }) => {
+            Ok(Run { report, drain, .. }) => {
                 let duplicates = report.duplicate_users.unwrap_or(0);
                 let extra = report.extra_orders.unwrap_or(0);
                 match (self.seckill, drain) {
@@ -286,7 +309,11 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
                 }
                 None => None,
             };
-            anyhow::Ok(Run { report, drain })
+            anyhow::Ok(Run {
+                report,
+                drain,
+                latency: LatencyCurve::of(&measured.latency_us),
+            })
         }
         .await
         .map_err(|error| format!("{error:#}"));
@@ -303,14 +330,17 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
         settings.users, settings.per_user, settings.stock, settings.chaos_hold_ms
     );
     println!();
-    let with_paths = settings.seckill.iter().any(|&s| s != SeckillMode::Sync);
-    print!("{}", table(&runs, with_paths));
+    print!("{}", table(&runs, settings.with_paths()));
     println!();
     for run in &runs {
         println!("{}", run.verdict());
     }
     if let Some(path) = &settings.json {
         write_json(path, settings, &runs)?;
+    }
+    if let Some(path) = &settings.report {
+        let page = report_html::render(settings, &runs, &Occasion::now());
+        std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;
     }
     let unexpected: Vec<String> = runs
         .iter()
@@ -362,13 +392,9 @@ fn table(runs: &[ModeRun], with_paths: bool) -> String {
             Ok(Run {
                 report: r,
                 drain: d,
+                ..
             }) => {
                 let served = |node: &str| r.served_by.get(node).copied().unwrap_or(0);
-                let drained = match (run.seckill, d) {
-                    (_, Some(took)) => took.as_millis().to_string(),
-                    (SeckillMode::Sync, None) => "-".to_owned(),
-                    (_, None) => "timeout".to_owned(),
-                };
                 let _ = writeln!(
                     out,
                     "{:<10}{} {:>8} {:>7} {:>22} {:>9} {:>11.0} {:>15} {:>17}{}",
@@ -381,7 +407,7 @@ fn table(runs: &[ModeRun], with_paths: bool) -> String {
                     r.rps,
                     format!("{:.1}/{:.1}", r.latency_ms.p50, r.latency_ms.p99),
                     format!("{}/{}", served(NODE_IDS[0]), served(NODE_IDS[1])),
-                    drain(&drained),
+                    drain(&drain_ms(run.seckill, *d)),
                 );
             }
             Err(_) => {
@@ -390,6 +416,16 @@ fn table(runs: &[ModeRun], with_paths: bool) -> String {
         }
     }
     out
+}
+
+/// The drain time as the table and the picture show it: milliseconds, `-`
+/// on the synchronous path (nothing to drain), `timeout` past the deadline.
+fn drain_ms(seckill: SeckillMode, drain: Option<Duration>) -> String {
+    match (seckill, drain) {
+        (_, Some(took)) => took.as_millis().to_string(),
+        (SeckillMode::Sync, None) => "-".to_owned(),
+        (_, None) => "timeout".to_owned(),
+    }
 }
 
 #[derive(Serialize)]
