@@ -8,8 +8,8 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use actix_web::{web, FromRequest, HttpRequest};
+use hmdp_lock::Connection as RedisConnection;
 use rand::RngExt;
-use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
 use subtle::ConstantTimeEq;
 
@@ -65,14 +65,14 @@ impl Phone {
 /// Login codes and sessions in Redis.
 #[derive(Clone)]
 pub struct Sessions {
-    redis: ConnectionManager,
+    redis: RedisConnection,
     keys: Keys,
     /// Minimum time between two codes for one phone (an SMS costs money).
     code_interval: Duration,
 }
 
 impl Sessions {
-    pub fn new(redis: ConnectionManager, keys: Keys, code_interval: Duration) -> Self {
+    pub fn new(redis: RedisConnection, keys: Keys, code_interval: Duration) -> Self {
         Sessions {
             redis,
             keys,

@@ -5,7 +5,7 @@
 //! sharing one Redis, without coordination between the nodes.
 
 use chrono::{DateTime, Utc};
-use redis::aio::ConnectionManager;
+use hmdp_lock::Connection as RedisConnection;
 
 use crate::keys::Keys;
 
@@ -17,12 +17,12 @@ const COUNTER_TTL_SECS: i64 = 2 * 24 * 60 * 60;
 /// Mints ids from a Redis counter.
 #[derive(Clone)]
 pub struct IdWorker {
-    redis: ConnectionManager,
+    redis: RedisConnection,
     keys: Keys,
 }
 
 impl IdWorker {
-    pub fn new(redis: ConnectionManager, keys: Keys) -> Self {
+    pub fn new(redis: RedisConnection, keys: Keys) -> Self {
         IdWorker { redis, keys }
     }
 

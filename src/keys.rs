@@ -26,19 +26,22 @@ impl Keys {
     }
 
     /// `login:code:{phone}`: the login code sent to a phone (TTL 2 min).
+    /// The braces are in the key: a phone's code keys are written together
+    /// (a pipeline, lua/check_code.lua), so on a Redis Cluster they must
+    /// share a slot, and the hash tag `{phone}` puts them in one.
     pub fn login_code(&self, phone: &str) -> String {
-        format!("{}login:code:{phone}", self.prefix)
+        format!("{}login:code:{{{phone}}}", self.prefix)
     }
 
     /// `login:code:limit:{phone}`: present while the phone may not ask for
     /// another code.
     pub fn login_code_limit(&self, phone: &str) -> String {
-        format!("{}login:code:limit:{phone}", self.prefix)
+        format!("{}login:code:limit:{{{phone}}}", self.prefix)
     }
 
     /// `login:code:fail:{phone}`: wrong guesses of the current code.
     pub fn login_code_failures(&self, phone: &str) -> String {
-        format!("{}login:code:fail:{phone}", self.prefix)
+        format!("{}login:code:fail:{{{phone}}}", self.prefix)
     }
 
     /// `login:token:{token}`: the session hash (TTL 30 min, refreshed).

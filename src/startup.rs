@@ -9,8 +9,8 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::middleware::{from_fn, DefaultHeaders};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
+use hmdp_lock::Connection as RedisConnection;
 use hmdp_lock::{Faults, OrderLock};
-use redis::aio::ConnectionManager;
 use tracing_actix_web::TracingLogger;
 
 use crate::auth::{AdminToken, Sessions};
@@ -26,7 +26,7 @@ use crate::{api, metrics};
 pub struct AppState {
     pub node_id: String,
     pub store: Store,
-    pub redis: ConnectionManager,
+    pub redis: RedisConnection,
     pub sessions: Sessions,
     pub seckill: Arc<Seckill>,
     pub admin_token: AdminToken,
@@ -36,8 +36,8 @@ pub struct AppState {
 
 /// A Redis connection that reconnects by itself and never waits longer than
 /// `timeout` for a reply, so a dead Redis turns into fast 503s, not hangs.
-pub fn connect_redis(url: &str, timeout: Duration) -> anyhow::Result<ConnectionManager> {
-    hmdp_lock::connection_manager(url, timeout)
+pub fn connect_redis(url: &str, timeout: Duration) -> anyhow::Result<RedisConnection> {
+    hmdp_lock::connect(url, timeout)
         .with_context(|| format!("invalid REDIS_URL `{}`", redact_url(url)))
 }
 

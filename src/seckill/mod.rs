@@ -30,8 +30,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Local;
+use hmdp_lock::Connection as RedisConnection;
 use hmdp_lock::{HeldLock, LockError, OrderLock};
-use redis::aio::ConnectionManager;
 use serde::Serialize;
 use tracing::Instrument;
 
@@ -87,7 +87,7 @@ impl Seckill {
     pub fn new(
         store: Store,
         lock: Arc<dyn OrderLock>,
-        redis: ConnectionManager,
+        redis: RedisConnection,
         keys: Keys,
         chaos_hold: Duration,
     ) -> Self {

@@ -11,7 +11,7 @@
 use std::sync::LazyLock;
 
 use chrono::{Local, NaiveDateTime, TimeZone};
-use redis::aio::ConnectionManager;
+use hmdp_lock::Connection as RedisConnection;
 use redis::{AsyncCommands, Script};
 use serde::Serialize;
 
@@ -52,7 +52,7 @@ pub struct PendingOrder {
 
 /// Sales, buyers and pending orders in Redis.
 pub struct SaleState {
-    pub(super) redis: ConnectionManager,
+    pub(super) redis: RedisConnection,
     pub(super) keys: Keys,
     store: Store,
     /// Loads run one at a time: after a Redis restart every purchase of a
@@ -62,7 +62,7 @@ pub struct SaleState {
 }
 
 impl SaleState {
-    pub fn new(redis: ConnectionManager, keys: Keys, store: Store) -> Self {
+    pub fn new(redis: RedisConnection, keys: Keys, store: Store) -> Self {
         SaleState {
             redis,
             keys,

@@ -34,7 +34,7 @@ pub struct TestApp {
     pub address: String,
     pub client: reqwest::Client,
     pub store: Store,
-    pub redis: redis::aio::ConnectionManager,
+    pub redis: hmdp_lock::Connection,
     pub prefix: String,
     /// The test's database and Redis namespace, removed when the app is
     /// dropped; declared last so they go after the connections above.

@@ -9,6 +9,7 @@ mod health;
 mod helpers;
 mod locks;
 mod logs;
+mod redis_cluster;
 mod shutdown;
 mod slow_body;
 mod slow_mysql;

@@ -132,7 +132,7 @@ pub fn build(
         LockMode::RedisOwner => Arc::new(RedisOwnerLock::new(set_nx(), GetThenDelUnlock)),
         LockMode::RedisLua => Arc::new(RedisLuaLock::new(set_nx(), LuaUnlock)),
         LockMode::Reentrant => Arc::new(ReentrantLock::observed(
-            redis::Client::open(redis_url)?,
+            subscription_client(redis_url)?,
             redis.clone(),
             options.reentrant(),
             options.observer.clone(),
@@ -157,6 +157,49 @@ pub fn build(
     } else {
         lock
     })
+}
+
+/// The scheme of a Redis Cluster URL: `redis+cluster://host:port,host:port`.
+const CLUSTER_SCHEME: &str = "redis+cluster://";
+
+/// The seed nodes of a Redis Cluster URL (`redis+cluster://h1:p1,h2:p2,...`,
+/// each `[user:password@]host:port`) as `redis://` URLs; `None` for a URL of
+/// one server.
+pub fn cluster_nodes(url: &str) -> Option<Vec<String>> {
+    let nodes = url.strip_prefix(CLUSTER_SCHEME)?;
+    Some(
+        nodes
+            .split(',')
+            .map(|node| format!("redis://{}", node.trim().trim_end_matches('/')))
+            .collect(),
+    )
+}
+
+/// The client the release subscription of `reentrant` connects with. On a
+/// cluster, the first seed node: Redis Cluster delivers a classic `PUBLISH`
+/// to the subscribers of every node, so one node hears every release.
+fn subscription_client(redis_url: &str) -> redis::RedisResult<redis::Client> {
+    match cluster_nodes(redis_url) {
+        Some(nodes) => redis::Client::open(nodes[0].as_str()),
+        None => redis::Client::open(redis_url),
+    }
+}
+
+/// The shared connection to the Redis at `url`: one server
+/// (`redis://host:port/db`, [`connection_manager`]) or a Redis Cluster
+/// (`redis+cluster://host:port,host:port,...`: any of its nodes, the rest is
+/// discovered), never waiting longer than `timeout` to connect or for a
+/// reply. Connects on first use.
+pub fn connect(url: &str, timeout: Duration) -> redis::RedisResult<Connection> {
+    match cluster_nodes(url) {
+        Some(nodes) => Ok(redis::cluster::ClusterClient::builder(nodes)
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
+            .retries(1)
+            .build()?
+            .into()),
+        None => connection_manager(url, timeout).map(Connection::from),
+    }
 }
 
 /// A connection for the locks to share: it reconnects by itself, and never

@@ -1,9 +1,16 @@
 //! The Redis connection a lock sends its commands on: redis-rs's
-//! reconnecting [`ConnectionManager`], what a service wants, or a plain
-//! [`MultiplexedConnection`], for a caller that already has one.
+//! reconnecting [`ConnectionManager`], what a service wants, a plain
+//! [`MultiplexedConnection`], for a caller that already has one, or a Redis
+//! Cluster connection, which routes each command to the master of its key's
+//! slot.
+
+use std::sync::Arc;
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
+use tokio::sync::OnceCell;
 
 /// Where a lock's commands go. Cloning shares the connection, as cloning
 /// either of redis-rs's types does; build one with `.into()`.
@@ -18,6 +25,36 @@ pub enum Connection {
     Reconnecting(ConnectionManager),
     /// Fails for good once its socket breaks.
     Multiplexed(MultiplexedConnection),
+    /// A Redis Cluster: follows `MOVED` / `ASK` redirections and refreshes
+    /// its slot map after a failover by itself.
+    Cluster(LazyCluster),
+}
+
+/// A cluster connection opened on first use, as a `ConnectionManager` is:
+/// building a lock (or a node) must not need Redis up, nor an `.await`.
+/// Clones share the one connection.
+#[derive(Clone)]
+pub struct LazyCluster {
+    /// One allocation shared by the clones (and a small enum variant).
+    shared: Arc<(ClusterClient, OnceCell<ClusterConnection>)>,
+}
+
+impl LazyCluster {
+    pub fn new(client: ClusterClient) -> Self {
+        LazyCluster {
+            shared: Arc::new((client, OnceCell::new())),
+        }
+    }
+
+    /// The shared connection, opened by the first caller (a failed attempt
+    /// leaves the cell empty, so the next caller tries again).
+    async fn connection(&self) -> redis::RedisResult<ClusterConnection> {
+        let (client, connection) = &*self.shared;
+        connection
+            .get_or_try_init(|| client.get_async_connection())
+            .await
+            .cloned()
+    }
 }
 
 impl From<ConnectionManager> for Connection {
@@ -32,11 +69,20 @@ impl From<MultiplexedConnection> for Connection {
     }
 }
 
+impl From<ClusterClient> for Connection {
+    fn from(client: ClusterClient) -> Self {
+        Connection::Cluster(LazyCluster::new(client))
+    }
+}
+
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Connection::Reconnecting(connection) => connection.req_packed_command(cmd),
             Connection::Multiplexed(connection) => connection.req_packed_command(cmd),
+            Connection::Cluster(cluster) => {
+                Box::pin(async move { cluster.connection().await?.req_packed_command(cmd).await })
+            }
         }
     }
 
@@ -53,6 +99,13 @@ impl ConnectionLike for Connection {
             Connection::Multiplexed(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
+            Connection::Cluster(cluster) => Box::pin(async move {
+                cluster
+                    .connection()
+                    .await?
+                    .req_packed_commands(pipeline, offset, count)
+                    .await
+            }),
         }
     }
 
@@ -60,6 +113,8 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Reconnecting(connection) => connection.get_db(),
             Connection::Multiplexed(connection) => connection.get_db(),
+            // A cluster has database 0 only.
+            Connection::Cluster(_) => 0,
         }
     }
 }

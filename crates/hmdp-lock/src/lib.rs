@@ -119,7 +119,7 @@ mod set_nx;
 
 use async_trait::async_trait;
 
-pub use builder::{build, connection_manager, BuildError, Options};
+pub use builder::{build, cluster_nodes, connect, connection_manager, BuildError, Options};
 pub use connection::Connection;
 pub use faults::{Faults, Pause};
 pub use fencing::Fenced;

@@ -13,6 +13,8 @@ pub mod binary;
 pub mod database;
 /// Child processes that log to a file and are killed when dropped.
 pub mod process;
+/// A real Redis Cluster of private servers: three masters, three replicas.
+pub mod redis_cluster;
 /// A Redis key prefix of its own, its keys removed when dropped.
 pub mod redis_keys;
 /// Private `redis-server` processes on free ports.
@@ -21,6 +23,7 @@ pub mod redis_server;
 pub use binary::hmdp_binary;
 pub use database::TestDatabase;
 pub use process::{ChildProcess, Stdout};
+pub use redis_cluster::RedisCluster;
 pub use redis_keys::{remove_keys_with_prefix, RedisNamespace};
 pub use redis_server::RedisServer;
 

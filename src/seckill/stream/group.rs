@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use hmdp_lock::Connection as RedisConnection;
 use redis::streams::{
     StreamAutoClaimOptions, StreamAutoClaimReply, StreamInfoConsumersReply,
     StreamPendingCountReply, StreamReadOptions, StreamReadReply,
@@ -24,11 +24,11 @@ pub const GROUP: &str = "order-writers";
 /// This process's consumer in the group.
 pub(super) struct OrderStream {
     /// The shared multiplexed connection, for the short commands.
-    redis: ConnectionManager,
+    redis: RedisConnection,
     /// A connection of its own for `XREADGROUP ... BLOCK`: a blocking read
     /// on the shared connection would hold up every command queued behind
     /// it (sessions, locks, ids) for as long as it blocks.
-    reader: ConnectionManager,
+    reader: RedisConnection,
     stream: String,
     dead_letters: String,
     pending_orders: String,
@@ -47,8 +47,8 @@ pub(super) struct Claimed {
 
 impl OrderStream {
     pub fn new(
-        redis: ConnectionManager,
-        reader: ConnectionManager,
+        redis: RedisConnection,
+        reader: RedisConnection,
         keys: &Keys,
         consumer: String,
     ) -> OrderStream {

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use redis::aio::ConnectionManager;
+use hmdp_lock::Connection as RedisConnection;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -80,7 +80,7 @@ impl StreamConsumer {
     /// read's block) and writing through `seckill`'s store and lock.
     pub fn new(
         seckill: Arc<Seckill>,
-        redis: ConnectionManager,
+        redis: RedisConnection,
         redis_url: &str,
         timeout: Duration,
         settings: &StreamSettings,

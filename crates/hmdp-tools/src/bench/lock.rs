@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use hmdp_lock::{Connection, Faults, OrderLock};
-use redis::aio::ConnectionManager;
 use redis::Script;
 use serde::Serialize;
 
@@ -123,7 +122,7 @@ struct Handoff {
 /// waiter's acquisition returning is recorded, next to a `PING` round trip.
 async fn measure_handoffs(
     lock: Arc<dyn OrderLock>,
-    mut redis: ConnectionManager,
+    mut redis: Connection,
     key: &str,
 ) -> anyhow::Result<Handoff> {
     let (mut gaps, mut acquires, mut pings) = (new_histogram(), new_histogram(), new_histogram());
@@ -204,7 +203,7 @@ async fn bare_pair(mut redis: Connection, key: &str, token: &str) -> bool {
 pub async fn run(args: BenchLockArgs) -> anyhow::Result<BenchLockResult> {
     let redis = connect_redis(&args.redis.url, args.timeout.backend_timeout())?;
     let shared: Connection = match args.connection {
-        ConnectionKind::Reconnecting => redis.clone().into(),
+        ConnectionKind::Reconnecting => redis.clone(),
         ConnectionKind::Multiplexed => {
             // The nodes' timeouts, as the reconnecting connection has them.
             let config = redis::AsyncConnectionConfig::new()

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use futures::FutureExt;
+use hmdp_lock::Connection as RedisConnection;
 use hmdp_lock::{Faults, HeldLock, Holder, LockMode, OrderLock, Release};
-use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -76,7 +76,7 @@ type ArmedStall = Arc<Mutex<Option<(Actor, u64)>>>;
 /// The stage a scenario plays on.
 pub struct Lab {
     mode: LockMode,
-    redis: ConnectionManager,
+    redis: RedisConnection,
     redis_url: String,
     lock_nodes: Vec<String>,
     /// `--fencing`: the scenario's locks mint fencing tokens.
@@ -99,7 +99,7 @@ pub struct Lab {
 impl Lab {
     /// A stage for `mode` on `redis` (already reached), the rest as `args`
     /// asks. The scenario clock starts here.
-    pub(super) fn new(mode: LockMode, redis: ConnectionManager, args: &LabArgs) -> Self {
+    pub(super) fn new(mode: LockMode, redis: RedisConnection, args: &LabArgs) -> Self {
         // A fresh namespace per run, so runs never see each other's keys.
         let namespace = format!("{}lab:{}:", args.redis.prefix, Uuid::new_v4());
         let key = Keys::new(namespace.clone()).order_lock(UserId::new(1));
@@ -147,7 +147,7 @@ impl Lab {
 
     fn build_lock(
         &self,
-        redis: &ConnectionManager,
+        redis: &RedisConnection,
         redis_url: &str,
         nodes: &[String],
         lease: Duration,
@@ -188,7 +188,7 @@ impl Lab {
     }
 
     /// The lab's Redis, for scenarios that run the purchase itself.
-    pub fn redis(&self) -> ConnectionManager {
+    pub fn redis(&self) -> RedisConnection {
         self.redis.clone()
     }
 

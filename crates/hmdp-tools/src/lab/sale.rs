@@ -33,7 +33,7 @@ pub(super) struct SaleStage {
     nodes: Vec<Node>,
     spec: ClusterSpec,
     client: reqwest::Client,
-    redis: redis::aio::ConnectionManager,
+    redis: hmdp_lock::Connection,
     pub store: Store,
     pub sale_state: SaleState,
     voucher: Option<VoucherId>,

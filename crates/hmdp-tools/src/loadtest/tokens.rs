@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Args;
 use futures::stream::{self, StreamExt, TryStreamExt};
-use redis::aio::ConnectionManager;
+use hmdp_lock::Connection as RedisConnection;
 use redis::AsyncCommands;
 use serde::Deserialize;
 
@@ -63,7 +63,7 @@ pub fn phone(i: usize) -> String {
 pub struct Login {
     client: reqwest::Client,
     target: String,
-    redis: ConnectionManager,
+    redis: RedisConnection,
     keys: Keys,
 }
 
@@ -78,12 +78,7 @@ struct ApiBody {
 }
 
 impl Login {
-    pub fn new(
-        client: reqwest::Client,
-        target: &str,
-        redis: ConnectionManager,
-        keys: Keys,
-    ) -> Self {
+    pub fn new(client: reqwest::Client, target: &str, redis: RedisConnection, keys: Keys) -> Self {
         Login {
             client,
             target: target.trim_end_matches('/').to_owned(),

@@ -1,0 +1,132 @@
+//! A real Redis Cluster of private `redis-server` processes on free local
+//! ports: three masters and a replica of each, joined by `redis-cli --cluster
+//! create`, for the tests and the lab that must run on a cluster (and kill
+//! one of its masters).
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+
+use crate::RedisServer;
+
+/// How long the cluster may take to agree that every slot is served.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Masters of a test cluster; each gets one replica.
+pub const MASTERS: usize = 3;
+
+/// Six cluster-enabled servers, every slot assigned; all killed when dropped.
+pub struct RedisCluster {
+    /// The masters first, then their replicas, as `redis-cli` was given them
+    /// (it pairs them itself; ask the cluster who replicates whom).
+    servers: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts the servers, creates the cluster and waits until every server
+    /// reports `cluster_state:ok`.
+    pub async fn start() -> anyhow::Result<RedisCluster> {
+        Self::start_with(&[]).await
+    }
+
+    /// As [`start`](Self::start), with extra `redis-server` arguments for
+    /// every server.
+    pub async fn start_with(extra_args: &[&str]) -> anyhow::Result<RedisCluster> {
+        let mut args = vec![
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            // A dead master is failed over within about two seconds.
+            "--cluster-node-timeout",
+            "1000",
+        ];
+        args.extend_from_slice(extra_args);
+        let mut servers = Vec::with_capacity(2 * MASTERS);
+        for _ in 0..2 * MASTERS {
+            servers.push(RedisServer::start_with(&args).await?);
+        }
+        let addresses: Vec<String> = servers
+            .iter()
+            .map(|server| format!("127.0.0.1:{}", server.port()))
+            .collect();
+        let created = tokio::process::Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .await
+            .context("cannot run redis-cli (see scripts/services.sh)")?;
+        if !created.status.success() {
+            bail!(
+                "redis-cli --cluster create failed: {}",
+                String::from_utf8_lossy(&created.stderr)
+            );
+        }
+        let cluster = RedisCluster { servers };
+        cluster.wait_until_ok().await?;
+        Ok(cluster)
+    }
+
+    /// `redis+cluster://127.0.0.1:p1,127.0.0.1:p2,...`: every server, so a
+    /// client finds the cluster whichever of them is down.
+    pub fn url(&self) -> String {
+        let nodes: Vec<String> = self
+            .servers
+            .iter()
+            .map(|server| format!("127.0.0.1:{}", server.port()))
+            .collect();
+        format!("redis+cluster://{}", nodes.join(","))
+    }
+
+    /// The servers, in the order they were started.
+    pub fn servers(&self) -> &[RedisServer] {
+        &self.servers
+    }
+
+    /// The servers, to kill one.
+    pub fn servers_mut(&mut self) -> &mut [RedisServer] {
+        &mut self.servers
+    }
+
+    /// Waits until every running server reports every slot served.
+    pub async fn wait_until_ok(&self) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        loop {
+            let mut all_ok = true;
+            for server in self.servers.iter().filter(|server| server.is_running()) {
+                all_ok &= matches!(cluster_state(server).await, Ok(state) if state == "ok");
+            }
+            if all_ok {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!("the Redis Cluster did not report ok within {READY_TIMEOUT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// `cluster_state` from one server's `CLUSTER INFO`: `ok` or `fail`.
+pub async fn cluster_state(server: &RedisServer) -> anyhow::Result<String> {
+    let client = redis::Client::open(server.url())?;
+    let info = async {
+        let mut connection = client.get_multiplexed_async_connection().await?;
+        redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query_async::<String>(&mut connection)
+            .await
+    };
+    let info = tokio::time::timeout(Duration::from_secs(1), info)
+        .await
+        .context("CLUSTER INFO timed out")??;
+    info.lines()
+        .find_map(|line| line.strip_prefix("cluster_state:"))
+        .map(|state| state.trim().to_owned())
+        .context("CLUSTER INFO without cluster_state")
+}

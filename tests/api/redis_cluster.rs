@@ -1,0 +1,139 @@
+//! A node on a real Redis Cluster (three masters, three replicas, private
+//! servers): login and sessions, the id worker, every single-Redis lock mode
+//! with and without fencing, and the asynchronous purchase. Each of their Lua
+//! scripts touches several keys, which a cluster accepts only when they share
+//! one slot (`CROSSSLOT` otherwise): running them all here checks the hash
+//! tags.
+
+use std::time::Duration;
+
+use hmdp::config::SeckillMode;
+use hmdp_lock::LockMode;
+use hmdp_test_support::{wait_until, RedisCluster};
+
+use crate::helpers::spawn_app;
+
+/// One node setup on the cluster, named as its flags would read.
+struct Setup {
+    name: &'static str,
+    mode: LockMode,
+    fencing: bool,
+    seckill: SeckillMode,
+    /// `--lock-wait-ms`: above 0, a busy lock is waited for, and `reentrant`
+    /// hears of its release through pub/sub.
+    wait_ms: u64,
+}
+
+const SETUPS: [Setup; 7] = [
+    Setup {
+        name: "--lock=redis-naive",
+        mode: LockMode::RedisNaive,
+        fencing: false,
+        seckill: SeckillMode::Sync,
+        wait_ms: 0,
+    },
+    Setup {
+        name: "--lock=redis-owner",
+        mode: LockMode::RedisOwner,
+        fencing: false,
+        seckill: SeckillMode::Sync,
+        wait_ms: 0,
+    },
+    Setup {
+        name: "--lock=redis-lua",
+        mode: LockMode::RedisLua,
+        fencing: false,
+        seckill: SeckillMode::Sync,
+        wait_ms: 0,
+    },
+    Setup {
+        name: "--lock=redis-lua --fencing",
+        mode: LockMode::RedisLua,
+        fencing: true,
+        seckill: SeckillMode::Sync,
+        wait_ms: 0,
+    },
+    Setup {
+        name: "--lock=reentrant --lock-wait-ms=3000",
+        mode: LockMode::Reentrant,
+        fencing: false,
+        seckill: SeckillMode::Sync,
+        wait_ms: 3000,
+    },
+    Setup {
+        name: "--lock=reentrant --fencing",
+        mode: LockMode::Reentrant,
+        fencing: true,
+        seckill: SeckillMode::Sync,
+        wait_ms: 0,
+    },
+    Setup {
+        name: "--lock=reentrant --seckill=stream",
+        mode: LockMode::Reentrant,
+        fencing: false,
+        seckill: SeckillMode::Stream,
+        wait_ms: 0,
+    },
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_lock_mode_and_purchase_path_runs_on_a_redis_cluster() {
+    let cluster = RedisCluster::start()
+        .await
+        .expect("a Redis Cluster starts (redis-server and redis-cli: scripts/services.sh)");
+    for setup in &SETUPS {
+        let app = spawn_app(|s| {
+            s.store.redis.url = cluster.url();
+            s.lock.mode = setup.mode;
+            s.lock.fencing = setup.fencing;
+            s.lock.lock_wait_ms = setup.wait_ms;
+            s.seckill = setup.seckill;
+        })
+        .await;
+        const STOCK: i64 = 2;
+        let voucher = app.create_open_seckill(STOCK).await;
+        let tokens = app.login_many(3).await;
+        let name = setup.name;
+
+        // The first user twice at once: with a wait, the second purchase
+        // waits for the first one's release and then finds its order.
+        let (first, again) = tokio::join!(
+            app.purchase(voucher, &tokens[0]),
+            app.purchase(voucher, &tokens[0])
+        );
+        let outcomes = [&first, &again].map(|body| {
+            body["errorCode"]
+                .as_str()
+                .unwrap_or(if body["success"] == true { "OK" } else { "?" })
+                .to_owned()
+        });
+        assert!(outcomes.contains(&"OK".to_owned()), "{name}: {outcomes:?}");
+        let refused = outcomes.iter().find(|o| *o != "OK").expect("one refused");
+        if setup.wait_ms > 0 || setup.seckill == SeckillMode::Stream {
+            assert_eq!(refused, "ALREADY_ORDERED", "{name}");
+        } else {
+            assert!(
+                ["ALREADY_ORDERED", "DUPLICATE_REQUEST"].contains(&refused.as_str()),
+                "{name}: {refused}"
+            );
+        }
+        let second = app.purchase(voucher, &tokens[1]).await;
+        assert_eq!(second["success"], true, "{name}: {second}");
+        let third = app.purchase(voucher, &tokens[2]).await;
+        assert_eq!(third["errorCode"], "SOLD_OUT", "{name}: {third}");
+
+        // Every order in MySQL (the stream's consumer writes them afterwards).
+        wait_until("the orders written", Duration::from_secs(20), || async {
+            app.audit(voucher).await.orders == STOCK
+        })
+        .await;
+        let audit = app.audit(voucher).await;
+        assert_eq!(audit.duplicate_users, 0, "{name}");
+        assert!(audit.stock_balances(STOCK), "{name}: {audit:?}");
+        let me = app.get_json("/user/me", Some(&tokens[2])).await;
+        assert_eq!(
+            me["success"], true,
+            "{name}: a session on the cluster: {me}"
+        );
+    }
+}
