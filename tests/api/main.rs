@@ -9,6 +9,7 @@ mod health;
 mod helpers;
 mod locks;
 mod logs;
+mod shop;
 mod shutdown;
 mod slow_body;
 mod slow_mysql;
