@@ -49,12 +49,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     }));
 }
 
-/// The rows to skip for hmdp's `current` page (1 when absent) of `size`
-/// rows; page 0 is a bad request.
-fn page_offset(current: Option<u32>, size: u64) -> Result<u64, Error> {
+/// hmdp's `current`: the page number of a list, from 1 (the default).
+fn page_number(current: Option<u32>) -> Result<u32, Error> {
     match current.unwrap_or(1) {
         0 => Err(Error::BadRequest("current 必须从 1 开始".into())),
-        page => Ok(u64::from(page - 1) * size),
+        page => Ok(page),
     }
 }
 

@@ -5,7 +5,7 @@
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 
-use super::page_offset;
+use super::page_number;
 use super::response::ok_data;
 use crate::error::{Error, Rejection};
 use crate::ids::{positive_id, ShopId};
@@ -40,7 +40,7 @@ async fn shops_of_type(
     query: web::Query<TypeQuery>,
 ) -> Result<HttpResponse, Error> {
     let type_id = positive_id(&query.type_id)?.unsigned_abs();
-    let offset = page_offset(query.current, SHOPS_PER_PAGE)?;
+    let offset = u64::from(page_number(query.current)? - 1) * SHOPS_PER_PAGE;
     let shops = state
         .store
         .shops_of_type(type_id, offset, SHOPS_PER_PAGE)

