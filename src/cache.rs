@@ -114,7 +114,13 @@ impl ShopCache {
                 "shop_type",
                 &self.keys.cached_shop_types(),
                 &self.keys.shop_types_rebuild_lock(),
-                || async { self.store.shop_types().await.map(Some) },
+                // No categories yet is cached as missing, for minutes, not
+                // as an empty list for half an hour: a home page opened
+                // before `hmdp seed` must not hide the seeded categories.
+                || async {
+                    let types = self.store.shop_types().await?;
+                    Ok((!types.is_empty()).then_some(types))
+                },
             )
             .await?;
         Ok(types.unwrap_or_default())

@@ -121,6 +121,19 @@ async fn shop_types_are_listed_by_sort_with_the_fields_the_home_page_reads() {
 }
 
 #[tokio::test]
+async fn no_categories_yet_are_cached_as_missing_not_as_an_empty_list() {
+    let app = spawn_app(|_| {}).await;
+
+    let body = app.get_json("/shop-type/list", None).await;
+
+    assert_eq!(body, json!({"success": true, "data": []}));
+    let key = app.keys().cached_shop_types();
+    let cached: Option<String> = app.redis.clone().get(&key).await.unwrap();
+    assert_eq!(cached.as_deref(), Some(""));
+    assert!(ttl(&app, &key).await <= MISSING_TTL);
+}
+
+#[tokio::test]
 async fn a_shop_has_hmdps_fields_with_its_images_as_one_string() {
     let app = spawn_app(|_| {}).await;
     save_shops(&app, [shop(1, 1)]).await;
