@@ -23,6 +23,7 @@ pub enum Rejection {
     DuplicateRequest,
     AlreadyOrdered,
     OrderNotFound,
+    ShopNotFound,
 }
 
 impl Rejection {
@@ -38,6 +39,7 @@ impl Rejection {
             Rejection::DuplicateRequest => "DUPLICATE_REQUEST",
             Rejection::AlreadyOrdered => "ALREADY_ORDERED",
             Rejection::OrderNotFound => "ORDER_NOT_FOUND",
+            Rejection::ShopNotFound => "SHOP_NOT_FOUND",
         }
     }
 
@@ -53,6 +55,7 @@ impl Rejection {
             Rejection::DuplicateRequest => "不允许重复下单！",
             Rejection::AlreadyOrdered => "用户已经购买过一次！",
             Rejection::OrderNotFound => "订单不存在！",
+            Rejection::ShopNotFound => "店铺不存在！",
         }
     }
 }

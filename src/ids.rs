@@ -1,17 +1,27 @@
-//! Typed ids of hmdp's rows: a user's, a voucher's and an order's id cannot
-//! be swapped for one another by accident, and each is parsed once, where
-//! it enters (a path, a session, a row).
+//! Typed ids of hmdp's rows: a user's, a shop's, a voucher's and an order's
+//! id cannot be swapped for one another by accident, and each is parsed
+//! once, where it enters (a path, a session, a row).
 
 use std::fmt;
 use std::str::FromStr;
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 
 /// `tb_user.id`. In JSON a number, as hmdp's front end reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, sqlx::Type, Serialize)]
 #[sqlx(transparent)]
 #[serde(transparent)]
 pub struct UserId(u64);
+
+/// `tb_shop.id`. In JSON a number, as hmdp's front end reads it: shop ids
+/// are small (hmdp's own run to 14), and the pages put them in URLs as they
+/// are. Read back from JSON too: the shop cache keeps shops as JSON.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, sqlx::Type, Serialize, Deserialize,
+)]
+#[sqlx(transparent)]
+#[serde(transparent)]
+pub struct ShopId(u64);
 
 /// `tb_voucher.id`. In JSON a string: JavaScript numbers lose precision
 /// past 2^53.
@@ -31,7 +41,7 @@ pub struct OrderId(i64);
 pub struct InvalidId(String);
 
 /// Parses a positive decimal id within `i64`: digits only, no sign, no
-/// spaces, no exponent. (Shop ids, which have no type of their own, too.)
+/// spaces, no exponent.
 pub fn positive_id(raw: &str) -> Result<i64, InvalidId> {
     match raw.parse::<i64>() {
         Ok(id) if id > 0 && raw.bytes().all(|b| b.is_ascii_digit()) => Ok(id),
@@ -60,6 +70,7 @@ macro_rules! id_type {
 }
 
 id_type!(UserId, u64);
+id_type!(ShopId, u64);
 id_type!(VoucherId, i64);
 id_type!(OrderId, i64);
 
@@ -84,6 +95,23 @@ macro_rules! string_id {
 
 string_id!(VoucherId);
 string_id!(OrderId);
+
+/// User and shop ids come in as path segments (`/user/info/{id}`,
+/// `/shop/{id}`) and go out as numbers.
+macro_rules! number_id {
+    ($name:ident) => {
+        impl FromStr for $name {
+            type Err = InvalidId;
+
+            fn from_str(raw: &str) -> Result<Self, InvalidId> {
+                positive_id(raw).map(|id| $name(id.unsigned_abs()))
+            }
+        }
+    };
+}
+
+number_id!(UserId);
+number_id!(ShopId);
 
 #[cfg(test)]
 mod tests {
@@ -111,15 +139,18 @@ mod tests {
     }
 
     #[test]
-    fn voucher_and_order_ids_are_json_strings_user_ids_numbers() {
+    fn voucher_and_order_ids_are_json_strings_user_and_shop_ids_numbers() {
         let json = serde_json::json!({
             "voucher": VoucherId::new(10),
             "order": OrderId::new(665_762_232_012_898_305),
             "user": UserId::new(7),
+            "shop": ShopId::new(3),
         });
         assert_eq!(
             json.to_string(),
-            r#"{"order":"665762232012898305","user":7,"voucher":"10"}"#
+            r#"{"order":"665762232012898305","shop":3,"user":7,"voucher":"10"}"#
         );
+        assert_eq!("3".parse::<ShopId>().unwrap(), ShopId::new(3));
+        assert!("0".parse::<UserId>().is_err());
     }
 }

@@ -6,7 +6,7 @@
 //! stream and the pending orders in one call, which a Redis Cluster allows
 //! only within one slot. (A hot sale is one voucher, hence one slot, anyway.)
 
-use crate::ids::{UserId, VoucherId};
+use crate::ids::{ShopId, UserId, VoucherId};
 
 /// Builds Redis keys.
 #[derive(Debug, Clone, Default)]
@@ -60,6 +60,28 @@ impl Keys {
     /// `lock:order:{userId}`: the per-user purchase lock.
     pub fn order_lock(&self, user_id: UserId) -> String {
         format!("{}lock:order:{user_id}", self.prefix)
+    }
+
+    /// `cache:shop:{shopId}`: a shop as JSON (TTL 30 min and a jitter), or
+    /// `""` for an id MySQL does not have (TTL 2 min).
+    pub fn cached_shop(&self, shop_id: ShopId) -> String {
+        format!("{}cache:shop:{shop_id}", self.prefix)
+    }
+
+    /// `lock:shop:{shopId}`: held by the one reader rebuilding that shop's
+    /// cache entry.
+    pub fn shop_rebuild_lock(&self, shop_id: ShopId) -> String {
+        format!("{}lock:shop:{shop_id}", self.prefix)
+    }
+
+    /// `cache:type`: every shop category as a JSON list (hmdp's key).
+    pub fn cached_shop_types(&self) -> String {
+        format!("{}cache:type", self.prefix)
+    }
+
+    /// `lock:type`: held by the one reader rebuilding `cache:type`.
+    pub fn shop_types_rebuild_lock(&self) -> String {
+        format!("{}lock:type", self.prefix)
     }
 
     /// `icr:order:{yyyy:MM:dd}`: the id worker's per-day counter.

@@ -7,13 +7,15 @@
 pub mod api;
 /// Login codes, Redis sessions, the user and admin guards.
 pub mod auth;
+/// The Redis cache of shops and shop categories in front of MySQL.
+pub mod cache;
 /// Flags, environment and defaults of every command.
 pub mod config;
 /// The crate-wide error and its HTTP mapping.
 pub mod error;
 /// hmdp's Redis id worker.
 pub mod id_worker;
-/// Typed ids of users, vouchers and orders, parsed at the edge.
+/// Typed ids of users, shops, vouchers and orders, parsed at the edge.
 pub mod ids;
 /// Every Redis key, in one place.
 pub mod keys;

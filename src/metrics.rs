@@ -64,6 +64,12 @@ metric!(FENCING_REJECTIONS: IntCounter = register_int_counter_with_registry(
     "fencing_rejections_total", "Stale holders turned away by a newer fencing token"));
 metric!(REDIS_ERRORS: IntCounter = register_int_counter_with_registry(
     "redis_errors_total", "Redis calls of a request that failed"));
+metric!(CACHE_READS: IntCounterVec = register_int_counter_vec_with_registry(
+    "cache_reads_total",
+    "Reads of the Redis cache of shops and shop categories, by cache (shop, shop_type) and \
+     outcome (hit, missing: the cached marker of an unknown id, rebuild: read from MySQL, \
+     timeout: another reader's rebuild outlasted the wait)",
+    &["cache", "outcome"]));
 metric!(DB_POOL: IntGaugeVec = register_int_gauge_vec_with_registry(
     "db_pool_connections", "MySQL pool connections by state", &["state"]));
 
@@ -112,6 +118,7 @@ pub fn init(mode: &str) {
     LazyLock::force(&FENCING_REJECTIONS);
     LazyLock::force(&REDIS_ERRORS);
     LazyLock::force(&DB_POOL);
+    LazyLock::force(&CACHE_READS);
     LOCK_ACQUIRE.with_label_values(&[mode]);
     LOCK_BUSY.with_label_values(&[mode]);
     for reason in LostReason::ALL {

@@ -14,6 +14,7 @@ use hmdp_lock::{Faults, OrderLock};
 use tracing_actix_web::TracingLogger;
 
 use crate::auth::{AdminToken, Sessions};
+use crate::cache::ShopCache;
 use crate::config::{redact_url, LockSettings, SeckillMode, ServeSettings};
 use crate::keys::Keys;
 use crate::seckill::stream::StreamConsumer;
@@ -29,6 +30,8 @@ pub struct AppState {
     pub redis: RedisConnection,
     pub sessions: Sessions,
     pub seckill: Arc<Seckill>,
+    /// Shops and shop categories, read through Redis.
+    pub shops: ShopCache,
     pub admin_token: AdminToken,
     /// Upper bound on one backend call before answering 503.
     pub backend_timeout: Duration,
@@ -134,8 +137,16 @@ impl Application {
             )?),
             SeckillMode::Sync | SeckillMode::Queue => None,
         };
+        let shops = ShopCache::new(
+            redis.clone(),
+            &settings.store.redis.url,
+            keys.clone(),
+            store.clone(),
+            timeout,
+        )?;
         let state = web::Data::new(AppState {
             node_id: node_id.clone(),
+            shops,
             store,
             sessions: Sessions::new(
                 redis.clone(),

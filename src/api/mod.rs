@@ -2,10 +2,13 @@
 //! settings that turn malformed or slow input into hmdp-shaped 400/408/413
 //! answers.
 
+pub mod blog;
 pub mod body_deadline;
 pub mod health;
 pub mod metrics;
 pub mod response;
+pub mod shop;
+pub mod shop_type;
 pub mod user;
 pub mod voucher;
 pub mod voucher_order;
@@ -36,11 +39,22 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .configure(health::routes)
     .configure(metrics::routes)
     .configure(user::routes)
+    .configure(shop::routes)
+    .configure(shop_type::routes)
+    .configure(blog::routes)
     .configure(voucher::routes)
     .configure(voucher_order::routes)
     .default_service(web::to(|| async {
         Err::<actix_web::HttpResponse, _>(Error::NotFound)
     }));
+}
+
+/// hmdp's `current`: the page number of a list, from 1 (the default).
+fn page_number(current: Option<u32>) -> Result<u32, Error> {
+    match current.unwrap_or(1) {
+        0 => Err(Error::BadRequest("current 必须从 1 开始".into())),
+        page => Ok(page),
+    }
 }
 
 fn json_error(err: JsonPayloadError) -> Error {

@@ -1,4 +1,4 @@
-//! `/user/*`: login by phone code, the current user, logout.
+//! `/user/*`: login by phone code, the current user, a user's details, logout.
 
 use actix_web::{web, HttpResponse};
 use rand::distr::{Alphanumeric, SampleString};
@@ -7,12 +7,14 @@ use serde::Deserialize;
 use super::response::{ok, ok_data};
 use crate::auth::{CurrentUser, Phone};
 use crate::error::Error;
+use crate::ids::UserId;
 use crate::startup::AppState;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/user/code", web::post().to(send_code))
         .route("/user/login", web::post().to(login))
         .route("/user/me", web::get().to(me))
+        .route("/user/info/{id}", web::get().to(info))
         .route("/user/logout", web::post().to(logout));
 }
 
@@ -54,6 +56,22 @@ async fn login(
 
 async fn me(current: CurrentUser) -> HttpResponse {
     ok_data(current.user)
+}
+
+/// A user's details (the user page's introduction); `{"success":true}`
+/// without data for a user who never filled them in, as hmdp answers. A
+/// login is needed, as in hmdp; any user's details may be read (hmdp's page
+/// of another user shows them).
+async fn info(
+    state: web::Data<AppState>,
+    _: CurrentUser,
+    id: web::Path<String>,
+) -> Result<HttpResponse, Error> {
+    let id: UserId = id.parse()?;
+    Ok(match state.store.user_info(id).await? {
+        Some(info) => ok_data(info),
+        None => ok(),
+    })
 }
 
 async fn logout(state: web::Data<AppState>, current: CurrentUser) -> Result<HttpResponse, Error> {

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use super::response::ok_data;
 use crate::auth::Admin;
 use crate::error::Error;
+use crate::ids::ShopId;
 use crate::startup::AppState;
 use crate::store::{NewSeckillVoucher, NewVoucher};
 
@@ -141,6 +142,6 @@ async fn list_vouchers(
     state: web::Data<AppState>,
     shop_id: web::Path<String>,
 ) -> Result<HttpResponse, Error> {
-    let shop_id = u64::try_from(crate::ids::positive_id(&shop_id)?).expect("positive id");
+    let shop_id: ShopId = shop_id.parse()?;
     Ok(ok_data(state.store.vouchers_of_shop(shop_id).await?))
 }

@@ -4,6 +4,7 @@ mod fence;
 mod invariants;
 mod order;
 mod sale;
+mod shop;
 mod tx;
 mod user;
 mod voucher;
@@ -25,6 +26,7 @@ pub use order::{
     users_with_orders, NewOrder, VoucherOrder,
 };
 pub use sale::SaleSnapshot;
+pub use shop::{Shop, ShopType, UserInfo};
 pub use tx::Tx;
 pub use user::User;
 pub use voucher::{NewSeckillVoucher, NewVoucher, SeckillVoucher, Voucher};

@@ -5,7 +5,7 @@ use serde::Serialize;
 use sqlx::FromRow;
 
 use super::Store;
-use crate::ids::VoucherId;
+use crate::ids::{ShopId, VoucherId};
 
 /// A voucher to create (`POST /voucher`).
 #[derive(Debug, Clone)]
@@ -108,7 +108,7 @@ impl Store {
     }
 
     /// Listed (`status = 1`) vouchers of a shop, hmdp's `queryVoucherOfShop`.
-    pub async fn vouchers_of_shop(&self, shop_id: u64) -> Result<Vec<Voucher>, sqlx::Error> {
+    pub async fn vouchers_of_shop(&self, shop_id: ShopId) -> Result<Vec<Voucher>, sqlx::Error> {
         sqlx::query_as(
             "SELECT CAST(v.id AS SIGNED) AS id, v.shop_id, v.title, v.sub_title, v.rules, \
                     v.pay_value, v.actual_value, v.type AS voucher_type, v.status, \

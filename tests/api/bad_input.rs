@@ -171,6 +171,8 @@ async fn overflowing_negative_and_zero_ids_are_400_everywhere() {
             ("POST", format!("/voucher-order/seckill/{bad}")),
             ("GET", format!("/voucher-order/{bad}")),
             ("GET", format!("/voucher/list/{bad}")),
+            ("GET", format!("/shop/{bad}")),
+            ("GET", format!("/user/info/{bad}")),
         ] {
             let request = match method {
                 "POST" => app.client.post(app.url(&path)),

@@ -10,6 +10,7 @@ mod helpers;
 mod locks;
 mod logs;
 mod redis_cluster;
+mod shop;
 mod shutdown;
 mod slow_body;
 mod slow_mysql;

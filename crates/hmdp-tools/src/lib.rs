@@ -13,3 +13,5 @@ pub mod cluster;
 pub mod lab;
 /// The load generator and the bulk login behind `hmdp tokens`.
 pub mod loadtest;
+/// `hmdp seed`: sample shops, each with a seckill voucher, for the front end.
+pub mod seed;

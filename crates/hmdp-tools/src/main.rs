@@ -14,6 +14,7 @@ use hmdp_tools::cluster::soak::{self, SoakSettings};
 use hmdp_tools::cluster::up::{self, ClusterSettings};
 use hmdp_tools::lab;
 use hmdp_tools::loadtest::{self, tokens::TokensSettings, LoadtestSettings};
+use hmdp_tools::seed::{self, SeedSettings};
 
 /// hmdp-rs: the Heima Dianping flash-sale voucher backend, and a lab of the
 /// distributed locks that guard its one-order-per-user purchase.
@@ -30,6 +31,10 @@ enum Command {
     Serve(Box<ServeSettings>),
     /// Create the database if missing, apply pending migrations and exit.
     Migrate(MigrateSettings),
+    /// Load sample shop categories and shops, each with a seckill voucher on
+    /// sale, for hmdp's front end (creates and migrates the database if
+    /// needed; running it again leaves the same rows).
+    Seed(SeedSettings),
     /// Log N users in through the HTTP API and write one token per line.
     ///
     /// Sessions it opens are remembered in Redis (`load:sessions`, phone →
@@ -121,6 +126,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
             .await?;
             tracing::info!("migrations applied");
         }
+        Command::Seed(settings) => seed::run(settings).await?,
         Command::Tokens(settings) => loadtest::tokens::run(*settings).await?,
         Command::Loadtest(settings) => loadtest::run_command(*settings).await?,
         Command::Demo(settings) => demo::run(*settings).await?,
@@ -194,7 +200,8 @@ mod tests {
             "db-pool",
             "backend-timeout-ms",
         ];
-        let expected: [(&[&str], &[&str]); 12] = [
+        let expected: [(&[&str], &[&str]); 13] = [
+            (&["seed"], &["database-url"]),
             (&["serve"], &BACKEND),
             (&["migrate"], &["database-url", "backend-timeout-ms"]),
             (

@@ -50,6 +50,9 @@ pub struct ClusterSettings {
 pub async fn run(settings: ClusterSettings) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find the hmdp executable")?;
     let sandbox = Sandbox::create(&settings.database.url, &settings.redis, "cluster").await?;
+    // hmdp's sample shops, each with a voucher on sale: hmdp's front end,
+    // pointed at this cluster, has something to show and to sell.
+    crate::seed::seed(&sandbox.store(1)?).await?;
     let outcome = until_signal(serve(&settings, exe, &sandbox))
         .await
         .unwrap_or_else(|signal| {

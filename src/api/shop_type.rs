@@ -1,0 +1,16 @@
+//! `/shop-type/list`: the home page's categories, by `sort`, read through
+//! the Redis cache (hmdp's `cache:type`).
+
+use actix_web::{web, HttpResponse};
+
+use super::response::ok_data;
+use crate::error::Error;
+use crate::startup::AppState;
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/shop-type/list", web::get().to(list));
+}
+
+async fn list(state: web::Data<AppState>) -> Result<HttpResponse, Error> {
+    Ok(ok_data(state.shops.shop_types().await?))
+}
