@@ -184,6 +184,19 @@ pub struct LockSettings {
     /// Check a fencing token inside the purchase transaction.
     #[arg(long, env = "HMDP_FENCING", default_value_t = false)]
     pub fencing: bool,
+
+    /// After taking a lock, wait until this many replicas acknowledged it
+    /// (`WAIT`), so that a failover promoting one of them keeps the lock;
+    /// fewer within --lock-sync-timeout-ms fails the acquisition (503).
+    /// 0: don't wait (Redis's asynchronous replication). Single-Redis modes.
+    #[arg(long, env = "HMDP_LOCK_SYNC_REPLICAS", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=16))]
+    pub lock_sync_replicas: u32,
+
+    /// How long an acquisition waits for --lock-sync-replicas.
+    #[arg(long, env = "HMDP_LOCK_SYNC_TIMEOUT_MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub lock_sync_timeout_ms: u64,
 }
 
 impl LockSettings {
@@ -201,6 +214,8 @@ impl LockSettings {
             wait: self.wait(),
             nodes: self.lock_nodes.clone(),
             fencing: self.fencing,
+            sync_replicas: self.lock_sync_replicas,
+            sync_replicas_timeout: Duration::from_millis(self.lock_sync_timeout_ms),
             ..hmdp_lock::Options::new(self.mode)
         }
     }

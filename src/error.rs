@@ -178,6 +178,10 @@ impl From<LockError> for Error {
             unexpected @ LockError::UnexpectedReply(_) => Error::Internal(unexpected.into()),
             // The purchase rolled back; the client may retry.
             lost @ LockError::Lost(_) => Error::Unavailable(lost.into()),
+            // Given back before any work: the replicas are behind or gone.
+            unreplicated @ LockError::NotReplicated { .. } => {
+                Error::Unavailable(unreplicated.into())
+            }
         }
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hmdp::config::SeckillMode;
 use hmdp_lock::LockMode;
-use hmdp_test_support::{wait_until, RedisCluster};
+use hmdp_test_support::{hmdp_binary, wait_until, ChildProcess, RedisCluster, Stdout};
 
 use crate::helpers::spawn_app;
 
@@ -22,15 +22,19 @@ struct Setup {
     /// `--lock-wait-ms`: above 0, a busy lock is waited for, and `reentrant`
     /// hears of its release through pub/sub.
     wait_ms: u64,
+    /// `--lock-sync-replicas`: a lock is handed out once this many replicas
+    /// acknowledged it.
+    sync_replicas: u32,
 }
 
-const SETUPS: [Setup; 7] = [
+const SETUPS: [Setup; 8] = [
     Setup {
         name: "--lock=redis-naive",
         mode: LockMode::RedisNaive,
         fencing: false,
         seckill: SeckillMode::Sync,
         wait_ms: 0,
+        sync_replicas: 0,
     },
     Setup {
         name: "--lock=redis-owner",
@@ -38,6 +42,7 @@ const SETUPS: [Setup; 7] = [
         fencing: false,
         seckill: SeckillMode::Sync,
         wait_ms: 0,
+        sync_replicas: 0,
     },
     Setup {
         name: "--lock=redis-lua",
@@ -45,6 +50,7 @@ const SETUPS: [Setup; 7] = [
         fencing: false,
         seckill: SeckillMode::Sync,
         wait_ms: 0,
+        sync_replicas: 0,
     },
     Setup {
         name: "--lock=redis-lua --fencing",
@@ -52,6 +58,7 @@ const SETUPS: [Setup; 7] = [
         fencing: true,
         seckill: SeckillMode::Sync,
         wait_ms: 0,
+        sync_replicas: 0,
     },
     Setup {
         name: "--lock=reentrant --lock-wait-ms=3000",
@@ -59,6 +66,7 @@ const SETUPS: [Setup; 7] = [
         fencing: false,
         seckill: SeckillMode::Sync,
         wait_ms: 3000,
+        sync_replicas: 0,
     },
     Setup {
         name: "--lock=reentrant --fencing",
@@ -66,6 +74,15 @@ const SETUPS: [Setup; 7] = [
         fencing: true,
         seckill: SeckillMode::Sync,
         wait_ms: 0,
+        sync_replicas: 0,
+    },
+    Setup {
+        name: "--lock=reentrant --fencing --lock-sync-replicas=1",
+        mode: LockMode::Reentrant,
+        fencing: true,
+        seckill: SeckillMode::Sync,
+        wait_ms: 0,
+        sync_replicas: 1,
     },
     Setup {
         name: "--lock=reentrant --seckill=stream",
@@ -73,6 +90,7 @@ const SETUPS: [Setup; 7] = [
         fencing: false,
         seckill: SeckillMode::Stream,
         wait_ms: 0,
+        sync_replicas: 0,
     },
 ];
 
@@ -87,6 +105,7 @@ async fn every_lock_mode_and_purchase_path_runs_on_a_redis_cluster() {
             s.lock.mode = setup.mode;
             s.lock.fencing = setup.fencing;
             s.lock.lock_wait_ms = setup.wait_ms;
+            s.lock.lock_sync_replicas = setup.sync_replicas;
             s.seckill = setup.seckill;
         })
         .await;
@@ -136,4 +155,35 @@ async fn every_lock_mode_and_purchase_path_runs_on_a_redis_cluster() {
             "{name}: a session on the cluster: {me}"
         );
     }
+}
+
+/// `WAIT` runs on the node's Redis connection: a wait for replicas longer
+/// than a reply may take is refused at start, not turned into timeouts.
+#[tokio::test]
+async fn serve_refuses_a_replica_wait_longer_than_a_reply_may_take() {
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut command = tokio::process::Command::new(hmdp_binary());
+    command.args([
+        "serve",
+        "--host=127.0.0.1",
+        "--port=0",
+        "--no-migrate",
+        "--lock-sync-replicas=1",
+        "--lock-sync-timeout-ms=3000",
+        "--backend-timeout-ms=2000",
+    ]);
+    let mut node =
+        ChildProcess::spawn("hmdp serve", command, log.path(), Stdout::Discard).expect("hmdp runs");
+    let status = node
+        .wait_exit(Duration::from_secs(10))
+        .await
+        .expect("the node is serving with a replica wait beyond its backend timeout");
+    assert!(!status.success());
+    let stderr = node.log();
+    assert!(
+        stderr.contains(
+            "--lock-sync-timeout-ms (3000) must be shorter than --backend-timeout-ms (2000)"
+        ),
+        "{stderr}"
+    );
 }

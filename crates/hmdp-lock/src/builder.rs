@@ -11,7 +11,7 @@ use crate::set_nx::SetNx;
 use crate::Connection;
 use crate::{
     Faults, Fenced, LocalLock, LockMode, NoLock, Observer, OrderLock, QuorumLock, ReentrantLock,
-    ReentrantOptions, Unobserved,
+    ReentrantOptions, SyncReplicas, Unobserved,
 };
 
 /// How [`build`] makes a lock.
@@ -35,6 +35,11 @@ pub struct Options {
     pub nodes: Vec<String>,
     /// Wraps the lock in [`Fenced`]: every hold gets a fencing token.
     pub fencing: bool,
+    /// Above 0, wraps the lock in [`SyncReplicas`]: a hold is handed out once
+    /// this many replicas acknowledged it (single-Redis modes only).
+    pub sync_replicas: u32,
+    /// How long an acquisition waits for those acknowledgements.
+    pub sync_replicas_timeout: Duration,
     /// Fault injection points (see [`Faults`]); none by default.
     pub faults: Faults,
     /// Receives the lock's events; ignored by default.
@@ -46,6 +51,8 @@ impl Options {
     pub const DEFAULT_LEASE: Duration = Duration::from_millis(10_000);
     /// The watchdog's default lease, Redisson's `lockWatchdogTimeout`.
     pub const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
+    /// How long an acquisition waits for its replicas by default.
+    pub const DEFAULT_SYNC_REPLICAS_TIMEOUT: Duration = Duration::from_millis(1000);
 
     /// `mode` with the defaults: default leases, no maximum hold, no wait
     /// (a busy key fails at once), no fencing, no faults, no observer.
@@ -58,6 +65,8 @@ impl Options {
             wait: Duration::ZERO,
             nodes: Vec::new(),
             fencing: false,
+            sync_replicas: 0,
+            sync_replicas_timeout: Self::DEFAULT_SYNC_REPLICAS_TIMEOUT,
             faults: Faults::none(),
             observer: Unobserved::shared(),
         }
@@ -88,6 +97,8 @@ impl std::fmt::Debug for Options {
             .field("wait", &self.wait)
             .field("nodes", &self.nodes.len())
             .field("fencing", &self.fencing)
+            .field("sync_replicas", &self.sync_replicas)
+            .field("sync_replicas_timeout", &self.sync_replicas_timeout)
             .field("faults", &self.faults)
             .finish_non_exhaustive()
     }
@@ -99,6 +110,9 @@ pub enum BuildError {
     /// `multi` and `redlock` need at least one node.
     #[error("lock mode {0} needs independent Redis servers (Options::nodes), none given")]
     NoNodes(LockMode),
+    /// Waiting for replicas is for a lock kept on one (replicated) Redis.
+    #[error("lock mode {0} keeps no lock on a replicated Redis: it cannot wait for replicas")]
+    NoReplicas(LockMode),
     /// A Redis URL did not parse.
     #[error("invalid Redis URL")]
     Redis(#[from] redis::RedisError),
@@ -148,7 +162,7 @@ pub fn build(
             options.wait,
         )?),
     };
-    Ok(if options.fencing {
+    let lock: Arc<dyn OrderLock> = if options.fencing {
         Arc::new(Fenced::observed(
             lock,
             redis.clone(),
@@ -156,7 +170,20 @@ pub fn build(
         ))
     } else {
         lock
-    })
+    };
+    if options.sync_replicas == 0 {
+        return Ok(lock);
+    }
+    if !options.mode.uses_main_redis() {
+        return Err(BuildError::NoReplicas(options.mode));
+    }
+    // Outermost, so that the fencing counter's write is waited for too.
+    Ok(Arc::new(SyncReplicas::new(
+        lock,
+        redis,
+        options.sync_replicas,
+        options.sync_replicas_timeout,
+    )))
 }
 
 /// The scheme of a Redis Cluster URL: `redis+cluster://host:port,host:port`.
@@ -195,7 +222,10 @@ pub fn connect(url: &str, timeout: Duration) -> redis::RedisResult<Connection> {
         Some(nodes) => Ok(redis::cluster::ClusterClient::builder(nodes)
             .connection_timeout(timeout)
             .response_timeout(timeout)
-            .retries(1)
+            // A failover answers MOVED until the slot map is refreshed, and
+            // a MOVED followed counts as a retry: a few, quickly.
+            .retries(3)
+            .max_retry_wait(200)
             .build()?
             .into()),
         None => connection_manager(url, timeout).map(Connection::from),

@@ -114,6 +114,7 @@ mod redis_naive;
 mod redis_owner;
 mod reentrant;
 mod release_events;
+mod replicated;
 mod scripts;
 mod set_nx;
 
@@ -131,6 +132,7 @@ pub use observer::{LockEvent, LostReason, Observer, Unobserved};
 pub use owner::Holder;
 pub use quorum::{NodeReport, QuorumLock, Vote};
 pub use reentrant::{ReentrantLock, ReentrantOptions};
+pub use replicated::SyncReplicas;
 
 /// Something that went wrong talking to the lock's backing store, or a hold
 /// that turned out to be gone before the work under it committed.
@@ -146,6 +148,15 @@ pub enum LockError {
     /// minted a later fencing token: work done under the lock must not commit.
     #[error("the lock was lost while held: {0}")]
     Lost(&'static str),
+    /// Fewer replicas than asked for acknowledged the lock in time (see
+    /// [`SyncReplicas`]); the hold was given back.
+    #[error("the lock reached {acked} replica(s) of the {wanted} asked for in time")]
+    NotReplicated {
+        /// Replicas that acknowledged within the timeout.
+        acked: u32,
+        /// Replicas asked for.
+        wanted: u32,
+    },
 }
 
 /// What a release actually did: a release is not always clean, and the

@@ -57,6 +57,18 @@ impl LockMode {
     }
 }
 
+impl LockMode {
+    /// Whether the mode keeps its lock on the one Redis the connection goes
+    /// to (replicated or not): not `none` and `local` (no Redis), nor
+    /// `multi` and `redlock` (independent servers of their own).
+    pub fn uses_main_redis(self) -> bool {
+        matches!(
+            self,
+            LockMode::RedisNaive | LockMode::RedisOwner | LockMode::RedisLua | LockMode::Reentrant
+        )
+    }
+}
+
 impl std::fmt::Display for LockMode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

@@ -69,7 +69,39 @@ impl RedisCluster {
         }
         let cluster = RedisCluster { servers };
         cluster.wait_until_ok().await?;
+        cluster.wait_until_replicated().await?;
         Ok(cluster)
+    }
+
+    /// Waits until every master has its replica attached and every replica
+    /// is in sync: `redis-cli` reports the cluster created before the
+    /// replicas have joined, and a failover needs a synced replica.
+    async fn wait_until_replicated(&self) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        loop {
+            let mut replicated = true;
+            for server in &self.servers {
+                let info = info_replication(server).await.unwrap_or_default();
+                replicated &=
+                    info.contains("connected_slaves:1") || info.contains("master_link_status:up");
+                // Every node must also know every replica (gossip spreads
+                // that late): the masters vote in a replica's election.
+                let nodes = cluster_nodes(server).await.unwrap_or_default();
+                let replicas = nodes
+                    .lines()
+                    .filter_map(|node| node.split_whitespace().nth(2))
+                    .filter(|flags| flags.split(',').any(|flag| flag == "slave"))
+                    .count();
+                replicated &= replicas == MASTERS;
+            }
+            if replicated {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!("the Redis Cluster's replicas did not sync within {READY_TIMEOUT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// `redis+cluster://127.0.0.1:p1,127.0.0.1:p2,...`: every server, so a
@@ -112,19 +144,34 @@ impl RedisCluster {
     }
 }
 
-/// `cluster_state` from one server's `CLUSTER INFO`: `ok` or `fail`.
-pub async fn cluster_state(server: &RedisServer) -> anyhow::Result<String> {
+/// One server's `INFO replication`.
+async fn info_replication(server: &RedisServer) -> anyhow::Result<String> {
+    ask(server, &["INFO", "replication"]).await
+}
+
+/// One server's `CLUSTER NODES`: its view of every node, a line each.
+async fn cluster_nodes(server: &RedisServer) -> anyhow::Result<String> {
+    ask(server, &["CLUSTER", "NODES"]).await
+}
+
+/// A command answered with text, within a second.
+async fn ask(server: &RedisServer, command: &[&str]) -> anyhow::Result<String> {
     let client = redis::Client::open(server.url())?;
-    let info = async {
+    let reply = async {
         let mut connection = client.get_multiplexed_async_connection().await?;
-        redis::cmd("CLUSTER")
-            .arg("INFO")
+        redis::cmd(command[0])
+            .arg(&command[1..])
             .query_async::<String>(&mut connection)
             .await
     };
-    let info = tokio::time::timeout(Duration::from_secs(1), info)
+    Ok(tokio::time::timeout(Duration::from_secs(1), reply)
         .await
-        .context("CLUSTER INFO timed out")??;
+        .with_context(|| format!("{} timed out", command.join(" ")))??)
+}
+
+/// `cluster_state` from one server's `CLUSTER INFO`: `ok` or `fail`.
+pub async fn cluster_state(server: &RedisServer) -> anyhow::Result<String> {
+    let info = ask(server, &["CLUSTER", "INFO"]).await?;
     info.lines()
         .find_map(|line| line.strip_prefix("cluster_state:"))
         .map(|state| state.trim().to_owned())

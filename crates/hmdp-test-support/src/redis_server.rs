@@ -66,6 +66,28 @@ impl RedisServer {
         }
     }
 
+    /// Freezes the server (SIGSTOP): it keeps its sockets but answers
+    /// nothing, as a stalled machine would, until [`resume`](Self::resume).
+    pub fn pause(&self) -> anyhow::Result<()> {
+        self.signal("-STOP")
+    }
+
+    /// Thaws a [`pause`](Self::pause)d server (SIGCONT).
+    pub fn resume(&self) -> anyhow::Result<()> {
+        self.signal("-CONT")
+    }
+
+    fn signal(&self, signal: &str) -> anyhow::Result<()> {
+        let child = self.child.as_ref().context("the server is not running")?;
+        let sent = Command::new("kill")
+            .arg(signal)
+            .arg(child.id().to_string())
+            .status()
+            .context("cannot run kill")?;
+        anyhow::ensure!(sent.success(), "kill {signal} {} failed", child.id());
+        Ok(())
+    }
+
     /// Starts the server again on the same port, empty.
     pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.kill();

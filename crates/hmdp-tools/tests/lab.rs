@@ -236,6 +236,7 @@ fn each_scenario_tells_its_story_in_its_help() {
         ("reentrancy", "reentrant lock"),
         ("retry", "subscription"),
         ("failover", "MultiLock"),
+        ("cluster-failover", "real failover"),
         ("gc-pause", "fencing"),
         ("queue-crash", "blocking queue"),
         ("stream-crash", "consumer group"),
@@ -246,6 +247,28 @@ fn each_scenario_tells_its_story_in_its_help() {
         assert!(out.contains("Course stage"), "{scenario}: {out}");
         assert!(out.contains(stage), "{scenario}: {out}");
     }
+}
+
+/// On a real Redis Cluster: the master dies before the lock reached its
+/// replica, the cluster promotes the replica, B gets the lock A holds; with
+/// `--lock-sync-replicas 1`, `WAIT` refuses A's unreplicated lock instead.
+#[test]
+fn a_cluster_failover_loses_a_lock_unless_it_waits_for_a_replica() {
+    let (code, out) = hmdp_lab(&["cluster-failover"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("the lock key is on it: false"), "{out}");
+    assert!(
+        out.contains("B      enters the critical section while A is still inside"),
+        "{out}"
+    );
+
+    let (code, out) = hmdp_lab(&["cluster-failover", "--lock-sync-replicas", "1"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("A      is refused: its lock reached 0 of the 1 replica(s)"),
+        "{out}"
+    );
+    assert!(out.contains("B      acquires the lock"), "{out}");
 }
 
 #[test]

@@ -73,6 +73,9 @@ struct Section {
 /// before-delete fault point: who stalls, and until when (ms on the clock).
 type ArmedStall = Arc<Mutex<Option<(Actor, u64)>>>;
 
+/// How long a lab lock waits for its replicas (`--lock-sync-replicas`).
+pub const SYNC_REPLICAS_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// The stage a scenario plays on.
 pub struct Lab {
     mode: LockMode,
@@ -129,7 +132,14 @@ impl Lab {
     /// `reentrant` runs as the purchase runs it, with its watchdog: the
     /// scenario's lease becomes the lease the watchdog renews.
     pub fn lock(&self, lease: Duration, wait: Duration) -> anyhow::Result<Arc<dyn OrderLock>> {
-        self.build_lock(&self.redis, &self.redis_url, &self.lock_nodes, lease, wait)
+        self.build_lock(
+            &self.redis,
+            &self.redis_url,
+            &self.lock_nodes,
+            lease,
+            wait,
+            0,
+        )
     }
 
     /// Like [`Lab::lock`], on Redis servers the scenario runs itself: the
@@ -142,7 +152,19 @@ impl Lab {
         wait: Duration,
     ) -> anyhow::Result<Arc<dyn OrderLock>> {
         let redis = hmdp::startup::connect_redis(redis_url, Duration::from_secs(1))?;
-        self.build_lock(&redis, redis_url, nodes, lease, wait)
+        self.build_lock(&redis, redis_url, nodes, lease, wait, 0)
+    }
+
+    /// Like [`Lab::lock_on`] for a single-Redis mode, handing a hold out
+    /// only once `sync_replicas` replicas acknowledged it (0: at once).
+    pub fn lock_replicated_on(
+        &self,
+        redis_url: &str,
+        lease: Duration,
+        sync_replicas: u32,
+    ) -> anyhow::Result<Arc<dyn OrderLock>> {
+        let redis = hmdp::startup::connect_redis(redis_url, Duration::from_secs(1))?;
+        self.build_lock(&redis, redis_url, &[], lease, Duration::ZERO, sync_replicas)
     }
 
     fn build_lock(
@@ -152,6 +174,7 @@ impl Lab {
         nodes: &[String],
         lease: Duration,
         wait: Duration,
+        sync_replicas: u32,
     ) -> anyhow::Result<Arc<dyn OrderLock>> {
         let watchdog = self.mode == LockMode::Reentrant;
         let settings = LockSettings {
@@ -162,6 +185,8 @@ impl Lab {
             lock_watchdog_ms: lease.as_millis() as u64,
             lock_max_hold_ms: 0,
             fencing: self.fencing,
+            lock_sync_replicas: sync_replicas,
+            lock_sync_timeout_ms: SYNC_REPLICAS_TIMEOUT.as_millis() as u64,
         };
         *self.lease.lock().expect("lease poisoned") = Some(lease);
         hmdp::startup::build_lock(&settings, redis.clone(), redis_url, self.faults())

@@ -13,6 +13,7 @@
 //! together.
 
 mod check_then_delete;
+mod cluster_failover;
 mod failover;
 mod gc_pause;
 mod harness;
@@ -35,6 +36,7 @@ use hmdp_lock::LockMode;
 use hmdp::config::{redact_url, DatabaseSettings, RedisSettings};
 use hmdp::startup;
 
+pub use cluster_failover::ClusterFailoverArgs;
 use harness::Lab;
 pub use harness::{Actor, Event, Report};
 pub use redis_restart::RedisRestartArgs;
@@ -134,6 +136,18 @@ pub enum Scenario {
     /// consistency problem, solved by Redisson's MultiLock. Default --lock: reentrant.
     Failover(LabArgs),
 
+    /// A lock on a Redis Cluster is lost when its master fails over to a replica that never got it.
+    ///
+    /// Starts a Redis Cluster of its own (three masters, three replicas).
+    /// The replica of the lock key's master is frozen (SIGSTOP); A locks;
+    /// the master is SIGKILLed; the replica thaws and the cluster promotes
+    /// it; B locks the same key on it: two holders, exit 1. With
+    /// --lock-sync-replicas 1 a lock is handed out only once a replica
+    /// acknowledged it (WAIT): A is refused instead, and the promise holds
+    /// (exit 0). Course stage: the master-replica consistency problem, on
+    /// the real failover mechanism. Default --lock: reentrant.
+    ClusterFailover(ClusterFailoverArgs),
+
     /// A holder paused past its lease commits beside the next holder, unless fencing stops it.
     ///
     /// Runs the real purchase on a database of its own. A's purchase takes
@@ -189,6 +203,7 @@ impl Scenario {
             Scenario::Reentrancy(_) => "reentrancy",
             Scenario::Retry(_) => "retry",
             Scenario::Failover(_) => "failover",
+            Scenario::ClusterFailover(_) => "cluster-failover",
             Scenario::GcPause(_) => "gc-pause",
             Scenario::QueueCrash(_) => "queue-crash",
             Scenario::StreamCrash(_) => "stream-crash",
@@ -204,7 +219,7 @@ impl Scenario {
             Scenario::LeaseExpiry(_) => LockMode::RedisLua,
             Scenario::Reentrancy(_) => LockMode::RedisLua,
             Scenario::Retry(_) => LockMode::Reentrant,
-            Scenario::Failover(_) => LockMode::Reentrant,
+            Scenario::Failover(_) | Scenario::ClusterFailover(_) => LockMode::Reentrant,
             Scenario::GcPause(_) => LockMode::RedisLua,
             Scenario::QueueCrash(_) | Scenario::StreamCrash(_) | Scenario::RedisRestart(_) => {
                 LockMode::Reentrant
@@ -246,6 +261,7 @@ impl Scenario {
             | Scenario::Reentrancy(args)
             | Scenario::Retry(args)
             | Scenario::Failover(args) => args,
+            Scenario::ClusterFailover(args) => &args.lab,
             Scenario::GcPause(args) | Scenario::QueueCrash(args) | Scenario::StreamCrash(args) => {
                 &args.lab
             }
@@ -280,6 +296,7 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
         Scenario::Reentrancy(_) => reentrancy::run(&lab).await,
         Scenario::Retry(_) => retry::run(&lab).await,
         Scenario::Failover(_) => failover::run(&lab).await,
+        Scenario::ClusterFailover(args) => cluster_failover::run(&lab, args).await,
         Scenario::GcPause(_) => match &database {
             Some(database) => gc_pause::run(&lab, database).await,
             None => unreachable!("gc-pause sets up its database above"),

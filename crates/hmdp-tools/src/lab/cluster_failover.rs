@@ -1,0 +1,311 @@
+//! `hmdp lab cluster-failover`: the lock lost when a Redis Cluster fails a
+//! master over to a replica that never received it, and `WAIT` for replicas
+//! (`--lock-sync-replicas`) closing that window.
+//!
+//! The scenario starts a cluster of its own (three masters, three replicas).
+//! The replica of the master serving the lock key's slot is frozen
+//! (SIGSTOP) and its replication link cut, so the lock cannot reach it
+//! (what a slow network or a long GC pause on the replica does); A locks; the master is SIGKILLed;
+//! the replica thaws, the cluster promotes it (the real mechanism: failure
+//! detection, election, slot takeover), and B, on a connection of its own as
+//! another node would be, locks the same key on the new master.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use hmdp_lock::{HeldLock, Holder, LockError, OrderLock};
+use redis::{AsyncCommands, Value};
+
+use super::harness::{Lab, SYNC_REPLICAS_TIMEOUT};
+use super::LabArgs;
+use hmdp_test_support::{RedisCluster, RedisServer};
+
+const LEASE: Duration = Duration::from_millis(10_000);
+/// How long the cluster may take to promote the replica.
+const FAILOVER_DEADLINE: Duration = Duration::from_secs(30);
+/// How long B keeps trying while its connection learns the new topology.
+const RETRY_DEADLINE: Duration = Duration::from_secs(10);
+
+/// `hmdp lab cluster-failover`.
+#[derive(Debug, Clone, Args)]
+pub struct ClusterFailoverArgs {
+    #[command(flatten)]
+    pub lab: LabArgs,
+
+    /// Hand a lock out only once this many replicas acknowledged it (`WAIT`,
+    /// 1 s): with 1, A's lock, which cannot reach the frozen replica, is
+    /// refused instead of being lost in the failover.
+    #[arg(long, default_value_t = 0)]
+    pub lock_sync_replicas: u32,
+}
+
+pub(super) async fn run(lab: &Lab, args: &ClusterFailoverArgs) -> anyhow::Result<String> {
+    anyhow::ensure!(
+        lab.mode().uses_main_redis(),
+        "cluster-failover runs a lock kept on the cluster: redis-naive, redis-owner, \
+         redis-lua or reentrant (multi and redlock: see `hmdp lab failover`)"
+    );
+    let mut cluster = RedisCluster::start().await?;
+    let (slot, master, replica) = shard_of(&cluster, lab.key()).await?;
+    lab.say(
+        "redis",
+        format!(
+            "a Redis Cluster of 3 masters and 3 replicas; the lock key's slot {slot} is \
+             served by master :{master}, replicated to :{replica}"
+        ),
+    );
+    let lock_a = lab.lock_replicated_on(&cluster.url(), LEASE, args.lock_sync_replicas)?;
+    let lock_b = lab.lock_replicated_on(&cluster.url(), LEASE, args.lock_sync_replicas)?;
+    if args.lock_sync_replicas > 0 {
+        lab.say(
+            "redis",
+            format!(
+                "a lock is handed out once {} replica(s) acknowledged it (WAIT, {} ms)",
+                args.lock_sync_replicas,
+                SYNC_REPLICAS_TIMEOUT.as_millis()
+            ),
+        );
+    }
+
+    // Frozen first, so it cannot reconnect; then its link is cut, so that
+    // nothing written from now on is on its way to it (a frozen process's
+    // socket would still take in what the master sends).
+    server(&cluster, replica)?.pause()?;
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query_async(&mut connect(server(&cluster, master)?).await?)
+        .await
+        .context("cannot cut the replication link")?;
+    lab.say(
+        "redis",
+        format!(
+            "replica :{replica} stalls (SIGSTOP) and loses its link to the master: \
+             nothing the master writes reaches it"
+        ),
+    );
+    let a = acquire_a(lab, &*lock_a).await?;
+    let on_master: bool = connect(server(&cluster, master)?)
+        .await?
+        .exists(lab.key())
+        .await?;
+    lab.say(
+        "redis",
+        format!("the lock key is on master :{master}: {on_master}"),
+    );
+    server_mut(&mut cluster, master)?.kill();
+    lab.say("redis", format!("master :{master} dies (SIGKILL)"));
+    server(&cluster, replica)?.resume()?;
+    lab.say(
+        "redis",
+        format!("replica :{replica} wakes up (SIGCONT) and finds its master gone"),
+    );
+    wait_for_promotion(server(&cluster, replica)?).await?;
+    cluster.wait_until_ok().await?;
+    let kept: bool = connect(server(&cluster, replica)?)
+        .await?
+        .exists(lab.key())
+        .await?;
+    lab.say(
+        "redis",
+        format!("the cluster promoted :{replica} to master; the lock key is on it: {kept}"),
+    );
+
+    // The old master comes back (empty: nothing is kept on disk) and the
+    // cluster makes it the new master's replica, as an operator's restart
+    // would: a replica to acknowledge B's lock, should B wait for one.
+    server_mut(&mut cluster, master)?.restart().await?;
+    wait_for_replica(server(&cluster, replica)?).await?;
+    lab.say(
+        "redis",
+        format!(":{master} restarts empty and rejoins as the replica of :{replica}"),
+    );
+
+    let b = acquire_b(lab, &*lock_b).await?;
+    if let Some(held) = b {
+        lab.enter("B");
+        lab.leave("B");
+        lab.release("B", held).await?;
+    }
+    if let Some(held) = a {
+        lab.leave("A");
+        lab.release("A", held).await?;
+    }
+
+    Ok(if lab.broken() {
+        "Replication is asynchronous: master and client called A's lock taken before the \
+         replica had it, and the failover promoted that replica, so B got the same lock. \
+         --lock-sync-replicas 1 waits for a replica's acknowledgement (WAIT) before \
+         handing a lock out."
+    } else if args.lock_sync_replicas > 0 {
+        "A's lock could not reach a replica, so WAIT refused it and A never held a lock \
+         the failover could lose; B locked on the promoted replica alone. The price: \
+         every acquisition waits a replication round trip, and fails while too few \
+         replicas answer."
+    } else {
+        "B was refused after the failover."
+    }
+    .to_owned())
+}
+
+/// A takes the lock; a refusal for want of replicas goes on the timeline.
+async fn acquire_a(lab: &Lab, lock: &dyn OrderLock) -> anyhow::Result<Option<Box<dyn HeldLock>>> {
+    match lock.acquire_as(Holder::new(), lab.key()).await {
+        Ok(Some(held)) => {
+            lab.say("A", "acquires the lock");
+            lab.enter("A");
+            Ok(Some(held))
+        }
+        Ok(None) => bail!("A found the key busy"),
+        Err(LockError::NotReplicated { acked, wanted }) => {
+            lab.say(
+                "A",
+                format!(
+                    "is refused: its lock reached {acked} of the {wanted} replica(s) asked \
+                     for; the hold was given back"
+                ),
+            );
+            Ok(None)
+        }
+        Err(error) => Err(error).context("A could not reach the lock"),
+    }
+}
+
+/// B takes the lock, retrying while its connection finds the new master.
+async fn acquire_b(lab: &Lab, lock: &dyn OrderLock) -> anyhow::Result<Option<Box<dyn HeldLock>>> {
+    let deadline = tokio::time::Instant::now() + RETRY_DEADLINE;
+    loop {
+        match lock.acquire_as(Holder::new(), lab.key()).await {
+            Ok(Some(held)) => {
+                lab.say("B", "acquires the lock");
+                return Ok(Some(held));
+            }
+            Ok(None) => {
+                lab.say("B", "is refused: the lock is busy");
+                return Ok(None);
+            }
+            Err(error) if tokio::time::Instant::now() < deadline => {
+                tracing::debug!(%error, "B retries while the cluster settles");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(error) => return Err(error).context("B could not reach the lock"),
+        }
+    }
+}
+
+/// The key's slot, the port of the master serving it (`CLUSTER SLOTS`) and
+/// of its replica (the master's own `INFO replication`: the cluster's view
+/// of its replicas trails behind it).
+async fn shard_of(cluster: &RedisCluster, key: &str) -> anyhow::Result<(u16, u16, u16)> {
+    let mut redis = connect(&cluster.servers()[0]).await?;
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query_async(&mut redis)
+        .await?;
+    let ranges: Vec<Value> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut redis)
+        .await?;
+    let master = ranges
+        .iter()
+        .find_map(|range| {
+            let Value::Array(fields) = range else {
+                return None;
+            };
+            let (start, end) = (int(fields.first())?, int(fields.get(1))?);
+            if !(start..=end).contains(&i64::from(slot)) {
+                return None;
+            }
+            match fields.get(2) {
+                Some(Value::Array(node)) => int(node.get(1)).and_then(|p| u16::try_from(p).ok()),
+                _ => None,
+            }
+        })
+        .with_context(|| format!("CLUSTER SLOTS names no master for slot {slot}"))?;
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut connect(server(cluster, master)?).await?)
+        .await?;
+    // `slave0:ip=127.0.0.1,port=7004,state=online,offset=...,lag=0`
+    let replica = info
+        .lines()
+        .find(|line| line.starts_with("slave0:"))
+        .and_then(|line| {
+            line.split(',')
+                .find_map(|field| field.strip_prefix("port="))
+        })
+        .and_then(|port| port.parse().ok())
+        .with_context(|| format!("master :{master} reports no replica"))?;
+    Ok((slot, master, replica))
+}
+
+fn int(value: Option<&Value>) -> Option<i64> {
+    match value {
+        Some(Value::Int(n)) => Some(*n),
+        _ => None,
+    }
+}
+
+fn server(cluster: &RedisCluster, port: u16) -> anyhow::Result<&RedisServer> {
+    cluster
+        .servers()
+        .iter()
+        .find(|server| server.port() == port)
+        .with_context(|| format!("no server of the cluster on :{port}"))
+}
+
+fn server_mut(cluster: &mut RedisCluster, port: u16) -> anyhow::Result<&mut RedisServer> {
+    cluster
+        .servers_mut()
+        .iter_mut()
+        .find(|server| server.port() == port)
+        .with_context(|| format!("no server of the cluster on :{port}"))
+}
+
+async fn connect(server: &RedisServer) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+    Ok(redis::Client::open(server.url())?
+        .get_multiplexed_async_connection()
+        .await?)
+}
+
+/// Waits until `master` has a replica in sync.
+async fn wait_for_replica(master: &RedisServer) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + FAILOVER_DEADLINE;
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut connect(master).await?)
+            .await?;
+        if info.contains("state=online") {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            ":{} got no replica within {FAILOVER_DEADLINE:?}",
+            master.port()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until `replica` calls itself a master (`ROLE`).
+async fn wait_for_promotion(replica: &RedisServer) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + FAILOVER_DEADLINE;
+    loop {
+        let role: Vec<Value> = redis::cmd("ROLE")
+            .query_async(&mut connect(replica).await?)
+            .await?;
+        if matches!(role.first(), Some(Value::BulkString(role)) if role == b"master") {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the cluster did not promote :{} within {FAILOVER_DEADLINE:?}",
+            replica.port()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
