@@ -147,6 +147,9 @@ impl From<redis::RedisError> for Error {
         crate::metrics::REDIS_ERRORS.inc();
         // A server that is loading, read-only after a failover, without its
         // master or its cluster is unavailable for now, not broken.
+        // A Redis Cluster in a failover answers MOVED, ASK, TRYAGAIN or
+        // CLUSTERDOWN, or has no connection to a slot's new master yet, until
+        // its slot map settles: the request may be retried, as after a restart.
         let server_busy = matches!(
             error.kind(),
             redis::ErrorKind::Server(
@@ -155,7 +158,9 @@ impl From<redis::RedisError> for Error {
                     | redis::ServerErrorKind::MasterDown
                     | redis::ServerErrorKind::TryAgain
                     | redis::ServerErrorKind::ClusterDown
-            )
+                    | redis::ServerErrorKind::Moved
+                    | redis::ServerErrorKind::Ask
+            ) | redis::ErrorKind::ClusterConnectionNotFound
         );
         if server_busy
             || error.is_io_error()
