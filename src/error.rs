@@ -142,9 +142,34 @@ impl From<sqlx::Error> for Error {
     }
 }
 
+/// The `kind` label of `redis_errors_total`.
+fn redis_error_kind(error: &redis::RedisError) -> &'static str {
+    use redis::ServerErrorKind as Server;
+    match error.kind() {
+        redis::ErrorKind::Server(Server::Moved) => "moved",
+        redis::ErrorKind::Server(Server::Ask) => "ask",
+        redis::ErrorKind::Server(Server::TryAgain) => "tryagain",
+        redis::ErrorKind::Server(Server::ClusterDown) => "clusterdown",
+        redis::ErrorKind::Server(Server::BusyLoading) => "loading",
+        redis::ErrorKind::Server(Server::ReadOnly) => "readonly",
+        redis::ErrorKind::Server(Server::MasterDown) => "masterdown",
+        redis::ErrorKind::ClusterConnectionNotFound => "connection",
+        _ if error.is_io_error()
+            || error.is_timeout()
+            || error.is_connection_dropped()
+            || error.is_connection_refusal() =>
+        {
+            "connection"
+        }
+        _ => "other",
+    }
+}
+
 impl From<redis::RedisError> for Error {
     fn from(error: redis::RedisError) -> Self {
-        crate::metrics::REDIS_ERRORS.inc();
+        crate::metrics::REDIS_ERRORS
+            .with_label_values(&[redis_error_kind(&error)])
+            .inc();
         // A server that is loading, read-only after a failover, without its
         // master or its cluster is unavailable for now, not broken.
         // A Redis Cluster in a failover answers MOVED, ASK, TRYAGAIN or

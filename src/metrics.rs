@@ -62,8 +62,12 @@ metric!(LOCK_LOST: IntCounterVec = register_int_counter_vec_with_registry(
     "lock_lost_total", "Holds found lost while held, by how they were lost", &["reason"]));
 metric!(FENCING_REJECTIONS: IntCounter = register_int_counter_with_registry(
     "fencing_rejections_total", "Stale holders turned away by a newer fencing token"));
-metric!(REDIS_ERRORS: IntCounter = register_int_counter_with_registry(
-    "redis_errors_total", "Redis calls of a request that failed"));
+metric!(REDIS_ERRORS: IntCounterVec = register_int_counter_vec_with_registry(
+    "redis_errors_total",
+    "Redis calls of a request that failed, by kind: connection (refused, dropped, timed out), \
+     moved, ask, tryagain, clusterdown (a Redis Cluster's redirections and failover answers \
+     the client could not settle by itself), loading, readonly, masterdown, other",
+    &["kind"]));
 metric!(CACHE_READS: IntCounterVec = register_int_counter_vec_with_registry(
     "cache_reads_total",
     "Reads of the Redis cache of shops and shop categories, by cache (shop, shop_type) and \
@@ -106,6 +110,19 @@ impl hmdp_lock::Observer for LockMetrics {
     }
 }
 
+/// The `kind` labels of `redis_errors_total`.
+pub const REDIS_ERROR_KINDS: [&str; 9] = [
+    "connection",
+    "moved",
+    "ask",
+    "tryagain",
+    "clusterdown",
+    "loading",
+    "readonly",
+    "masterdown",
+    "other",
+];
+
 /// Registers every metric, with the lock series of this node's mode at zero,
 /// so a dashboard sees "no lock lost yet" from the start rather than no
 /// series at all.
@@ -116,7 +133,9 @@ pub fn init(mode: &str) {
     LazyLock::force(&LOCK_UNCLEAN_RELEASES);
     LazyLock::force(&WATCHDOG_RENEWALS);
     LazyLock::force(&FENCING_REJECTIONS);
-    LazyLock::force(&REDIS_ERRORS);
+    for kind in REDIS_ERROR_KINDS {
+        REDIS_ERRORS.with_label_values(&[kind]);
+    }
     LazyLock::force(&DB_POOL);
     LazyLock::force(&CACHE_READS);
     LOCK_ACQUIRE.with_label_values(&[mode]);

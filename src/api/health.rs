@@ -1,7 +1,10 @@
-//! `/health` (the process answers) and `/ready` (MySQL and Redis answer too).
+//! `/health` (the process answers) and `/ready` (MySQL and Redis answer too,
+//! and a Redis Cluster serves every slot).
 
 use actix_web::{web, HttpResponse};
 use redis::AsyncCommands;
+
+use hmdp_lock::Connection as RedisConnection;
 
 use super::response::ok_data;
 use crate::error::Error;
@@ -27,6 +30,25 @@ async fn ready(state: web::Data<AppState>) -> Result<HttpResponse, Error> {
         .await
         .map_err(|_| unavailable("Redis"))?
         .map_err(|e| Error::Unavailable(e.into()))?;
+    if let RedisConnection::Cluster(_) = state.redis {
+        // A node that answers may still belong to a cluster with a slot
+        // range nobody serves (a master down, its replica not yet promoted):
+        // the keys there fail, so the node is not ready.
+        let info: String = tokio::time::timeout(
+            timeout,
+            redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query_async(&mut state.redis.clone()),
+        )
+        .await
+        .map_err(|_| unavailable("Redis Cluster"))?
+        .map_err(|e| Error::Unavailable(e.into()))?;
+        if !info.lines().any(|line| line.trim() == "cluster_state:ok") {
+            return Err(Error::Unavailable(anyhow::anyhow!(
+                "the Redis Cluster reports a slot range unserved (cluster_state not ok)"
+            )));
+        }
+    }
     Ok(ok_data(
         serde_json::json!({ "status": "READY", "node": state.node_id }),
     ))

@@ -187,3 +187,28 @@ async fn serve_refuses_a_replica_wait_longer_than_a_reply_may_take() {
         "{stderr}"
     );
 }
+
+/// `/ready` on a cluster asks whether every slot is served: with a master
+/// and its replica both gone, a range of keys has nowhere to go, and the
+/// node says so instead of answering ready while their requests fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_fails_while_the_cluster_leaves_a_slot_range_unserved() {
+    let mut cluster = RedisCluster::start().await.expect("a Redis Cluster starts");
+    let app = spawn_app(|s| s.store.redis.url = cluster.url()).await;
+    assert_eq!(app.get("/ready", None).await.status(), 200);
+
+    let master = cluster.servers()[0].port();
+    let replica = cluster.replica_of(master).await.unwrap();
+    for server in cluster.servers_mut() {
+        if [master, replica].contains(&server.port()) {
+            server.kill();
+        }
+    }
+    wait_until("/ready to fail", Duration::from_secs(20), || async {
+        app.get("/ready", None).await.status() == 503
+    })
+    .await;
+    let body: serde_json::Value = app.get("/ready", None).await.json().await.unwrap();
+    assert_eq!(body["errorCode"], "UNAVAILABLE", "{body}");
+    assert!(app.get("/health", None).await.status().is_success());
+}

@@ -125,6 +125,28 @@ impl RedisCluster {
         &mut self.servers
     }
 
+    /// The port of the replica of the master on `master_port`, from the
+    /// master's own `INFO replication` (the cluster's view of its replicas
+    /// trails behind it).
+    pub async fn replica_of(&self, master_port: u16) -> anyhow::Result<u16> {
+        let master = self
+            .servers
+            .iter()
+            .find(|server| server.port() == master_port)
+            .with_context(|| format!("no server of the cluster on :{master_port}"))?;
+        // `slave0:ip=127.0.0.1,port=7004,state=online,offset=...,lag=0`
+        info_replication(master)
+            .await?
+            .lines()
+            .find(|line| line.starts_with("slave0:"))
+            .and_then(|line| {
+                line.split(',')
+                    .find_map(|field| field.strip_prefix("port="))
+            })
+            .and_then(|port| port.parse().ok())
+            .with_context(|| format!("master :{master_port} reports no replica"))
+    }
+
     /// Waits until every running server reports every slot served.
     pub async fn wait_until_ok(&self) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + READY_TIMEOUT;

@@ -196,8 +196,7 @@ async fn acquire_b(lab: &Lab, lock: &dyn OrderLock) -> anyhow::Result<Option<Box
 }
 
 /// The key's slot, the port of the master serving it (`CLUSTER SLOTS`) and
-/// of its replica (the master's own `INFO replication`: the cluster's view
-/// of its replicas trails behind it).
+/// of its replica.
 async fn shard_of(cluster: &RedisCluster, key: &str) -> anyhow::Result<(u16, u16, u16)> {
     let mut redis = connect(&cluster.servers()[0]).await?;
     let slot: u16 = redis::cmd("CLUSTER")
@@ -225,20 +224,7 @@ async fn shard_of(cluster: &RedisCluster, key: &str) -> anyhow::Result<(u16, u16
             }
         })
         .with_context(|| format!("CLUSTER SLOTS names no master for slot {slot}"))?;
-    let info: String = redis::cmd("INFO")
-        .arg("replication")
-        .query_async(&mut connect(server(cluster, master)?).await?)
-        .await?;
-    // `slave0:ip=127.0.0.1,port=7004,state=online,offset=...,lag=0`
-    let replica = info
-        .lines()
-        .find(|line| line.starts_with("slave0:"))
-        .and_then(|line| {
-            line.split(',')
-                .find_map(|field| field.strip_prefix("port="))
-        })
-        .and_then(|port| port.parse().ok())
-        .with_context(|| format!("master :{master} reports no replica"))?;
+    let replica = cluster.replica_of(master).await?;
     Ok((slot, master, replica))
 }
 
