@@ -27,6 +27,9 @@ impl Drop for RedisNamespace {
     fn drop(&mut self) {
         let (redis_url, prefix) = (self.redis_url.clone(), self.prefix.clone());
         let cleanup = finish_from_drop(async move {
+            if let Some(nodes) = redis_url.strip_prefix("redis+cluster://") {
+                return remove_keys_on_cluster(nodes, &prefix).await;
+            }
             let client = redis::Client::open(redis_url)?;
             let mut redis = client.get_multiplexed_async_connection().await?;
             remove_keys_with_prefix(&mut redis, &prefix).await
@@ -50,6 +53,18 @@ pub async fn remove_keys_with_prefix<C>(redis: &mut C, prefix: &str) -> redis::R
 where
     C: redis::aio::ConnectionLike + Send + Sync,
 {
+    let keys = keys_with_prefix(redis, prefix).await?;
+    for chunk in keys.chunks(1000) {
+        redis.del::<_, ()>(chunk).await?;
+    }
+    Ok(keys.len())
+}
+
+/// The keys [`remove_keys_with_prefix`] removes.
+async fn keys_with_prefix<C>(redis: &mut C, prefix: &str) -> redis::RedisResult<Vec<String>>
+where
+    C: redis::aio::ConnectionLike + Send + Sync,
+{
     let escaped = glob_escape(prefix);
     let mut keys: Vec<String> = Vec::new();
     for pattern in [format!("{escaped}*"), format!("{{{escaped}*")] {
@@ -58,10 +73,34 @@ where
             keys.push(key?);
         }
     }
-    for chunk in keys.chunks(1000) {
-        redis.del::<_, ()>(chunk).await?;
+    Ok(keys)
+}
+
+/// [`remove_keys_with_prefix`] on every reachable master of a Redis Cluster
+/// (`nodes`: `host:port,host:port,...`), each holding the keys of its own
+/// slots; a key at a time, as keys of different slots cannot share a `DEL`.
+async fn remove_keys_on_cluster(nodes: &str, prefix: &str) -> redis::RedisResult<usize> {
+    let mut removed = 0;
+    for node in nodes.split(',') {
+        let Ok(client) = redis::Client::open(format!("redis://{}", node.trim())) else {
+            continue;
+        };
+        let Ok(mut redis) = client.get_multiplexed_async_connection().await else {
+            continue; // a dead node holds nothing to remove
+        };
+        let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut redis).await?;
+        if !matches!(role.first(), Some(redis::Value::BulkString(role)) if role == b"master") {
+            continue;
+        }
+        let keys = keys_with_prefix(&mut redis, prefix).await?;
+        let mut pipe = redis::pipe();
+        for key in &keys {
+            pipe.del(key).ignore();
+        }
+        pipe.query_async::<()>(&mut redis).await?;
+        removed += keys.len();
     }
-    Ok(keys.len())
+    Ok(removed)
 }
 
 /// Escapes Redis glob characters, so a prefix matches literally.

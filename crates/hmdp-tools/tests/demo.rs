@@ -110,3 +110,28 @@ fn the_demo_runs_every_lock_mode_on_both_paths_and_times_the_stream_drain() {
         }
     }
 }
+
+/// `--redis-cluster`: the same table, the nodes' Redis a cluster the demo
+/// starts for itself and removes afterwards.
+#[test]
+fn the_demo_runs_on_a_redis_cluster_of_its_own() {
+    let output = Command::new(env!("CARGO_BIN_EXE_hmdp"))
+        .args(["demo", "--redis-cluster", "--modes", "local,reentrant"])
+        .args(["--users", "40", "--per-user", "3", "--stock", "20"])
+        .env("DATABASE_URL", format!("{}/hmdp", mysql_server_url()))
+        .output()
+        .expect("hmdp runs");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    println!("{stdout}");
+    assert!(
+        stdout.contains("two nodes behind nginx on a Redis Cluster (3 masters, 3 replicas)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("reentrant: one order per user held across two nodes"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("local: "), "{stdout}");
+}

@@ -18,10 +18,11 @@ use serde_json::json;
 
 use super::{node_flags, until_signal, Cluster, ClusterSpec, Sandbox, NODE_IDS};
 use crate::loadtest::{self, tokens::Login, Drain, Plan, Report};
-use hmdp::config::{SeckillMode, StoreSettings};
+use hmdp::config::{RedisSettings, SeckillMode, StoreSettings};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
 use hmdp::seckill::SaleState;
+use hmdp_test_support::RedisCluster;
 use report_html::{LatencyCurve, Occasion};
 
 /// `hmdp demo`.
@@ -77,6 +78,13 @@ pub struct DemoSettings {
     /// settings, the date and the machine's core count.
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
+
+    /// Run on a Redis Cluster of the demo's own (three masters, three
+    /// replicas of `redis-server` on free loopback ports, created with
+    /// `redis-cli --cluster create`, removed afterwards) instead of
+    /// --redis-url.
+    #[arg(long)]
+    pub redis_cluster: bool,
 
     /// MySQL server (the demo creates and drops its own database on it) and
     /// Redis (the demo uses its own key prefix and removes its keys).
@@ -219,13 +227,24 @@ fn verdict(mode: LockMode, duplicates: i64, extra: i64, violations: &[String]) -
 /// killed and the sandbox removed before it returns.
 pub async fn run(settings: DemoSettings) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find the hmdp executable")?;
-    let sandbox =
-        Sandbox::create(&settings.store.database.url, &settings.store.redis, "demo").await?;
+    let redis_cluster = if settings.redis_cluster {
+        eprintln!("starting a Redis Cluster of three masters and three replicas");
+        Some(RedisCluster::start().await?)
+    } else {
+        None
+    };
+    let redis = match &redis_cluster {
+        Some(cluster) => RedisSettings::at(cluster.url()),
+        None => settings.store.redis.clone(),
+    };
+    let sandbox = Sandbox::create(&settings.store.database.url, &redis, "demo").await?;
     let outcome = until_signal(demo(&settings, exe, &sandbox))
         .await
         .unwrap_or_else(|signal| Err(anyhow!("interrupted by {signal}: nodes and nginx stopped")));
-    // The cluster was dropped with the demo future; now the data goes too.
+    // The cluster was dropped with the demo future; now the data goes too,
+    // then the Redis Cluster.
     drop(sandbox);
+    drop(redis_cluster);
     outcome
 }
 
@@ -329,8 +348,16 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
 
     println!();
     println!(
-        "two nodes behind nginx · {} users x {} purchases at once · stock {} · chaos hold {} ms",
-        settings.users, settings.per_user, settings.stock, settings.chaos_hold_ms
+        "two nodes behind nginx{} · {} users x {} purchases at once · stock {} · chaos hold {} ms",
+        if settings.redis_cluster {
+            " on a Redis Cluster (3 masters, 3 replicas)"
+        } else {
+            ""
+        },
+        settings.users,
+        settings.per_user,
+        settings.stock,
+        settings.chaos_hold_ms
     );
     println!();
     print!("{}", table(&runs, settings.with_paths()));
