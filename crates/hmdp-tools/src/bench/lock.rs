@@ -68,7 +68,8 @@ pub struct BenchLockArgs {
     /// The one Redis connection every task shares: `reconnecting`, redis-rs's
     /// `ConnectionManager`, as the nodes run (it reconnects by itself, for
     /// a little work per command), or `multiplexed`, a plain
-    /// `MultiplexedConnection`.
+    /// `MultiplexedConnection`. On a Redis Cluster URL (`redis+cluster://`):
+    /// `reconnecting`, which is then redis-rs's cluster connection.
     #[arg(long, value_enum, default_value_t = ConnectionKind::Reconnecting)]
     pub connection: ConnectionKind,
 }
@@ -205,6 +206,11 @@ pub async fn run(args: BenchLockArgs) -> anyhow::Result<BenchLockResult> {
     let shared: Connection = match args.connection {
         ConnectionKind::Reconnecting => redis.clone(),
         ConnectionKind::Multiplexed => {
+            anyhow::ensure!(
+                hmdp_lock::cluster_nodes(&args.redis.url).is_none(),
+                "--connection multiplexed takes one server's URL; on a Redis Cluster the \
+                 cluster connection is the one there is (--connection reconnecting)"
+            );
             // The nodes' timeouts, as the reconnecting connection has them.
             let config = redis::AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(args.timeout.backend_timeout()))
