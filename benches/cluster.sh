@@ -42,7 +42,9 @@ start_server "$SINGLE"
 PORTS=()
 for _ in 1 2 3 4 5 6; do
   port=$(free_port)
-  start_server "$port" --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000
+  # The cluster bus would be port + 10000, past 65535 for a high free port.
+  start_server "$port" --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
+    --cluster-port "$(free_port)"
   PORTS+=("$port")
 done
 sleep 0.5

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
-use crate::RedisServer;
+use crate::{free_ports, RedisServer};
 
 /// How long the cluster may take to agree that every slot is served.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -45,7 +45,13 @@ impl RedisCluster {
         args.extend_from_slice(extra_args);
         let mut servers = Vec::with_capacity(2 * MASTERS);
         for _ in 0..2 * MASTERS {
-            servers.push(RedisServer::start_with(&args).await?);
+            // The cluster bus listens on port + 10000 unless told otherwise,
+            // which is past 65535 for a free port above 55535.
+            let [bus] = free_ports()?;
+            let bus = bus.to_string();
+            let mut server_args = args.clone();
+            server_args.extend(["--cluster-port", bus.as_str()]);
+            servers.push(RedisServer::start_with(&server_args).await?);
         }
         let addresses: Vec<String> = servers
             .iter()
