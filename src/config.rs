@@ -28,7 +28,9 @@ pub struct DatabaseSettings {
 /// the sales admitted in Redis.
 #[derive(Debug, Clone, Args)]
 pub struct RedisSettings {
-    /// Redis URL.
+    /// Redis URL: one server, `redis://host:port/db`, or a Redis Cluster,
+    /// `redis+cluster://host:port,host:port,...` (any of its nodes; the rest
+    /// is discovered).
     #[arg(
         id = "redis_url",
         value_name = "REDIS_URL",
