@@ -206,6 +206,19 @@ impl LockSettings {
         Duration::from_millis(self.lock_wait_ms)
     }
 
+    /// Refuses a wait for replicas that a reply may not take: `WAIT` runs
+    /// on the Redis connection bounded by `timeout`, and a longer wait would
+    /// turn every acquisition into a timeout.
+    pub fn ensure_fits(&self, timeout: &TimeoutSettings) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.lock_sync_replicas == 0 || self.lock_sync_timeout_ms < timeout.backend_timeout_ms,
+            "--lock-sync-timeout-ms ({}) must be shorter than --backend-timeout-ms ({})",
+            self.lock_sync_timeout_ms,
+            timeout.backend_timeout_ms
+        );
+        Ok(())
+    }
+
     /// What the lock crate builds from these settings (without an observer).
     pub fn options(&self) -> hmdp_lock::Options {
         hmdp_lock::Options {

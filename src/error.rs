@@ -142,7 +142,13 @@ impl From<sqlx::Error> for Error {
     }
 }
 
-/// The `kind` label of `redis_errors_total`.
+/// The `kind` label of `redis_errors_total`: every kind but `other` is a
+/// Redis unavailable for now, not broken. A server that is loading,
+/// read-only after a failover, or without its master or its cluster; a
+/// Redis Cluster in a failover, which answers MOVED, ASK, TRYAGAIN or
+/// CLUSTERDOWN, or has no connection to a slot's new master yet, until its
+/// slot map settles; a connection refused, dropped or timed out. The request
+/// may be retried, as after a restart.
 fn redis_error_kind(error: &redis::RedisError) -> &'static str {
     use redis::ServerErrorKind as Server;
     match error.kind() {
@@ -167,33 +173,11 @@ fn redis_error_kind(error: &redis::RedisError) -> &'static str {
 
 impl From<redis::RedisError> for Error {
     fn from(error: redis::RedisError) -> Self {
+        let kind = redis_error_kind(&error);
         crate::metrics::REDIS_ERRORS
-            .with_label_values(&[redis_error_kind(&error)])
+            .with_label_values(&[kind])
             .inc();
-        // A server that is loading, read-only after a failover, without its
-        // master or its cluster is unavailable for now, not broken.
-        // A Redis Cluster in a failover answers MOVED, ASK, TRYAGAIN or
-        // CLUSTERDOWN, or has no connection to a slot's new master yet, until
-        // its slot map settles: the request may be retried, as after a restart.
-        let server_busy = matches!(
-            error.kind(),
-            redis::ErrorKind::Server(
-                redis::ServerErrorKind::BusyLoading
-                    | redis::ServerErrorKind::ReadOnly
-                    | redis::ServerErrorKind::MasterDown
-                    | redis::ServerErrorKind::TryAgain
-                    | redis::ServerErrorKind::ClusterDown
-                    | redis::ServerErrorKind::Moved
-                    | redis::ServerErrorKind::Ask
-            ) | redis::ErrorKind::ClusterConnectionNotFound
-        );
-        if server_busy
-            || error.is_io_error()
-            || error.is_timeout()
-            || error.is_connection_dropped()
-            || error.is_connection_refusal()
-            || error.is_unrecoverable_error()
-        {
+        if kind != "other" || error.is_unrecoverable_error() {
             Error::Unavailable(error.into())
         } else {
             Error::Internal(error.into())

@@ -81,15 +81,7 @@ pub struct Application {
 impl Application {
     pub async fn build(settings: ServeSettings) -> anyhow::Result<Application> {
         let timeout = settings.store.backend_timeout();
-        // WAIT runs on the node's Redis connection: a longer wait than a
-        // reply may take would turn every acquisition into a timeout.
-        anyhow::ensure!(
-            settings.lock.lock_sync_replicas == 0
-                || settings.lock.lock_sync_timeout_ms < settings.store.timeout.backend_timeout_ms,
-            "--lock-sync-timeout-ms ({}) must be shorter than --backend-timeout-ms ({})",
-            settings.lock.lock_sync_timeout_ms,
-            settings.store.timeout.backend_timeout_ms
-        );
+        settings.lock.ensure_fits(&settings.store.timeout)?;
         if !settings.no_migrate {
             store::create_database_if_missing(&settings.store.database.url).await?;
         }

@@ -321,6 +321,27 @@ pub fn seckill_body(stock: i64, begin: &str, end: &str) -> Value {
     })
 }
 
+/// Runs `hmdp serve` (on a free port, no migrations) with `flags` and
+/// `env` on top, expecting it to refuse to start; returns what it logged.
+/// `refusal` names the setting, for the failure message of a node that
+/// served instead.
+pub async fn serve_refusal(flags: &[&str], env: &[(&str, &str)], refusal: &str) -> String {
+    let log = NamedTempFile::new().unwrap();
+    let mut command = tokio::process::Command::new(hmdp_binary());
+    command
+        .args(["serve", "--host=127.0.0.1", "--port=0", "--no-migrate"])
+        .args(flags)
+        .envs(env.iter().copied());
+    let mut node =
+        ChildProcess::spawn("hmdp serve", command, log.path(), Stdout::Discard).expect("hmdp runs");
+    let status = node
+        .wait_exit(Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|| panic!("the node is serving with {refusal}"));
+    assert!(!status.success());
+    node.log()
+}
+
 /// A second node in a process of its own, serving a [`TestApp`]'s database
 /// and Redis namespace, logging at `info` to a file a test can read; killed
 /// with SIGKILL when dropped.

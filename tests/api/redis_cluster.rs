@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use hmdp::config::SeckillMode;
 use hmdp_lock::LockMode;
-use hmdp_test_support::{hmdp_binary, wait_until, ChildProcess, RedisCluster, Stdout};
+use hmdp_test_support::{wait_until, RedisCluster};
 
-use crate::helpers::spawn_app;
+use crate::helpers::{serve_refusal, spawn_app};
 
 /// One node setup on the cluster, named as its flags would read.
 struct Setup {
@@ -161,25 +161,12 @@ async fn every_lock_mode_and_purchase_path_runs_on_a_redis_cluster() {
 /// than a reply may take is refused at start, not turned into timeouts.
 #[tokio::test]
 async fn serve_refuses_a_replica_wait_longer_than_a_reply_may_take() {
-    let log = tempfile::NamedTempFile::new().unwrap();
-    let mut command = tokio::process::Command::new(hmdp_binary());
-    command.args([
-        "serve",
-        "--host=127.0.0.1",
-        "--port=0",
-        "--no-migrate",
+    let flags = [
         "--lock-sync-replicas=1",
         "--lock-sync-timeout-ms=3000",
         "--backend-timeout-ms=2000",
-    ]);
-    let mut node =
-        ChildProcess::spawn("hmdp serve", command, log.path(), Stdout::Discard).expect("hmdp runs");
-    let status = node
-        .wait_exit(Duration::from_secs(10))
-        .await
-        .expect("the node is serving with a replica wait beyond its backend timeout");
-    assert!(!status.success());
-    let stderr = node.log();
+    ];
+    let stderr = serve_refusal(&flags, &[], "a replica wait beyond its backend timeout").await;
     assert!(
         stderr.contains(
             "--lock-sync-timeout-ms (3000) must be shorter than --backend-timeout-ms (2000)"

@@ -1,11 +1,8 @@
 //! `/voucher*`: admin-guarded creation, validation, the shop list.
 
-use std::time::Duration;
-
-use hmdp_test_support::{hmdp_binary, ChildProcess, Stdout};
 use serde_json::{json, Value};
 
-use crate::helpers::{seckill_body, spawn_app, ADMIN_TOKEN};
+use crate::helpers::{seckill_body, serve_refusal, spawn_app, ADMIN_TOKEN};
 
 #[tokio::test]
 async fn creating_a_voucher_needs_the_admin_token() {
@@ -39,19 +36,7 @@ async fn an_empty_admin_token_header_is_refused() {
 /// an admin's: the node must refuse to start instead.
 #[tokio::test]
 async fn serve_refuses_to_start_with_an_empty_admin_token() {
-    let log = tempfile::NamedTempFile::new().unwrap();
-    let mut command = tokio::process::Command::new(hmdp_binary());
-    command
-        .args(["serve", "--host=127.0.0.1", "--port=0", "--no-migrate"])
-        .env("HMDP_ADMIN_TOKEN", "");
-    let mut node =
-        ChildProcess::spawn("hmdp serve", command, log.path(), Stdout::Discard).expect("hmdp runs");
-    let status = node
-        .wait_exit(Duration::from_secs(10))
-        .await
-        .expect("the node is serving with an empty admin token");
-    let stderr = node.log();
-    assert!(!status.success());
+    let stderr = serve_refusal(&[], &[("HMDP_ADMIN_TOKEN", "")], "an empty admin token").await;
     assert!(
         stderr.contains("HMDP_ADMIN_TOKEN") && stderr.contains("16 characters"),
         "{stderr}"

@@ -118,13 +118,10 @@ pub enum BuildError {
     Redis(#[from] redis::RedisError),
 }
 
-/// Builds the lock `options` describe on `redis` (a [`ConnectionManager`]
-/// from [`connection_manager`], or any [`Connection`]); `redis_url` lets modes
-/// that need a dedicated connection of their own (the release subscription
-/// of `reentrant`) open one. Nothing connects yet: connections open on first
-/// use.
-///
-/// [`ConnectionManager`]: redis::aio::ConnectionManager
+/// Builds the lock `options` describe on `redis` (from [`connect`], or any
+/// [`Connection`]); `redis_url` lets modes that need a dedicated connection
+/// of their own (the release subscription of `reentrant`) open one. Nothing
+/// connects yet: connections open on first use.
 pub fn build(
     options: &Options,
     redis: impl Into<Connection>,

@@ -13,7 +13,9 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 use tokio::sync::OnceCell;
 
 /// Where a lock's commands go. Cloning shares the connection, as cloning
-/// either of redis-rs's types does; build one with `.into()`.
+/// each of redis-rs's types does; build one with `.into()` or [`connect`].
+///
+/// [`connect`]: crate::connect
 ///
 /// A `ConnectionManager` reconnects by itself after Redis restarts or a
 /// socket breaks, at the price of a little work per command (it looks up

@@ -25,7 +25,7 @@ pub use database::TestDatabase;
 pub use process::{ChildProcess, Stdout};
 pub use redis_cluster::RedisCluster;
 pub use redis_keys::{remove_keys_with_prefix, RedisNamespace};
-pub use redis_server::RedisServer;
+pub use redis_server::{is_master, RedisServer};
 
 /// The MySQL server tests create their databases on (`TEST_MYSQL_URL`, no
 /// database in the path).
@@ -47,14 +47,38 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
+    let waited = poll_until(what, within, Duration::from_millis(10), || {
+        let holds = condition();
+        async move { Ok(holds.await) }
+    });
+    if let Err(error) = waited.await {
+        panic!("{error}");
+    }
+}
+
+/// Polls `condition` every `every` until it holds; an error saying it was
+/// still waiting for `what` if it has not within `within`, or the
+/// condition's own error at once. For a state the servers reach by
+/// themselves (a replica in sync, a failover done).
+pub async fn poll_until<F, Fut>(
+    what: &str,
+    within: Duration,
+    every: Duration,
+    mut condition: F,
+) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<bool>>,
+{
     let deadline = tokio::time::Instant::now() + within;
-    while !condition().await {
-        assert!(
+    while !condition().await? {
+        anyhow::ensure!(
             tokio::time::Instant::now() < deadline,
             "still waiting for {what} after {within:?}"
         );
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(every).await;
     }
+    Ok(())
 }
 
 /// Runs `work` to its end on a thread and runtime of its own, for the

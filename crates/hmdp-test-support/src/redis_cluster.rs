@@ -8,10 +8,13 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
-use crate::{free_ports, RedisServer};
+use crate::{free_ports, poll_until, RedisServer};
 
 /// How long the cluster may take to agree that every slot is served.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How often the cluster's state is looked at while waiting for it.
+const POLL: Duration = Duration::from_millis(100);
 
 /// Masters of a test cluster; each gets one replica.
 pub const MASTERS: usize = 3;
@@ -83,31 +86,30 @@ impl RedisCluster {
     /// is in sync: `redis-cli` reports the cluster created before the
     /// replicas have joined, and a failover needs a synced replica.
     async fn wait_until_replicated(&self) -> anyhow::Result<()> {
-        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
-        loop {
-            let mut replicated = true;
-            for server in &self.servers {
-                let info = info_replication(server).await.unwrap_or_default();
-                replicated &=
-                    info.contains("connected_slaves:1") || info.contains("master_link_status:up");
-                // Every node must also know every replica (gossip spreads
-                // that late): the masters vote in a replica's election.
-                let nodes = cluster_nodes(server).await.unwrap_or_default();
-                let replicas = nodes
-                    .lines()
-                    .filter_map(|node| node.split_whitespace().nth(2))
-                    .filter(|flags| flags.split(',').any(|flag| flag == "slave"))
-                    .count();
-                replicated &= replicas == MASTERS;
-            }
-            if replicated {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() >= deadline {
-                bail!("the Redis Cluster's replicas did not sync within {READY_TIMEOUT:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        poll_until(
+            "the cluster's replicas to sync",
+            READY_TIMEOUT,
+            POLL,
+            || async {
+                let mut replicated = true;
+                for server in &self.servers {
+                    let info = info_replication(server).await.unwrap_or_default();
+                    replicated &= info.contains("connected_slaves:1")
+                        || info.contains("master_link_status:up");
+                    // Every node must also know every replica (gossip spreads
+                    // that late): the masters vote in a replica's election.
+                    let nodes = cluster_nodes(server).await.unwrap_or_default();
+                    let replicas = nodes
+                        .lines()
+                        .filter_map(|node| node.split_whitespace().nth(2))
+                        .filter(|flags| flags.split(',').any(|flag| flag == "slave"))
+                        .count();
+                    replicated &= replicas == MASTERS;
+                }
+                Ok(replicated)
+            },
+        )
+        .await
     }
 
     /// `redis+cluster://127.0.0.1:p1,127.0.0.1:p2,...`: every server, so a
@@ -135,11 +137,7 @@ impl RedisCluster {
     /// master's own `INFO replication` (the cluster's view of its replicas
     /// trails behind it).
     pub async fn replica_of(&self, master_port: u16) -> anyhow::Result<u16> {
-        let master = self
-            .servers
-            .iter()
-            .find(|server| server.port() == master_port)
-            .with_context(|| format!("no server of the cluster on :{master_port}"))?;
+        let master = &self.servers[self.position(master_port)?];
         // `slave0:ip=127.0.0.1,port=7004,state=online,offset=...,lag=0`
         info_replication(master)
             .await?
@@ -153,22 +151,24 @@ impl RedisCluster {
             .with_context(|| format!("master :{master_port} reports no replica"))
     }
 
+    /// Where the server on `port` is in [`servers`](Self::servers).
+    pub fn position(&self, port: u16) -> anyhow::Result<usize> {
+        self.servers
+            .iter()
+            .position(|server| server.port() == port)
+            .with_context(|| format!("no server of the cluster on :{port}"))
+    }
+
     /// Waits until every running server reports every slot served.
     pub async fn wait_until_ok(&self) -> anyhow::Result<()> {
-        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
-        loop {
+        poll_until("the cluster to report ok", READY_TIMEOUT, POLL, || async {
             let mut all_ok = true;
             for server in self.servers.iter().filter(|server| server.is_running()) {
                 all_ok &= matches!(cluster_state(server).await, Ok(state) if state == "ok");
             }
-            if all_ok {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() >= deadline {
-                bail!("the Redis Cluster did not report ok within {READY_TIMEOUT:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            Ok(all_ok)
+        })
+        .await
     }
 }
 
@@ -184,17 +184,17 @@ async fn cluster_nodes(server: &RedisServer) -> anyhow::Result<String> {
 
 /// A command answered with text, within a second.
 async fn ask(server: &RedisServer, command: &[&str]) -> anyhow::Result<String> {
-    let client = redis::Client::open(server.url())?;
     let reply = async {
-        let mut connection = client.get_multiplexed_async_connection().await?;
-        redis::cmd(command[0])
-            .arg(&command[1..])
-            .query_async::<String>(&mut connection)
-            .await
+        Ok::<_, anyhow::Error>(
+            redis::cmd(command[0])
+                .arg(&command[1..])
+                .query_async::<String>(&mut server.connect().await?)
+                .await?,
+        )
     };
-    Ok(tokio::time::timeout(Duration::from_secs(1), reply)
+    tokio::time::timeout(Duration::from_secs(1), reply)
         .await
-        .with_context(|| format!("{} timed out", command.join(" ")))??)
+        .with_context(|| format!("{} timed out", command.join(" ")))?
 }
 
 /// `cluster_state` from one server's `CLUSTER INFO`: `ok` or `fail`.

@@ -4,6 +4,7 @@
 use redis::AsyncCommands;
 
 use crate::finish_from_drop;
+use crate::redis_server::is_master;
 
 /// A Redis key prefix of its own; every key under it is deleted when dropped
 /// (a failed test's too).
@@ -88,8 +89,7 @@ async fn remove_keys_on_cluster(nodes: &str, prefix: &str) -> redis::RedisResult
         let Ok(mut redis) = client.get_multiplexed_async_connection().await else {
             continue; // a dead node holds nothing to remove
         };
-        let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut redis).await?;
-        if !matches!(role.first(), Some(redis::Value::BulkString(role)) if role == b"master") {
+        if !is_master(&mut redis).await? {
             continue;
         }
         let keys = keys_with_prefix(&mut redis, prefix).await?;

@@ -51,6 +51,12 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
+    /// A connection of its own to the server.
+    pub async fn connect(&self) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+        let client = redis::Client::open(self.url())?;
+        Ok(client.get_multiplexed_async_connection().await?)
+    }
+
     /// Whether the process is running (not killed).
     pub fn is_running(&self) -> bool {
         self.child.is_some()
@@ -134,6 +140,15 @@ impl RedisServer {
             }
         }
     }
+}
+
+/// Whether the server `redis` is connected to calls itself a master (`ROLE`).
+pub async fn is_master<C>(redis: &mut C) -> redis::RedisResult<bool>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(redis).await?;
+    Ok(matches!(role.first(), Some(redis::Value::BulkString(role)) if role == b"master"))
 }
 
 impl Drop for RedisServer {

@@ -4,28 +4,20 @@
 //! twice and say how long the orders took to reach MySQL; `--report` writes
 //! the picture of those runs.
 
+use std::ffi::OsStr;
 use std::process::Command;
 
 use hmdp_test_support::{mysql_server_url, redis_url};
 use serde_json::Value;
 
-#[test]
-fn the_demo_runs_every_lock_mode_on_both_paths_and_times_the_stream_drain() {
-    let json = tempfile::NamedTempFile::new().unwrap();
-    let report = tempfile::NamedTempFile::new().unwrap();
+/// Runs `hmdp demo` with `args` on a small sale (40 users firing 3
+/// purchases each, stock 20) against the machine's MySQL and Redis; checks
+/// it exited 0 and returns what it printed.
+fn demo<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(args: I) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_hmdp"))
-        .args([
-            "demo",
-            "--modes",
-            "local,reentrant",
-            "--seckill",
-            "sync,stream",
-        ])
+        .arg("demo")
+        .args(args)
         .args(["--users", "40", "--per-user", "3", "--stock", "20"])
-        .arg("--json")
-        .arg(json.path())
-        .arg("--report")
-        .arg(report.path())
         .env("DATABASE_URL", format!("{}/hmdp", mysql_server_url()))
         .env("REDIS_URL", redis_url())
         .output()
@@ -34,6 +26,23 @@ fn the_demo_runs_every_lock_mode_on_both_paths_and_times_the_stream_drain() {
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(output.status.success(), "{stdout}\n{stderr}");
     println!("{stdout}");
+    stdout
+}
+
+#[test]
+fn the_demo_runs_every_lock_mode_on_both_paths_and_times_the_stream_drain() {
+    let json = tempfile::NamedTempFile::new().unwrap();
+    let report = tempfile::NamedTempFile::new().unwrap();
+    let stdout = demo([
+        "--modes".as_ref(),
+        "local,reentrant".as_ref(),
+        "--seckill".as_ref(),
+        "sync,stream".as_ref(),
+        "--json".as_ref(),
+        json.path().as_os_str(),
+        "--report".as_ref(),
+        report.path().as_os_str(),
+    ]);
 
     let header = stdout
         .lines()
@@ -115,16 +124,7 @@ fn the_demo_runs_every_lock_mode_on_both_paths_and_times_the_stream_drain() {
 /// starts for itself and removes afterwards.
 #[test]
 fn the_demo_runs_on_a_redis_cluster_of_its_own() {
-    let output = Command::new(env!("CARGO_BIN_EXE_hmdp"))
-        .args(["demo", "--redis-cluster", "--modes", "local,reentrant"])
-        .args(["--users", "40", "--per-user", "3", "--stock", "20"])
-        .env("DATABASE_URL", format!("{}/hmdp", mysql_server_url()))
-        .output()
-        .expect("hmdp runs");
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    let stderr = String::from_utf8(output.stderr).unwrap();
-    assert!(output.status.success(), "{stdout}\n{stderr}");
-    println!("{stdout}");
+    let stdout = demo(["--redis-cluster", "--modes", "local,reentrant"]);
     assert!(
         stdout.contains("two nodes behind nginx on a Redis Cluster (3 masters, 3 replicas)"),
         "{stdout}"

@@ -202,6 +202,7 @@ async fn bare_pair(mut redis: Connection, key: &str, token: &str) -> bool {
 }
 
 pub async fn run(args: BenchLockArgs) -> anyhow::Result<BenchLockResult> {
+    args.lock.ensure_fits(&args.timeout)?;
     let redis = connect_redis(&args.redis.url, args.timeout.backend_timeout())?;
     let shared: Connection = match args.connection {
         ConnectionKind::Reconnecting => redis.clone(),

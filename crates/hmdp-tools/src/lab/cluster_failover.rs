@@ -5,9 +5,10 @@
 //! The scenario starts a cluster of its own (three masters, three replicas).
 //! The replica of the master serving the lock key's slot is frozen
 //! (SIGSTOP) and its replication link cut, so the lock cannot reach it
-//! (what a slow network or a long GC pause on the replica does); A locks; the master is SIGKILLed;
-//! the replica thaws, the cluster promotes it (the real mechanism: failure
-//! detection, election, slot takeover), and B, on a connection of its own as
+//! (what a slow network or a long GC pause on the replica does); A locks;
+//! the master is SIGKILLed; the replica thaws, the cluster promotes it (the
+//! real mechanism: failure detection, election, slot takeover), the old
+//! master rejoins as its replica, and B, on a connection of its own as
 //! another node would be, locks the same key on the new master.
 
 use std::time::Duration;
@@ -15,15 +16,18 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Args;
 use hmdp_lock::{HeldLock, Holder, LockError, OrderLock};
-use redis::{AsyncCommands, Value};
+use redis::Value;
 
+use super::failover::has_key;
 use super::harness::{Lab, SYNC_REPLICAS_TIMEOUT};
 use super::LabArgs;
-use hmdp_test_support::{RedisCluster, RedisServer};
+use hmdp_test_support::{is_master, poll_until, RedisCluster, RedisServer};
 
 const LEASE: Duration = Duration::from_millis(10_000);
 /// How long the cluster may take to promote the replica.
 const FAILOVER_DEADLINE: Duration = Duration::from_secs(30);
+/// How often the cluster's state is looked at while waiting for it.
+const POLL: Duration = Duration::from_millis(100);
 /// How long B keeps trying while its connection learns the new topology.
 const RETRY_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -55,6 +59,7 @@ pub(super) async fn run(lab: &Lab, args: &ClusterFailoverArgs) -> anyhow::Result
              served by master :{master}, replicated to :{replica}"
         ),
     );
+    let (master_at, replica_at) = (cluster.position(master)?, cluster.position(replica)?);
     let lock_a = lab.lock_replicated_on(&cluster.url(), LEASE, args.lock_sync_replicas)?;
     let lock_b = lab.lock_replicated_on(&cluster.url(), LEASE, args.lock_sync_replicas)?;
     if args.lock_sync_replicas > 0 {
@@ -71,12 +76,12 @@ pub(super) async fn run(lab: &Lab, args: &ClusterFailoverArgs) -> anyhow::Result
     // Frozen first, so it cannot reconnect; then its link is cut, so that
     // nothing written from now on is on its way to it (a frozen process's
     // socket would still take in what the master sends).
-    server(&cluster, replica)?.pause()?;
+    cluster.servers()[replica_at].pause()?;
     let _: i64 = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")
         .arg("replica")
-        .query_async(&mut connect(server(&cluster, master)?).await?)
+        .query_async(&mut cluster.servers()[master_at].connect().await?)
         .await
         .context("cannot cut the replication link")?;
     lab.say(
@@ -87,27 +92,21 @@ pub(super) async fn run(lab: &Lab, args: &ClusterFailoverArgs) -> anyhow::Result
         ),
     );
     let a = acquire_a(lab, &*lock_a).await?;
-    let on_master: bool = connect(server(&cluster, master)?)
-        .await?
-        .exists(lab.key())
-        .await?;
+    let on_master = has_key(&cluster.servers()[master_at], lab.key()).await?;
     lab.say(
         "redis",
         format!("the lock key is on master :{master}: {on_master}"),
     );
-    server_mut(&mut cluster, master)?.kill();
+    cluster.servers_mut()[master_at].kill();
     lab.say("redis", format!("master :{master} dies (SIGKILL)"));
-    server(&cluster, replica)?.resume()?;
+    cluster.servers()[replica_at].resume()?;
     lab.say(
         "redis",
         format!("replica :{replica} wakes up (SIGCONT) and finds its master gone"),
     );
-    wait_for_promotion(server(&cluster, replica)?).await?;
+    wait_for_promotion(&cluster.servers()[replica_at]).await?;
     cluster.wait_until_ok().await?;
-    let kept: bool = connect(server(&cluster, replica)?)
-        .await?
-        .exists(lab.key())
-        .await?;
+    let kept = has_key(&cluster.servers()[replica_at], lab.key()).await?;
     lab.say(
         "redis",
         format!("the cluster promoted :{replica} to master; the lock key is on it: {kept}"),
@@ -116,8 +115,8 @@ pub(super) async fn run(lab: &Lab, args: &ClusterFailoverArgs) -> anyhow::Result
     // The old master comes back (empty: nothing is kept on disk) and the
     // cluster makes it the new master's replica, as an operator's restart
     // would: a replica to acknowledge B's lock, should B wait for one.
-    server_mut(&mut cluster, master)?.restart().await?;
-    wait_for_replica(server(&cluster, replica)?).await?;
+    cluster.servers_mut()[master_at].restart().await?;
+    wait_for_replica(&cluster.servers()[replica_at]).await?;
     lab.say(
         "redis",
         format!(":{master} restarts empty and rejoins as the replica of :{replica}"),
@@ -198,7 +197,7 @@ async fn acquire_b(lab: &Lab, lock: &dyn OrderLock) -> anyhow::Result<Option<Box
 /// The key's slot, the port of the master serving it (`CLUSTER SLOTS`) and
 /// of its replica.
 async fn shard_of(cluster: &RedisCluster, key: &str) -> anyhow::Result<(u16, u16, u16)> {
-    let mut redis = connect(&cluster.servers()[0]).await?;
+    let mut redis = cluster.servers()[0].connect().await?;
     let slot: u16 = redis::cmd("CLUSTER")
         .arg("KEYSLOT")
         .arg(key)
@@ -235,63 +234,24 @@ fn int(value: Option<&Value>) -> Option<i64> {
     }
 }
 
-fn server(cluster: &RedisCluster, port: u16) -> anyhow::Result<&RedisServer> {
-    cluster
-        .servers()
-        .iter()
-        .find(|server| server.port() == port)
-        .with_context(|| format!("no server of the cluster on :{port}"))
-}
-
-fn server_mut(cluster: &mut RedisCluster, port: u16) -> anyhow::Result<&mut RedisServer> {
-    cluster
-        .servers_mut()
-        .iter_mut()
-        .find(|server| server.port() == port)
-        .with_context(|| format!("no server of the cluster on :{port}"))
-}
-
-async fn connect(server: &RedisServer) -> anyhow::Result<redis::aio::MultiplexedConnection> {
-    Ok(redis::Client::open(server.url())?
-        .get_multiplexed_async_connection()
-        .await?)
-}
-
 /// Waits until `master` has a replica in sync.
 async fn wait_for_replica(master: &RedisServer) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + FAILOVER_DEADLINE;
-    loop {
+    let what = format!(":{} to get a replica in sync", master.port());
+    poll_until(&what, FAILOVER_DEADLINE, POLL, || async {
         let info: String = redis::cmd("INFO")
             .arg("replication")
-            .query_async(&mut connect(master).await?)
+            .query_async(&mut master.connect().await?)
             .await?;
-        if info.contains("state=online") {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            ":{} got no replica within {FAILOVER_DEADLINE:?}",
-            master.port()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        Ok(info.contains("state=online"))
+    })
+    .await
 }
 
 /// Waits until `replica` calls itself a master (`ROLE`).
 async fn wait_for_promotion(replica: &RedisServer) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + FAILOVER_DEADLINE;
-    loop {
-        let role: Vec<Value> = redis::cmd("ROLE")
-            .query_async(&mut connect(replica).await?)
-            .await?;
-        if matches!(role.first(), Some(Value::BulkString(role)) if role == b"master") {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the cluster did not promote :{} within {FAILOVER_DEADLINE:?}",
-            replica.port()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let what = format!("the cluster to promote :{}", replica.port());
+    poll_until(&what, FAILOVER_DEADLINE, POLL, || async {
+        Ok(is_master(&mut replica.connect().await?).await?)
+    })
+    .await
 }

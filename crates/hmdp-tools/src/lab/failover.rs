@@ -21,7 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::harness::Lab;
-use hmdp_test_support::RedisServer;
+use hmdp_test_support::{poll_until, RedisServer};
 
 const LEASE: Duration = Duration::from_millis(2000);
 
@@ -65,7 +65,7 @@ async fn replicated(lab: &Lab) -> anyhow::Result<String> {
     let _: () = redis::cmd("REPLICAOF")
         .arg("NO")
         .arg("ONE")
-        .query_async(&mut connect(&replica).await?)
+        .query_async(&mut replica.connect().await?)
         .await
         .context("cannot promote the replica")?;
     lab.say(
@@ -164,34 +164,28 @@ fn describe(votes: &[NodeReport]) -> String {
     format!("{} ({agreed} agreed)", said.join(", "))
 }
 
-async fn connect(server: &RedisServer) -> anyhow::Result<redis::aio::MultiplexedConnection> {
-    Ok(redis::Client::open(server.url())?
-        .get_multiplexed_async_connection()
-        .await?)
-}
-
-async fn has_key(server: &RedisServer, key: &str) -> anyhow::Result<bool> {
-    Ok(connect(server).await?.exists(key).await?)
+/// Whether `key` is on `server` itself.
+pub(super) async fn has_key(server: &RedisServer, key: &str) -> anyhow::Result<bool> {
+    Ok(server.connect().await?.exists(key).await?)
 }
 
 /// Waits until the replica has finished its first sync with the master.
 async fn wait_for_sync(replica: &RedisServer) -> anyhow::Result<()> {
-    let mut redis = connect(replica).await?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query_async(&mut redis)
-            .await?;
-        if info.contains("master_link_status:up") {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the replica did not sync with its master"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let connection = replica.connect().await?;
+    let (within, every) = (Duration::from_secs(10), Duration::from_millis(20));
+    poll_until(
+        "the replica to sync with its master",
+        within,
+        every,
+        || async {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut connection.clone())
+                .await?;
+            Ok(info.contains("master_link_status:up"))
+        },
+    )
+    .await
 }
 
 /// A TCP relay between a replica and its master that the lab can hold back:
