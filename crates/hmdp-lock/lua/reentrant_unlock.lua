@@ -19,6 +19,8 @@
 -- ARGV[3]  how long the latch remembers the answer, in milliseconds
 -- ARGV[4]  which attempt of this release this is: the first cannot find a
 --          latch (release ids are never reused), so it does not look
+-- ARGV[5]  how to announce the release: 'publish' (one server) or
+--          'spublish' (Redis Cluster: sharded, to the slot's own master)
 -- Returns  n >= 0: released, n holds of this owner remain (0: key deleted)
 --          -1: the key was gone (lease expired)
 --          -2: another owner holds the key
@@ -55,5 +57,7 @@ if tonumber(count) > 1 then
   return left
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], 'released')
+-- The announcement may fail (no SPUBLISH before Redis 7) without failing the
+-- release: waiters that hear nothing poll.
+redis.pcall(ARGV[5], KEYS[2], 'released')
 return 0

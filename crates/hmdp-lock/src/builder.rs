@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::redis_lua::{LuaUnlock, RedisLuaLock};
 use crate::redis_naive::{DelUnlock, RedisNaiveLock};
 use crate::redis_owner::{GetThenDelUnlock, RedisOwnerLock};
+use crate::release_events::ReleaseSource;
 use crate::set_nx::SetNx;
 use crate::Connection;
 use crate::{
@@ -143,7 +144,7 @@ pub fn build(
         LockMode::RedisOwner => Arc::new(RedisOwnerLock::new(set_nx(), GetThenDelUnlock)),
         LockMode::RedisLua => Arc::new(RedisLuaLock::new(set_nx(), LuaUnlock)),
         LockMode::Reentrant => Arc::new(ReentrantLock::observed(
-            subscription_client(redis_url)?,
+            release_source(redis_url)?,
             redis.clone(),
             options.reentrant(),
             options.observer.clone(),
@@ -199,13 +200,13 @@ pub fn cluster_nodes(url: &str) -> Option<Vec<String>> {
     )
 }
 
-/// The client the release subscription of `reentrant` connects with. On a
-/// cluster, the first seed node: Redis Cluster delivers a classic `PUBLISH`
-/// to the subscribers of every node, so one node hears every release.
-fn subscription_client(redis_url: &str) -> redis::RedisResult<redis::Client> {
+/// Where the release subscription of `reentrant` connects: the server, or
+/// on a cluster its seed nodes (sharded pub/sub, each channel on the master
+/// of its lock's slot).
+fn release_source(redis_url: &str) -> redis::RedisResult<ReleaseSource> {
     match cluster_nodes(redis_url) {
-        Some(nodes) => redis::Client::open(nodes[0].as_str()),
-        None => redis::Client::open(redis_url),
+        Some(nodes) => Ok(ReleaseSource::Cluster(nodes)),
+        None => redis::Client::open(redis_url).map(ReleaseSource::from),
     }
 }
 

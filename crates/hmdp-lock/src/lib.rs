@@ -132,6 +132,7 @@ pub use observer::{LockEvent, LostReason, Observer, Unobserved};
 pub use owner::Holder;
 pub use quorum::{NodeReport, QuorumLock, Vote};
 pub use reentrant::{ReentrantLock, ReentrantOptions};
+pub use release_events::ReleaseSource;
 pub use replicated::SyncReplicas;
 
 /// Something that went wrong talking to the lock's backing store, or a hold

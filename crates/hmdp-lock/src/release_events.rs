@@ -17,12 +17,26 @@
 //! gone without a FIN or RST: a NAT or firewall that dropped its state, a
 //! frozen server) would look subscribed forever, so the task pings it and
 //! treats one that stops answering as dropped.
+//!
+//! On one server the subscription is classic (`SUBSCRIBE`, the release
+//! script `PUBLISH`es). On a Redis Cluster it is sharded (`SSUBSCRIBE` /
+//! `SPUBLISH`, Redis 7): a release travels only to the master of its lock's
+//! slot and the subscribers there, instead of being broadcast over the
+//! cluster bus to every node. redis-rs routes each channel to its slot's
+//! master and resubscribes after a reconnect or a slot move; a connection
+//! lost, or a subscription the server drops (its slot moved away), counts as
+//! the subscription lost: waiters retry and poll until it is back.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use futures::stream::BoxStream;
 use futures::StreamExt;
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
+use redis::{PushInfo, PushKind, RedisResult};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
@@ -39,13 +53,29 @@ const KEEPALIVE_EVERY: Duration = Duration::from_secs(1);
 /// reconnect, with waiters polling meanwhile.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Where the release subscription connects: the lock's one server, or the
+/// seed nodes of its Redis Cluster.
+#[derive(Clone)]
+pub enum ReleaseSource {
+    /// One server: classic pub/sub.
+    Server(redis::Client),
+    /// A Redis Cluster (`redis://host:port` seed nodes): sharded pub/sub.
+    Cluster(Vec<String>),
+}
+
+impl From<redis::Client> for ReleaseSource {
+    fn from(client: redis::Client) -> Self {
+        ReleaseSource::Server(client)
+    }
+}
+
 /// The process's subscription to lock release channels.
 pub(crate) struct ReleaseEvents {
     shared: Arc<Shared>,
     /// Started on first use: building a lock must not need Redis or a runtime.
     dispatcher: std::sync::Once,
     /// Handed to the dispatcher when it starts.
-    pending: Mutex<Option<(redis::Client, mpsc::UnboundedReceiver<String>)>>,
+    pending: Mutex<Option<(ReleaseSource, mpsc::UnboundedReceiver<String>)>>,
 }
 
 struct Shared {
@@ -71,7 +101,7 @@ pub(crate) struct Listener {
 }
 
 impl ReleaseEvents {
-    pub fn new(client: redis::Client) -> Self {
+    pub fn new(source: ReleaseSource) -> Self {
         let (changed, receiver) = mpsc::unbounded_channel();
         ReleaseEvents {
             shared: Arc::new(Shared {
@@ -79,7 +109,7 @@ impl ReleaseEvents {
                 changed,
             }),
             dispatcher: std::sync::Once::new(),
-            pending: Mutex::new(Some((client, receiver))),
+            pending: Mutex::new(Some((source, receiver))),
         }
     }
 
@@ -88,13 +118,13 @@ impl ReleaseEvents {
     /// after this returns is sure to be delivered.
     pub async fn listen(&self, channel: &str, patience: Instant) -> Listener {
         self.dispatcher.call_once(|| {
-            let (client, receiver) = self
+            let (source, receiver) = self
                 .pending
                 .lock()
                 .expect("release events poisoned")
                 .take()
                 .expect("dispatcher starts once");
-            tokio::spawn(dispatch(client, Arc::downgrade(&self.shared), receiver));
+            tokio::spawn(dispatch(source, Arc::downgrade(&self.shared), receiver));
         });
         let entry = {
             let mut channels = self.shared.channels.lock().expect("channels poisoned");
@@ -157,20 +187,130 @@ impl Drop for Listener {
     }
 }
 
+/// The subscription connection: commands go through it, and what Redis
+/// pushes comes out as [`Notice`]s.
+#[derive(Clone)]
+enum Subscriber {
+    /// `SUBSCRIBE` on a connection of its own to the one server.
+    Server(redis::aio::PubSubSink),
+    /// `SSUBSCRIBE` on a cluster connection of its own (RESP3, pushes
+    /// delivered to the dispatcher).
+    Cluster(ClusterConnection),
+}
+
+/// What the subscription connection reports.
+enum Notice {
+    /// A release was published on this channel.
+    Released(String),
+    /// The server ended this channel's subscription: the answer to our own
+    /// unsubscribe, or (sharded) its slot moved to another node.
+    Unsubscribed(String),
+    /// The connection (or, on a cluster, one node's) dropped.
+    Disconnected,
+}
+
+impl Subscriber {
+    /// Opens the connection, within [`CONNECT_TIMEOUT`].
+    async fn connect(
+        source: &ReleaseSource,
+    ) -> Result<(Subscriber, BoxStream<'static, Notice>), String> {
+        let connecting = async {
+            match source {
+                ReleaseSource::Server(client) => {
+                    let (sink, messages) = client.get_async_pubsub().await?.split();
+                    let notices = messages
+                        .map(|message| Notice::Released(message.get_channel_name().to_owned()))
+                        .chain(futures::stream::once(async { Notice::Disconnected }));
+                    Ok((Subscriber::Server(sink), notices.boxed()))
+                }
+                ReleaseSource::Cluster(nodes) => {
+                    let (pushes, received) = mpsc::unbounded_channel::<PushInfo>();
+                    let connection = ClusterClient::builder(nodes.clone())
+                        .use_protocol(redis::ProtocolVersion::RESP3)
+                        .push_sender(pushes)
+                        .connection_timeout(CONNECT_TIMEOUT)
+                        .response_timeout(REPLY_TIMEOUT)
+                        .build()?
+                        .get_async_connection()
+                        .await?;
+                    let pushes = futures::stream::unfold(received, |mut received| async move {
+                        received.recv().await.map(|push| (push, received))
+                    });
+                    let notices =
+                        pushes.filter_map(|push| std::future::ready(Notice::of_push(push)));
+                    Ok((Subscriber::Cluster(connection), notices.boxed()))
+                }
+            }
+        };
+        let connected: RedisResult<_> =
+            match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
+                Ok(connected) => connected,
+                Err(_) => return Err("timed out".to_owned()),
+            };
+        connected.map_err(|error| error.to_string())
+    }
+
+    async fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Subscriber::Server(sink) => sink.subscribe(channel).await,
+            Subscriber::Cluster(connection) => connection.ssubscribe(channel).await,
+        }
+    }
+
+    async fn unsubscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Subscriber::Server(sink) => sink.unsubscribe(channel).await,
+            Subscriber::Cluster(connection) => connection.sunsubscribe(channel).await,
+        }
+    }
+
+    /// Checks that the connection still answers: on a cluster, every
+    /// master's (a sharded subscription may sit on any of them).
+    async fn ping(&mut self) -> RedisResult<()> {
+        match self {
+            Subscriber::Server(sink) => sink.ping::<redis::Value>().await.map(drop),
+            Subscriber::Cluster(connection) => {
+                let every_master = RoutingInfo::MultiNode((
+                    MultipleNodeRoutingInfo::AllMasters,
+                    Some(ResponsePolicy::AllSucceeded),
+                ));
+                connection
+                    .route_command(redis::cmd("PING"), every_master)
+                    .await
+                    .map(drop)
+            }
+        }
+    }
+}
+
+impl Notice {
+    /// The notice a RESP3 push of the cluster connection carries, if any.
+    fn of_push(push: PushInfo) -> Option<Notice> {
+        let channel = || match push.data.first() {
+            Some(redis::Value::BulkString(name)) => {
+                Some(String::from_utf8_lossy(name).into_owned())
+            }
+            _ => None,
+        };
+        match push.kind {
+            PushKind::SMessage => channel().map(Notice::Released),
+            PushKind::SUnsubscribe => channel().map(Notice::Unsubscribed),
+            PushKind::Disconnection => Some(Notice::Disconnected),
+            _ => None,
+        }
+    }
+}
+
 /// The dispatcher: owns the subscription connection, applies interest
 /// changes in order and turns each release message into one wake-up.
 async fn dispatch(
-    client: redis::Client,
+    source: ReleaseSource,
     shared: Weak<Shared>,
     mut changed: mpsc::UnboundedReceiver<String>,
 ) {
     loop {
-        let connected = tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub()).await;
-        let pubsub = match connected
-            .map_err(|_| "timed out".to_owned())
-            .and_then(|pubsub| pubsub.map_err(|error| error.to_string()))
-        {
-            Ok(pubsub) => pubsub,
+        let (mut subscriber, mut notices) = match Subscriber::connect(&source).await {
+            Ok(connected) => connected,
             Err(error) => {
                 tracing::warn!(%error, "lock release subscription unavailable; waiters poll");
                 tokio::time::sleep(RECONNECT_DELAY).await;
@@ -180,7 +320,6 @@ async fn dispatch(
                 continue;
             }
         };
-        let (mut sink, mut messages) = pubsub.split();
         // Resubscribe whatever is wanted now (after a reconnect, everything).
         let wanted: Vec<String> = match shared.upgrade() {
             Some(shared) => shared
@@ -192,23 +331,27 @@ async fn dispatch(
                 .collect(),
             None => return,
         };
-        let mut subscribed = std::collections::HashSet::new();
+        let mut subscriptions = Subscriptions::default();
         let mut healthy = true;
         for name in wanted {
-            healthy &= reconcile(&shared, &mut sink, &mut subscribed, name).await;
+            healthy &= reconcile(&shared, &mut subscriber, &mut subscriptions, name).await;
         }
-        let keepalive = keepalive(sink.clone());
+        let keepalive = keepalive(subscriber.clone());
         tokio::pin!(keepalive);
         while healthy {
             tokio::select! {
-                message = messages.next() => match message {
-                    Some(message) => wake_one(&shared, message.get_channel_name()),
-                    None => healthy = false,
+                notice = notices.next() => match notice {
+                    Some(Notice::Released(name)) => wake_one(&shared, &name),
+                    Some(Notice::Unsubscribed(name)) => {
+                        healthy = subscriptions.unsubscribed(&name);
+                    }
+                    Some(Notice::Disconnected) | None => healthy = false,
                 },
                 () = &mut keepalive => healthy = false,
                 name = changed.recv() => match name {
                     Some(name) => {
-                        healthy = reconcile(&shared, &mut sink, &mut subscribed, name).await;
+                        healthy =
+                            reconcile(&shared, &mut subscriber, &mut subscriptions, name).await;
                     }
                     None => return,
                 },
@@ -228,12 +371,40 @@ async fn dispatch(
     }
 }
 
+/// The channels one connection is subscribed to, and the unsubscribe
+/// answers still to come back for the ones given up.
+#[derive(Default)]
+struct Subscriptions {
+    active: std::collections::HashSet<String>,
+    /// Our own unsubscribes, per channel, whose answer has not been seen
+    /// among the notices (it comes back on the same ordered stream).
+    unsubscribing: HashMap<String, usize>,
+}
+
+impl Subscriptions {
+    /// Notes the server ending `name`'s subscription; false when it is one
+    /// we did not ask to end (its slot moved): the connection is then no
+    /// longer trusted to deliver.
+    fn unsubscribed(&mut self, name: &str) -> bool {
+        match self.unsubscribing.get_mut(name) {
+            Some(answers) => {
+                *answers -= 1;
+                if *answers == 0 {
+                    self.unsubscribing.remove(name);
+                }
+                true
+            }
+            None => !self.active.contains(name),
+        }
+    }
+}
+
 /// Brings one channel's subscription in line with its current interest.
 /// Returns false when the connection failed.
 async fn reconcile(
     shared: &Weak<Shared>,
-    sink: &mut redis::aio::PubSubSink,
-    subscribed: &mut std::collections::HashSet<String>,
+    subscriber: &mut Subscriber,
+    subscriptions: &mut Subscriptions,
     name: String,
 ) -> bool {
     let Some(shared) = shared.upgrade() else {
@@ -254,19 +425,23 @@ async fn reconcile(
     };
     drop(shared);
     match entry {
-        Some(entry) if !subscribed.contains(&name) => {
-            if let Err(error) = answered(sink.subscribe(&name)).await {
+        Some(entry) if !subscriptions.active.contains(&name) => {
+            if let Err(error) = answered(subscriber.subscribe(&name)).await {
                 tracing::warn!(%error, "cannot subscribe to lock releases");
                 return false;
             }
-            subscribed.insert(name);
+            subscriptions.active.insert(name);
             entry.subscribed.send_replace(true);
         }
         Some(entry) => {
             entry.subscribed.send_replace(true);
         }
-        None if subscribed.remove(&name) => {
-            if let Err(error) = answered(sink.unsubscribe(&name)).await {
+        None if subscriptions.active.remove(&name) => {
+            if matches!(subscriber, Subscriber::Cluster(_)) {
+                // Only the cluster connection reports unsubscribes.
+                *subscriptions.unsubscribing.entry(name.clone()).or_default() += 1;
+            }
+            if let Err(error) = answered(subscriber.unsubscribe(&name)).await {
                 tracing::warn!(%error, "cannot unsubscribe from lock releases");
                 return false;
             }
@@ -278,10 +453,10 @@ async fn reconcile(
 
 /// Pings the subscription connection every [`KEEPALIVE_EVERY`]; completes
 /// when a ping fails or goes unanswered, i.e. when the connection is dead.
-async fn keepalive(mut sink: redis::aio::PubSubSink) {
+async fn keepalive(mut subscriber: Subscriber) {
     loop {
         tokio::time::sleep(KEEPALIVE_EVERY).await;
-        if let Err(error) = answered(sink.ping::<redis::Value>()).await {
+        if let Err(error) = answered(subscriber.ping()).await {
             tracing::warn!(%error, "lock release subscription does not answer");
             return;
         }

@@ -224,20 +224,27 @@ impl GiveBack<'_> {
     pub async fn run(&self, redis: &mut Connection) -> Result<GaveBack, LockError> {
         let released = sibling(self.key, "released");
         let latch = sibling_of(self.key, &["release:", self.release_id]);
-        let args_len = self.owner.len() + 3 * 20;
+        let args_len = self.owner.len() + 3 * 20 + "spublish".len();
         let mut call = match self.take_marker {
             Some(marker) => evalsha(
                 &GIVE_BACK,
                 &[self.key, &released, &latch, marker],
-                4,
+                5,
                 args_len,
             ),
-            None => evalsha(&GIVE_BACK, &[self.key, &released, &latch], 4, args_len),
+            None => evalsha(&GIVE_BACK, &[self.key, &released, &latch], 5, args_len),
+        };
+        // Sharded on a cluster: a classic PUBLISH there is broadcast to
+        // every node over the cluster bus.
+        let announce = match redis {
+            Connection::Cluster(_) => "spublish",
+            _ => "publish",
         };
         call.arg(self.owner)
             .arg(millis(self.lease))
             .arg(millis(RELEASE_LATCH))
-            .arg(self.attempt);
+            .arg(self.attempt)
+            .arg(announce);
         let code: i64 = run(&GIVE_BACK, &call, redis).await?;
         GaveBack::parse(code)
     }

@@ -293,8 +293,13 @@ async fn release(
         .await;
         match given_back {
             Ok(given_back) => return Ok(given_back.release(attempt > 1 && progress.lease_running)),
-            Err(LockError::Redis(error)) if attempt < RELEASE_ATTEMPTS && is_transient(&error) => {
-                tracing::debug!(%error, attempt, "lock release reply lost; retrying");
+            // A cluster's redirection or "down" answer (a failover moving
+            // the slot) means the script did not run: as safe to retry.
+            Err(LockError::Redis(error))
+                if attempt < RELEASE_ATTEMPTS
+                    && (is_transient(&error) || error.is_cluster_error()) =>
+            {
+                tracing::debug!(%error, attempt, "lock release reply lost or redirected; retrying");
                 tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
             }
             Err(error) => return Err(error),

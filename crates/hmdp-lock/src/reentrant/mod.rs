@@ -35,7 +35,7 @@ use crate::Connection;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::release_events::ReleaseEvents;
+use crate::release_events::{ReleaseEvents, ReleaseSource};
 use crate::scripts::{Take, Taken};
 use crate::sibling;
 use crate::{HeldLock, Holder, LockError, LockMode, Observer, OrderLock, Unobserved};
@@ -84,20 +84,21 @@ struct Attempt {
 }
 
 impl ReentrantLock {
-    /// `client` opens the release subscription (lazily, on the first wait);
-    /// `redis` carries the lock commands.
+    /// `releases` is where the release subscription connects (lazily, on
+    /// the first wait): a `redis::Client` of the server, or
+    /// [`ReleaseSource::Cluster`]; `redis` carries the lock commands.
     pub fn new(
-        client: redis::Client,
+        releases: impl Into<ReleaseSource>,
         redis: impl Into<Connection>,
         options: ReentrantOptions,
     ) -> Self {
-        Self::observed(client, redis, options, Unobserved::shared())
+        Self::observed(releases, redis, options, Unobserved::shared())
     }
 
     /// Like [`ReentrantLock::new`], reporting renewals and lost holds to
     /// `observer`.
     pub fn observed(
-        client: redis::Client,
+        releases: impl Into<ReleaseSource>,
         redis: impl Into<Connection>,
         options: ReentrantOptions,
         observer: Arc<dyn Observer>,
@@ -106,7 +107,7 @@ impl ReentrantLock {
         ReentrantLock {
             inner: Arc::new(Inner {
                 redis: redis.clone(),
-                events: ReleaseEvents::new(client),
+                events: ReleaseEvents::new(releases.into()),
                 options,
                 holds: Arc::new(Mutex::new(HashMap::new())),
                 watchdogs: Arc::new(Watchdogs::new(redis.clone(), observer)),

@@ -1,6 +1,7 @@
 //! Lock tests against the machine's real Redis: the contract every mode
 //! keeps, and each mode's own promises. One binary.
 
+mod cluster;
 mod contract;
 mod fencing;
 mod helpers;

@@ -1,0 +1,135 @@
+//! `reentrant` on a real Redis Cluster: releases are announced with sharded
+//! pub/sub (`SPUBLISH` to the master of the lock's slot, `SSUBSCRIBE` there),
+//! not broadcast to every node, and the subscription follows the slot when
+//! its master dies and a replica takes over.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hmdp_lock::{HeldLock, LockMode, Options, OrderLock};
+use hmdp_test_support::{poll_until, RedisCluster, RedisServer};
+use tokio::task::JoinHandle;
+
+/// The lock's key, and the release channel its script announces on.
+const KEY: &str = "lock:order:1";
+const CHANNEL: &str = "{lock:order:1}:released";
+/// Far longer than the test: a waiter that gets in was woken by a release
+/// message (while its subscription is live it does not poll).
+const LEASE: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(20);
+
+fn reentrant_on(cluster: &RedisCluster) -> Arc<dyn OrderLock> {
+    let url = cluster.url();
+    let options = Options {
+        lease: Some(LEASE),
+        wait: WAIT,
+        ..Options::new(LockMode::Reentrant)
+    };
+    let redis = hmdp_lock::connect(&url, Duration::from_secs(5)).expect("a cluster URL");
+    hmdp_lock::build(&options, redis, &url).expect("reentrant builds")
+}
+
+/// `PUBSUB SHARDNUMSUB` of the release channel on `server` (only the
+/// subscribers of its own shard channels), and classic `PUBSUB NUMSUB`.
+async fn subscribers(server: &RedisServer) -> anyhow::Result<(i64, i64)> {
+    let mut redis = server.connect().await?;
+    let (_, sharded): (String, i64) = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .arg(CHANNEL)
+        .query_async(&mut redis)
+        .await?;
+    let (_, classic): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(CHANNEL)
+        .query_async(&mut redis)
+        .await?;
+    Ok((sharded, classic))
+}
+
+/// The ports of the running servers with a sharded subscriber of the
+/// release channel; an error if any has a classic one.
+async fn sharded_subscribers(cluster: &RedisCluster) -> anyhow::Result<Vec<u16>> {
+    let mut sharded = Vec::new();
+    for server in cluster.servers().iter().filter(|s| s.is_running()) {
+        let (shard, classic) = subscribers(server).await?;
+        anyhow::ensure!(classic == 0, "a classic subscriber on :{}", server.port());
+        if shard > 0 {
+            sharded.push(server.port());
+        }
+    }
+    Ok(sharded)
+}
+
+/// Waits until exactly one running server has the release channel's sharded
+/// subscriber, and no server a classic one; returns that server's port.
+async fn sharded_subscriber(cluster: &RedisCluster) -> u16 {
+    poll_until(
+        "one sharded subscriber of the release channel",
+        Duration::from_secs(15),
+        Duration::from_millis(50),
+        || async { Ok(sharded_subscribers(cluster).await?.len() == 1) },
+    )
+    .await
+    .unwrap();
+    sharded_subscribers(cluster).await.unwrap()[0]
+}
+
+/// A task waiting for the lock; while the slot's master is down the lock
+/// answers with an error (Redis unreachable, the cluster down), and the
+/// task tries again, as a purchase retried by its user would.
+fn waiter(lock: &Arc<dyn OrderLock>) -> JoinHandle<Option<Box<dyn HeldLock>>> {
+    let lock = lock.clone();
+    tokio::spawn(async move {
+        loop {
+            match lock.acquire(KEY).await {
+                Ok(held) => return held,
+                Err(error) => {
+                    println!("waiter: {error}; trying again");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_on_a_cluster_wakes_its_waiter_by_sharded_pub_sub_even_after_a_failover() {
+    let mut cluster = RedisCluster::start().await.expect("a Redis Cluster starts");
+    let lock = reentrant_on(&cluster);
+
+    // The channel's subscription sits on the master of the lock's slot, and
+    // the release reaches the waiter there.
+    let held = lock.acquire(KEY).await.unwrap().expect("free");
+    let first = waiter(&lock);
+    let master = sharded_subscriber(&cluster).await;
+    held.release().await.unwrap();
+    let held = first
+        .await
+        .unwrap()
+        .expect("woken by the release, long before the lease ends");
+
+    // The slot's master dies with a waiter subscribed there: its replica is
+    // promoted, the subscription moves to it, and the next release (sent
+    // to the new master) wakes the waiter.
+    let second = waiter(&lock);
+    sharded_subscriber(&cluster).await;
+    let replica = cluster.replica_of(master).await.unwrap();
+    let position = cluster.position(master).unwrap();
+    cluster.servers_mut()[position].kill();
+    cluster.wait_until_ok().await.unwrap();
+    assert_eq!(
+        sharded_subscriber(&cluster).await,
+        replica,
+        "subscribed on the promoted replica"
+    );
+    // The hold may or may not have reached the replica before its master
+    // died: the release either gives it back and announces it, or finds it
+    // gone, and the waiter, woken when the subscription was lost, took it.
+    let release = held.release().await;
+    assert!(release.is_ok(), "a release after the failover: {release:?}");
+    let taken = second
+        .await
+        .unwrap()
+        .expect("served after the failover within its wait");
+    taken.release().await.unwrap();
+}
