@@ -68,9 +68,10 @@ pub struct TimeoutSettings {
     /// How long a Redis call, a Redis or MySQL connection attempt, a wait
     /// for a free MySQL connection, or (on a node) a MySQL statement's wait
     /// for a row or table lock, in whole seconds rounded up, may take before the
-    /// request fails with 503 UNAVAILABLE instead of hanging. (A MySQL
-    /// statement that is running is not cut off: a dead server is noticed
-    /// when its connection drops.)
+    /// request fails with 503 UNAVAILABLE instead of hanging. A purchase's
+    /// statements before COMMIT get this long in all (a frozen MySQL is
+    /// given up on, the transaction dropped uncommitted); the COMMIT itself
+    /// is waited for, as its outcome decides when the user's lock is free.
     #[arg(long, env = "HMDP_BACKEND_TIMEOUT_MS", default_value_t = 2000)]
     pub backend_timeout_ms: u64,
 }
@@ -342,7 +343,9 @@ pub struct ServeSettings {
     pub admin_token: Option<AdminToken>,
 
     /// Fault injection: sleep this long inside the critical section (lock
-    /// held, transaction open), standing in for a GC pause or slow SQL.
+    /// held, transaction open), standing in for a GC pause or slow SQL. It
+    /// counts toward the purchase's statements, which give up (503) past
+    /// --backend-timeout-ms.
     #[arg(long, env = "HMDP_CHAOS_HOLD_MS", default_value_t = 0)]
     pub chaos_hold_ms: u64,
 

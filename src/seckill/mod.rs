@@ -324,6 +324,15 @@ impl Seckill {
     /// before this returns, so that the lock is released only after it:
     /// committed, rolled back, or — after a failure that left it unknown —
     /// its connection closed, which never commits.
+    ///
+    /// Everything before `COMMIT` has the backend timeout in all: a MySQL
+    /// that stops answering mid-transaction (a frozen server, a network
+    /// that drops packets without a reset) would otherwise keep the user's
+    /// lock and the stock row for as long as it stays silent. Given up
+    /// there, the transaction is dropped uncommitted and its connection
+    /// closed. The `COMMIT` itself is waited for: given up while in flight,
+    /// it might still land after the lock was released, next to a second
+    /// purchase of the same user.
     pub async fn order_transaction(
         &self,
         id: OrderId,
@@ -331,13 +340,24 @@ impl Seckill {
         voucher_id: VoucherId,
         held: &dyn HeldLock,
     ) -> Result<OrderId, Error> {
-        let mut tx = self.store.begin().await?;
-        // On an error here, the transaction is dropped with its end unseen,
-        // which closes its connection.
-        match self
-            .write_order(&mut tx, id, user_id, voucher_id, held)
-            .await?
-        {
+        let deadline = self.store.backend_timeout();
+        let statements = async {
+            let mut tx = self.store.begin().await?;
+            let decision = self
+                .write_order(&mut tx, id, user_id, voucher_id, held)
+                .await?;
+            Ok::<_, Error>((tx, decision))
+        };
+        // On an error or the deadline, the transaction is dropped with its
+        // end unseen, which closes its connection.
+        let (tx, decision) = tokio::time::timeout(deadline, statements)
+            .await
+            .map_err(|_| {
+                Error::Unavailable(anyhow::anyhow!(
+                    "the purchase's statements took longer than {deadline:?}"
+                ))
+            })??;
+        match decision {
             Ok(id) => {
                 tx.commit().await?;
                 Ok(id)

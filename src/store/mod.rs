@@ -41,6 +41,9 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 #[derive(Clone)]
 pub struct Store {
     pool: MySqlPool,
+    /// How long a caller waits for a connection, and a purchase for its
+    /// statements.
+    backend_timeout: Duration,
 }
 
 impl Store {
@@ -117,11 +120,20 @@ impl Store {
             });
         }
         let pool = pool.connect_lazy_with(options);
-        Ok(Store { pool })
+        Ok(Store {
+            pool,
+            backend_timeout: acquire_timeout,
+        })
     }
 
     pub fn pool(&self) -> &MySqlPool {
         &self.pool
+    }
+
+    /// The longest wait for a connection, and for the statements of a
+    /// purchase before its `COMMIT`.
+    pub fn backend_timeout(&self) -> Duration {
+        self.backend_timeout
     }
 
     /// Begins a transaction that a cancellation cannot leave open on a

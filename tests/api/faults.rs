@@ -1,16 +1,18 @@
-//! Faults survived: Redis or MySQL unreachable. Purchases fail fast with 503
+//! Faults survived: Redis or MySQL unreachable or frozen. Purchases fail fast with 503
 //! `UNAVAILABLE`, nothing is written without the lock, and service resumes
 //! by itself when the backend is back.
 
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+use hmdp::ids::UserId;
 use hmdp_lock::LockMode;
 use hmdp_test_support::{free_ports, RedisServer};
 use serde_json::Value;
 use sqlx::Connection;
 
-use crate::helpers::{phone, spawn_app, TestApp};
+use crate::helpers::{phone, spawn_app, spawn_app_on, TestApp};
+use crate::slow_mysql::SlowCommitMariaDb;
 
 /// Generous bound on a request while a backend is down: the backend timeout
 /// is 500 ms; this only catches hangs, it does not measure speed.
@@ -182,6 +184,96 @@ async fn impatient_node_with_a_voucher() -> (TestApp, i64, String) {
     let voucher = app.create_open_seckill(10).await;
     let token = app.login(&phone(1)).await;
     (app, voucher, token)
+}
+
+/// MySQL freezes (SIGSTOP: its sockets stay open, it answers nothing) while
+/// a purchase has its transaction open and its user's lock held: the
+/// purchase gives up within the backend timeout with 503 instead of waiting
+/// for as long as MySQL stays silent, and commits nothing; once MySQL is
+/// back, the transaction is gone and the same user's next purchase succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mysql_frozen_mid_transaction_answers_503_within_the_backend_timeout() {
+    let mysql = SlowCommitMariaDb::start().await;
+    let app = spawn_app_on(&mysql.url(), |s| {
+        s.lock.mode = LockMode::Reentrant;
+        s.store.timeout.backend_timeout_ms = 2000;
+        // The transaction stays open this long after its first statement:
+        // the freeze lands there, before the order's INSERT.
+        s.chaos_hold_ms = 800;
+    })
+    .await;
+    let voucher = app.create_open_seckill(10).await;
+    let token = app.login(&phone(1)).await;
+
+    let purchase = tokio::spawn({
+        let (client, url) = (
+            app.client.clone(),
+            app.url(&format!("/voucher-order/seckill/{voucher}")),
+        );
+        let token = token.clone();
+        async move {
+            let response = client
+                .post(url)
+                .header("authorization", token)
+                .send()
+                .await
+                .unwrap();
+            (
+                response.status().as_u16(),
+                response.json::<Value>().await.unwrap(),
+            )
+        }
+    });
+    // The user's lock taken: the purchase's transaction opens right after
+    // (a consistent read does not show in `innodb_trx` yet).
+    let me = app.get_json("/user/me", Some(&token)).await;
+    let lock_key = app
+        .keys()
+        .order_lock(UserId::new(me["data"]["id"].as_u64().unwrap()));
+    let started = Instant::now();
+    loop {
+        let held: bool = redis::cmd("EXISTS")
+            .arg(&lock_key)
+            .query_async(&mut app.redis.clone())
+            .await
+            .unwrap();
+        if held {
+            break;
+        }
+        assert!(
+            started.elapsed() < NO_HANG,
+            "the purchase never took its lock"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    mysql.pause();
+    // While MySQL is frozen: a purchase that waits for it never answers.
+    let answered = tokio::time::timeout(Duration::from_secs(30), purchase).await;
+    mysql.resume();
+    let (status, body) = answered.expect("an answer while MySQL is frozen").unwrap();
+    assert_eq!(
+        (status, body["errorCode"].as_str()),
+        (503, Some("UNAVAILABLE")),
+        "{body}"
+    );
+
+    let closed = Instant::now();
+    while app.open_transactions().await > 0 {
+        assert!(
+            closed.elapsed() < Duration::from_secs(20),
+            "the given-up transaction stayed open"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let audit = app.audit(voucher).await;
+    assert_eq!(
+        (audit.orders, audit.stock_left),
+        (0, 10),
+        "nothing committed"
+    );
+    let retry = app.purchase(voucher, &token).await;
+    assert_eq!(retry["success"], true, "{retry}");
 }
 
 /// Something else holds the voucher's stock row (a frozen node mid-commit,

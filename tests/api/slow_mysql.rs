@@ -20,7 +20,7 @@ pub const COMMIT_DELAY: Duration = Duration::from_millis(20);
 /// A `mariadbd` of the test's own on a free port, killed and its files
 /// removed when dropped.
 pub struct SlowCommitMariaDb {
-    _process: ChildProcess,
+    process: ChildProcess,
     port: u16,
     /// Declared last: removed after the server is gone.
     _dir: tempfile::TempDir,
@@ -46,7 +46,7 @@ impl SlowCommitMariaDb {
         let process =
             ChildProcess::spawn("mariadbd", command, &log, Stdout::Log).expect("mariadbd runs");
         let server = SlowCommitMariaDb {
-            _process: process,
+            process,
             port,
             _dir: dir,
         };
@@ -59,6 +59,17 @@ impl SlowCommitMariaDb {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         server
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open, nothing is
+    /// answered, as with a stalled machine or a network that drops packets.
+    pub fn pause(&self) {
+        self.process.pause().expect("mariadbd stops");
+    }
+
+    /// Thaws a paused server (SIGCONT).
+    pub fn resume(&self) {
+        self.process.resume().expect("mariadbd continues");
     }
 
     /// `mysql://root@127.0.0.1:{port}`, without a database.

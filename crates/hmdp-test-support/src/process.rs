@@ -107,12 +107,18 @@ impl ChildProcess {
 
     /// Sends SIGTERM: a graceful stop.
     pub fn terminate(&self) -> anyhow::Result<()> {
-        let pid = self.id().context("the process has exited")?;
-        let status = std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()?;
-        anyhow::ensure!(status.success(), "kill -TERM {pid}: {status}");
-        Ok(())
+        send_signal(self.id().context("the process has exited")?, "TERM")
+    }
+
+    /// Freezes the process (SIGSTOP): it keeps its sockets open but answers
+    /// nothing, as a stalled machine would, until [`resume`](Self::resume).
+    pub fn pause(&self) -> anyhow::Result<()> {
+        send_signal(self.id().context("the process has exited")?, "STOP")
+    }
+
+    /// Thaws a [`pause`](Self::pause)d process (SIGCONT).
+    pub fn resume(&self) -> anyhow::Result<()> {
+        send_signal(self.id().context("the process has exited")?, "CONT")
     }
 
     /// Waits for the process to exit by itself; `None` if it has not within
@@ -133,6 +139,17 @@ impl ChildProcess {
     pub fn log_tail(&self) -> String {
         log_tail(&self.log)
     }
+}
+
+/// Sends `signal` (as `kill` names it: `TERM`, `STOP`, `CONT`) to `pid`.
+pub(crate) fn send_signal(pid: u32, signal: &str) -> anyhow::Result<()> {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .context("cannot run kill")?;
+    anyhow::ensure!(status.success(), "kill -{signal} {pid}: {status}");
+    Ok(())
 }
 
 /// The last lines of a log file, for an error message.

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::free_ports;
+use crate::process::send_signal;
 
 /// How long a fresh redis-server may take to answer PING.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -75,23 +76,20 @@ impl RedisServer {
     /// Freezes the server (SIGSTOP): it keeps its sockets but answers
     /// nothing, as a stalled machine would, until [`resume`](Self::resume).
     pub fn pause(&self) -> anyhow::Result<()> {
-        self.signal("-STOP")
+        send_signal(self.pid()?, "STOP")
     }
 
     /// Thaws a [`pause`](Self::pause)d server (SIGCONT).
     pub fn resume(&self) -> anyhow::Result<()> {
-        self.signal("-CONT")
+        send_signal(self.pid()?, "CONT")
     }
 
-    fn signal(&self, signal: &str) -> anyhow::Result<()> {
-        let child = self.child.as_ref().context("the server is not running")?;
-        let sent = Command::new("kill")
-            .arg(signal)
-            .arg(child.id().to_string())
-            .status()
-            .context("cannot run kill")?;
-        anyhow::ensure!(sent.success(), "kill {signal} {} failed", child.id());
-        Ok(())
+    fn pid(&self) -> anyhow::Result<u32> {
+        Ok(self
+            .child
+            .as_ref()
+            .context("the server is not running")?
+            .id())
     }
 
     /// Starts the server again on the same port, empty.
