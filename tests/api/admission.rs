@@ -324,9 +324,15 @@ async fn queue_loses_admitted_orders_when_its_node_is_killed() {
     let app = spawn_app(|_| {}).await;
     let voucher = app.create_open_seckill(10).await;
     let tokens = app.login_many(BUYERS).await;
-    // The writer holds each order 5 s inside its transaction: every order
-    // is still queued, or being written, when the node dies.
-    let mut node = NodeProcess::start(&app, &["--seckill=queue", "--chaos-hold-ms=5000"]).await;
+    // The writer holds each order 5 s inside its transaction (within its
+    // statements' 10 s deadline): every order is still queued, or being
+    // written, when the node dies.
+    let flags = [
+        "--seckill=queue",
+        "--chaos-hold-ms=5000",
+        "--backend-timeout-ms=10000",
+    ];
+    let mut node = NodeProcess::start(&app, &flags).await;
 
     let mut told = Vec::new();
     for token in &tokens {

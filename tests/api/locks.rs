@@ -49,6 +49,8 @@ async fn a_node_killed_while_holding_a_lock_frees_it_within_the_lease() {
             "--lock=reentrant",
             &format!("--lock-watchdog-ms={}", LEASE.as_millis()),
             "--chaos-hold-ms=60000",
+            // The purchase's statements may take that long.
+            "--backend-timeout-ms=120000",
         ],
     )
     .await;

@@ -15,7 +15,14 @@ async fn sigterm_finishes_in_flight_purchases_and_exits_zero() {
     let app = spawn_app(|_| {}).await;
     let voucher = app.create_open_seckill(100).await;
     let tokens = app.login_many(USERS).await;
-    let mut node = NodeProcess::start(&app, &["--lock=reentrant", "--chaos-hold-ms=1500"]).await;
+    // Twenty purchases hold 1.5 s each, then queue for the stock row: the
+    // statements get longer than the default 2 s.
+    let flags = [
+        "--lock=reentrant",
+        "--chaos-hold-ms=1500",
+        "--backend-timeout-ms=10000",
+    ];
+    let mut node = NodeProcess::start(&app, &flags).await;
 
     let client = reqwest::Client::new();
     let in_flight = join_all(tokens.iter().map(|token| {
