@@ -8,7 +8,7 @@ use hmdp::config::{DatabaseSettings, ServeSettings, TimeoutSettings};
 use hmdp::startup::Application;
 use hmdp::store::{self, Store};
 use hmdp_tools::audit::{self, AuditSettings};
-use hmdp_tools::bench::{self, BenchDbArgs, BenchLockArgs};
+use hmdp_tools::bench::{self, BenchDbArgs, BenchDrainArgs, BenchLockArgs};
 use hmdp_tools::cluster::demo::{self, DemoSettings};
 use hmdp_tools::cluster::soak::{self, SoakSettings};
 use hmdp_tools::cluster::up::{self, ClusterSettings};
@@ -73,6 +73,9 @@ enum Command {
     BenchLock(Box<BenchLockArgs>),
     /// Measure the bare purchase transaction on MySQL (no HTTP, no lock).
     BenchDb(Box<BenchDbArgs>),
+    /// Measure how fast running `--seckill stream` nodes write a backlog of
+    /// orders admitted straight in Redis.
+    BenchDrain(Box<BenchDrainArgs>),
 }
 
 /// `hmdp migrate`: MySQL only.
@@ -137,6 +140,9 @@ async fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::BenchDb(args) => {
             bench::bench_db(*args).await?;
+        }
+        Command::BenchDrain(args) => {
+            bench::bench_drain(*args).await?;
         }
         Command::Audit(settings) => {
             let code = audit::run(&settings).await.unwrap_or_else(|error| {
@@ -243,6 +249,15 @@ mod tests {
             ),
             (
                 &["bench-db"],
+                &[
+                    "database-url",
+                    "redis-url",
+                    "redis-prefix",
+                    "backend-timeout-ms",
+                ],
+            ),
+            (
+                &["bench-drain"],
                 &[
                     "database-url",
                     "redis-url",

@@ -3,7 +3,7 @@
 //! waits for the orders to be written and audits them; the audit holds on
 //! the clean sale and names what a buyer added in Redis or an order row
 //! deleted by hand broke; a voucher Redis holds no sale for gets the MySQL
-//! checks only.
+//! checks only. And `hmdp bench-drain` on the same nodes.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -173,4 +173,31 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
 
     let (code, out) = hmdp(&sandbox, &["audit", "--voucher", "999999999"]);
     assert_eq!(code, 2, "{out}");
+
+    // `bench-drain` on the same nodes: a backlog admitted straight in Redis
+    // is written by their consumers, every order once (the benchmark checks
+    // that before it removes its voucher).
+    let (code, out) = hmdp(
+        &sandbox,
+        &[
+            "bench-drain",
+            "--orders=300",
+            "--json",
+            json.path().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("all in MySQL after"), "{out}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json.path()).unwrap()).unwrap();
+    assert_eq!(report["orders"], 300, "{report}");
+    assert!(report["written_per_s"].as_f64().unwrap() > 0.0, "{report}");
+    let voucher: i64 = report["voucher"].as_str().unwrap().parse().unwrap();
+    let left: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?")
+            .bind(voucher)
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(left, 0, "the benchmark's orders are removed");
 }

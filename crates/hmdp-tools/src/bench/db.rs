@@ -115,7 +115,7 @@ pub async fn run(args: BenchDbArgs) -> anyhow::Result<BenchDbResult> {
     Ok(result)
 }
 
-fn bench_voucher() -> NewVoucher {
+pub(super) fn bench_voucher() -> NewVoucher {
     NewVoucher {
         shop_id: 0,
         title: "bench-db".into(),
@@ -128,7 +128,7 @@ fn bench_voucher() -> NewVoucher {
     }
 }
 
-fn unlimited_sale() -> NewSeckillVoucher {
+pub(super) fn unlimited_sale() -> NewSeckillVoucher {
     let now = chrono::Local::now().naive_local();
     NewSeckillVoucher {
         stock: i32::MAX,

@@ -1,9 +1,11 @@
 //! Micro-benchmarks of the two halves of a purchase: the lock alone
 //! (`bench-lock`) and the SQL transaction alone (`bench-db`). Both run a
 //! fixed number of concurrent tasks for a fixed time and report throughput
-//! and latency percentiles, readable or as JSON.
+//! and latency percentiles, readable or as JSON. And the `stream` nodes'
+//! consumers draining a backlog (`bench-drain`).
 
 mod db;
+mod drain;
 mod lock;
 
 use std::future::Future;
@@ -17,6 +19,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 pub use db::{run as bench_db, BenchDbArgs};
+pub use drain::{run as bench_drain, BenchDrainArgs};
 pub use lock::{run as bench_lock, BenchLockArgs};
 
 /// How long and how wide a benchmark runs.

@@ -1,0 +1,156 @@
+//! `hmdp bench-drain`: how fast the `stream` nodes' consumers write orders
+//! to MySQL when a backlog is waiting. It admits `--orders` orders of a fresh
+//! voucher straight in Redis, with the nodes' own admission script and far
+//! faster than HTTP could bring them, then times until MySQL holds them all:
+//! the consumers' ceiling, where a sale through HTTP measures the admissions
+//! whenever the consumers keep up with them. It checks that each order was
+//! written once, then removes its voucher (rows, orders and Redis state), as
+//! `bench-db` does.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use futures::future::try_join_all;
+use serde::Serialize;
+
+use super::db::{bench_voucher, unlimited_sale};
+use super::write_json;
+use hmdp::config::StoreSettings;
+use hmdp::id_worker::IdWorker;
+use hmdp::ids::{OrderId, UserId, VoucherId};
+use hmdp::keys::Keys;
+use hmdp::seckill::{Admission, SaleState};
+use hmdp::startup::connect_redis;
+use hmdp::store::{NewOrder, Store};
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchDrainArgs {
+    /// The `stream` nodes' MySQL and Redis (with their --redis-prefix).
+    #[command(flatten)]
+    pub store: StoreSettings,
+
+    /// Orders to admit, one per user.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub orders: u64,
+
+    /// Admissions in flight at once.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub concurrency: u64,
+
+    /// Give up when the orders are not all in MySQL after this long.
+    #[arg(long, default_value_t = 120)]
+    pub timeout_secs: u64,
+
+    /// Write the result as JSON to this file.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BenchDrainResult {
+    /// The benchmark's voucher (its Redis state removed afterwards).
+    pub voucher: VoucherId,
+    pub orders: u64,
+    /// Admissions per second, straight in Redis.
+    pub admitted_per_s: f64,
+    /// Orders already in MySQL when the last admission was answered.
+    pub written_by_last_admission: i64,
+    /// Orders written per second, from the first admission to the last
+    /// order in MySQL.
+    pub written_per_s: f64,
+}
+
+/// Users of the benchmark, far above any real user id (and bench-db's).
+const FIRST_USER: u64 = 8_000_000_000_000;
+/// How often MySQL is asked how many orders it holds.
+const POLL: Duration = Duration::from_millis(20);
+
+pub async fn run(args: BenchDrainArgs) -> anyhow::Result<BenchDrainResult> {
+    let timeout = args.store.backend_timeout();
+    let store = Store::connect_lazy(&args.store.database.url, 2, timeout)?;
+    let redis = connect_redis(&args.store.redis.url, timeout)?;
+    let keys = Keys::new(args.store.redis.prefix.clone());
+    let sale = Arc::new(SaleState::new(redis.clone(), keys.clone(), store.clone()));
+    let ids = Arc::new(IdWorker::new(redis, keys));
+    let voucher = store
+        .insert_seckill_voucher(&bench_voucher(), &unlimited_sale())
+        .await
+        .context("cannot create the benchmark's voucher (are the nodes' migrations applied?)")?;
+    sale.load(voucher).await?;
+
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let admitters = (0..args.concurrency.min(args.orders)).map(|_| {
+        let (sale, ids, next) = (sale.clone(), ids.clone(), next.clone());
+        async move {
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= args.orders {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                let order = NewOrder {
+                    id: OrderId::new(ids.next_id("order").await?),
+                    user_id: UserId::new(FIRST_USER + n),
+                    voucher_id: voucher,
+                };
+                let admitted = sale.admit(order, true).await?;
+                anyhow::ensure!(
+                    admitted == Admission::Admitted,
+                    "admission refused: {admitted:?}"
+                );
+            }
+        }
+    });
+    try_join_all(admitters).await?;
+    let admitted_in = started.elapsed();
+    let written_by_last_admission = store.audit_voucher(voucher).await?.orders;
+
+    let deadline = started + Duration::from_secs(args.timeout_secs);
+    let expected = i64::try_from(args.orders)?;
+    loop {
+        let written = store.audit_voucher(voucher).await?.orders;
+        if written >= expected {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{written} of {expected} orders in MySQL after {} s: are `--seckill stream` nodes \
+             running on this database and Redis prefix?",
+            args.timeout_secs
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    let written_in = started.elapsed();
+    let audit = store.audit_voucher(voucher).await?;
+    anyhow::ensure!(
+        audit.orders == expected && audit.duplicate_users == 0,
+        "{} orders in MySQL for {expected} admitted, {} users with two",
+        audit.orders,
+        audit.duplicate_users
+    );
+    sale.delete_voucher(voucher).await?;
+
+    let orders = args.orders as f64;
+    let result = BenchDrainResult {
+        voucher,
+        orders: args.orders,
+        admitted_per_s: orders / admitted_in.as_secs_f64(),
+        written_by_last_admission,
+        written_per_s: orders / written_in.as_secs_f64(),
+    };
+    println!(
+        "bench-drain: {} orders admitted in {:.2} s ({:.0}/s), {} of them in MySQL by then; \
+         all in MySQL after {:.2} s: {:.0} orders/s written",
+        result.orders,
+        admitted_in.as_secs_f64(),
+        result.admitted_per_s,
+        written_by_last_admission,
+        written_in.as_secs_f64(),
+        result.written_per_s
+    );
+    write_json(args.json.as_ref(), &result)?;
+    Ok(result)
+}
