@@ -206,7 +206,7 @@ mod tests {
             "db-pool",
             "backend-timeout-ms",
         ];
-        let expected: [(&[&str], &[&str]); 13] = [
+        let expected: [(&[&str], &[&str]); 14] = [
             (&["seed"], &["database-url"]),
             (&["serve"], &BACKEND),
             (&["migrate"], &["database-url", "backend-timeout-ms"]),
