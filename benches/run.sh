@@ -231,21 +231,26 @@ sale_cpu() {
   # shellcheck disable=SC2086 # the nodes' pid list splits on purpose
   echo "$(cpu_s "$MARIADB_PID") $(cpu_s $SYNC_HMDP_NODE_PIDS) $(cpu_s "$REDIS_PID") $(cpu_s "$SYNC_HMDP_NGINX_PID")"
 }
-# The flags that point a tool at one cluster's database and Redis prefix.
+# The flags that point a tool at one cluster's Redis and key prefix, ...
+redis_of() { # name
+  local redis=${1}_REDIS_URL prefix=${1}_HMDP_REDIS_PREFIX
+  echo "--redis-url ${!redis} --redis-prefix ${!prefix}"
+}
+# ... at its database too, ...
 backend() { # name
-  local db=${1}_DATABASE_URL redis=${1}_REDIS_URL prefix=${1}_HMDP_REDIS_PREFIX
-  echo "--database-url ${!db} --redis-url ${!redis} --redis-prefix ${!prefix}"
+  local db=${1}_DATABASE_URL
+  echo "--database-url ${!db} $(redis_of "$1")"
 }
 # ... and at its nginx.
-at() { # name
+target() { # name
   local target=${1}_HMDP_TARGET
-  echo "--target ${!target} $(backend "$1")"
+  echo "--target ${!target}"
 }
 loadtest() { # cluster name, workload, json, extra flags...
   local name=$1 workload=$2 json=$3 admin=${1}_HMDP_ADMIN_TOKEN
   shift 3
-  # shellcheck disable=SC2046 # at's flags split on purpose
-  $HMDP loadtest $(at "$name") --admin-token "${!admin}" --workload "$workload" --users "$USERS" \
+  # shellcheck disable=SC2046 # the flags split on purpose
+  $HMDP loadtest $(target "$name") $(backend "$name") --admin-token "${!admin}" --workload "$workload" --users "$USERS" \
     --tokens "$OUT/tokens-$name.txt" --verify --json "$json" "$@"
 }
 # Orders of the stream cluster admitted and not yet written to MySQL: the
@@ -266,7 +271,7 @@ drained() {
 
 for name in SYNC STREAM; do
   # shellcheck disable=SC2046
-  $HMDP tokens $(at "$name") --users "$USERS" --out "$OUT/tokens-$name.txt"
+  $HMDP tokens $(target "$name") $(redis_of "$name") --users "$USERS" --out "$OUT/tokens-$name.txt"
 done
 # Warm-up, as the micro-benchmarks have theirs: the nodes open their MySQL
 # connections and prepare their statements here, not in a measured sale.
