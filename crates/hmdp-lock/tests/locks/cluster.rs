@@ -1,7 +1,8 @@
 //! `reentrant` on a real Redis Cluster: releases are announced with sharded
 //! pub/sub (`SPUBLISH` to the master of the lock's slot, `SSUBSCRIBE` there),
-//! not broadcast to every node, and the subscription follows the slot when
-//! its master dies and a replica takes over.
+//! not broadcast to every node, the subscription follows the slot when its
+//! master dies and a replica takes over, and waiters coming and going do not
+//! make it reconnect.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -132,4 +133,76 @@ async fn a_release_on_a_cluster_wakes_its_waiter_by_sharded_pub_sub_even_after_a
         .unwrap()
         .expect("served after the failover within its wait");
     taken.release().await.unwrap();
+}
+
+/// The ids of the RESP3 clients of every running master: only the release
+/// subscription speaks RESP3 (the lock's commands go over RESP2).
+async fn subscription_clients(cluster: &RedisCluster) -> Vec<String> {
+    let mut ids = Vec::new();
+    for server in cluster.servers().iter().filter(|s| s.is_running()) {
+        let mut redis = server.connect().await.unwrap();
+        if !hmdp_test_support::is_master(&mut redis).await.unwrap() {
+            continue;
+        }
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        ids.extend(
+            clients
+                .lines()
+                .filter(|line| line.contains(" resp=3"))
+                .filter_map(|line| line.split(' ').next().map(str::to_owned))
+                .map(|id| format!(":{} {id}", server.port())),
+        );
+    }
+    ids.sort();
+    ids
+}
+
+/// Waiters come and go on many keys at once, so that subscribes and
+/// unsubscribes of one channel follow each other closely: every waiter is
+/// served, and the answers to the lock's own unsubscribes are never taken
+/// for the server dropping a subscription (which would reconnect).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_coming_and_going_on_a_cluster_keep_one_subscription_connection() {
+    let cluster = RedisCluster::start().await.expect("a Redis Cluster starts");
+    let lock = reentrant_on(&cluster);
+    // A first wait opens the subscription connection.
+    let held = lock.acquire("lock:order:warm-up").await.unwrap().unwrap();
+    let warm_up = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.acquire("lock:order:warm-up").await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.unwrap();
+    warm_up.await.unwrap().unwrap().release().await.unwrap();
+    let before = subscription_clients(&cluster).await;
+    assert!(!before.is_empty(), "a RESP3 subscription connection");
+
+    for round in 0..5 {
+        let keys: Vec<String> = (0..10).map(|k| format!("lock:order:{round}-{k}")).collect();
+        let mut holds = Vec::new();
+        for key in &keys {
+            holds.push(lock.acquire(key).await.unwrap().unwrap());
+        }
+        let waiters: Vec<_> = (0..40)
+            .map(|i| {
+                let (lock, key) = (lock.clone(), keys[i % keys.len()].clone());
+                tokio::spawn(async move {
+                    let held = lock.acquire(&key).await.unwrap().expect("served");
+                    held.release().await.unwrap()
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for held in holds {
+            held.release().await.unwrap();
+        }
+        for waiter in futures::future::join_all(waiters).await {
+            assert!(waiter.unwrap().is_clean());
+        }
+    }
+    assert_eq!(subscription_clients(&cluster).await, before, "no reconnect");
 }
