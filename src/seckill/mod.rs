@@ -65,6 +65,10 @@ pub enum OrderStatus {
     Pending(PendingOrder),
 }
 
+/// How long the answer waits for the lock's release even when the
+/// purchase's time is up: a healthy Redis answers within a millisecond.
+const RELEASE_GRACE: Duration = Duration::from_millis(200);
+
 /// Places one-order-per-user flash-sale orders.
 pub struct Seckill {
     store: Store,
@@ -183,7 +187,7 @@ impl Seckill {
     }
 
     async fn purchase_to_the_end(
-        &self,
+        self: &Arc<Self>,
         user_id: UserId,
         voucher_id: VoucherId,
     ) -> Result<OrderId, Error> {
@@ -205,7 +209,12 @@ impl Seckill {
         outcome
     }
 
-    async fn try_purchase(&self, user_id: UserId, voucher_id: VoucherId) -> Result<OrderId, Error> {
+    async fn try_purchase(
+        self: &Arc<Self>,
+        user_id: UserId,
+        voucher_id: VoucherId,
+    ) -> Result<OrderId, Error> {
+        let answer_by = tokio::time::Instant::now() + self.store.backend_timeout();
         let voucher = self
             .catalog
             .sale(voucher_id)
@@ -237,7 +246,7 @@ impl Seckill {
             }
             Err(error) => Err(error.into()),
         };
-        self.release_logged(held).await;
+        self.release_awaited_until(held, answer_by).await;
         if matches!(outcome, Err(Error::Rejected(Rejection::SoldOut))) {
             voucher.mark_sold_out();
         }
@@ -298,6 +307,26 @@ impl Seckill {
                 metrics::LOCK_BUSY.with_label_values(&[mode.as_str()]).inc();
                 Err(Rejection::DuplicateRequest.into())
             }
+        }
+    }
+
+    /// Releases the lock, waiting for that until `answer_by` at most (but
+    /// always [`RELEASE_GRACE`]). The answer normally follows the release,
+    /// so that the same user's next purchase finds the lock free; but with
+    /// Redis failing over, a purchase that already waited out a Redis call
+    /// inside its transaction (the fencing check) could wait as long again
+    /// for the release. After that the release carries on in the background
+    /// (the transaction has ended: the lock has done its work).
+    async fn release_awaited_until(
+        self: &Arc<Self>,
+        held: Box<dyn HeldLock>,
+        answer_by: tokio::time::Instant,
+    ) {
+        let seckill = self.clone();
+        let release = tokio::spawn(async move { seckill.release_logged(held).await });
+        let until = answer_by.max(tokio::time::Instant::now() + RELEASE_GRACE);
+        if tokio::time::timeout_at(until, release).await.is_err() {
+            tracing::debug!("lock release still under way; answering without it");
         }
     }
 

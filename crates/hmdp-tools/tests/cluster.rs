@@ -413,9 +413,11 @@ async fn a_redis_cluster_master_killed_under_load_fails_over_and_the_sale_holds(
     assert!(report.violations.is_empty(), "{:?}", report.violations);
     assert_eq!(report.oversold, Some(0), "{report:?}");
     assert_eq!(report.duplicate_users, Some(0), "{report:?}");
-    // Nothing waited much past the nodes' backend timeout (2 s): a request
-    // caught in the failover gets its answer, 503 or success, in time.
-    assert!(report.latency_ms.max < 6_000.0, "{:?}", report.latency_ms);
+    // A request caught in the failover gets its answer, 503 or success, in
+    // time: its session's Redis call, then the purchase's calls, each
+    // bounded by the nodes' backend timeout (2 s), and no wait for a slow
+    // release past the purchase's own budget.
+    assert!(report.latency_ms.max < 4_500.0, "{:?}", report.latency_ms);
     for outcome in report.outcomes.keys() {
         assert!(
             [
