@@ -11,6 +11,8 @@ use hmdp_lock::{HeldLock, LockMode, Options, OrderLock};
 use hmdp_test_support::{poll_until, RedisCluster, RedisServer};
 use tokio::task::JoinHandle;
 
+use crate::helpers::held_with_waiters;
+
 /// The lock's key, and the release channel its script announces on.
 const KEY: &str = "lock:order:1";
 const CHANNEL: &str = "{lock:order:1}:released";
@@ -183,19 +185,7 @@ async fn waiters_coming_and_going_on_a_cluster_keep_one_subscription_connection(
 
     for round in 0..5 {
         let keys: Vec<String> = (0..10).map(|k| format!("lock:order:{round}-{k}")).collect();
-        let mut holds = Vec::new();
-        for key in &keys {
-            holds.push(lock.acquire(key).await.unwrap().unwrap());
-        }
-        let waiters: Vec<_> = (0..40)
-            .map(|i| {
-                let (lock, key) = (lock.clone(), keys[i % keys.len()].clone());
-                tokio::spawn(async move {
-                    let held = lock.acquire(&key).await.unwrap().expect("served");
-                    held.release().await.unwrap()
-                })
-            })
-            .collect();
+        let (holds, waiters) = held_with_waiters(&lock, &keys, 40).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
         for held in holds {
             held.release().await.unwrap();

@@ -1,8 +1,8 @@
 //! What the lock tests share: the Redis they run on and locks built the way
 //! `--lock-lease-ms` and `--lock-wait-ms` build them, under a key prefix of
-//! each test's own.
+//! each test's own; waiters queued on held keys.
 
-use hmdp_lock::{LockMode, Options, OrderLock};
+use hmdp_lock::{HeldLock, LockMode, Options, OrderLock, Release};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -87,4 +87,31 @@ pub async fn without_hanging<T>(what: &str, future: impl std::future::Future<Out
     tokio::time::timeout(Duration::from_secs(10), future)
         .await
         .unwrap_or_else(|_| panic!("hung for 10 s: {what}"))
+}
+
+/// Takes each of `keys` with `lock`, then starts `waiters` tasks, each
+/// waiting for one of the keys in turn and releasing it once served.
+/// Returns the holds and the waiters' releases.
+pub async fn held_with_waiters<L: OrderLock + ?Sized + 'static>(
+    lock: &Arc<L>,
+    keys: &[String],
+    waiters: usize,
+) -> (
+    Vec<Box<dyn HeldLock>>,
+    Vec<tokio::task::JoinHandle<Release>>,
+) {
+    let mut holds = Vec::new();
+    for key in keys {
+        holds.push(lock.acquire(key).await.unwrap().unwrap());
+    }
+    let waiters = (0..waiters)
+        .map(|i| {
+            let (lock, key) = (lock.clone(), keys[i % keys.len()].clone());
+            tokio::spawn(async move {
+                let held = lock.acquire(&key).await.unwrap().expect("served");
+                held.release().await.unwrap()
+            })
+        })
+        .collect();
+    (holds, waiters)
 }

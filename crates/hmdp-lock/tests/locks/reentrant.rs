@@ -13,7 +13,7 @@ use redis::AsyncCommands;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, Instant};
 
-use crate::helpers::{connect, eventually, redis_url, without_hanging};
+use crate::helpers::{connect, eventually, held_with_waiters, redis_url, without_hanging};
 use crate::proxy::Proxy;
 
 fn lock(options: ReentrantOptions) -> ReentrantLock {
@@ -254,19 +254,7 @@ async fn all_waiters_share_one_subscription_connection() {
         watchdog(Duration::from_secs(30), Duration::from_secs(5)),
     ));
     let keys: Vec<String> = (0..5).map(|i| format!("lock:order:{i}")).collect();
-    let mut holds = Vec::new();
-    for key in &keys {
-        holds.push(lock.acquire(key).await.unwrap().unwrap());
-    }
-    let waiters: Vec<_> = (0..20)
-        .map(|i| {
-            let (lock, key) = (lock.clone(), keys[i % keys.len()].clone());
-            tokio::spawn(async move {
-                let held = lock.acquire(&key).await.unwrap().expect("served");
-                held.release().await.unwrap()
-            })
-        })
-        .collect();
+    let (holds, waiters) = held_with_waiters(&lock, &keys, 20).await;
     sleep(Duration::from_millis(300)).await;
 
     let mut redis = connect(&server.url()).await;
