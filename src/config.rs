@@ -69,9 +69,10 @@ pub struct TimeoutSettings {
     /// for a free MySQL connection, or (on a node) a MySQL statement's wait
     /// for a row or table lock, in whole seconds rounded up, may take before the
     /// request fails with 503 UNAVAILABLE instead of hanging. A purchase's
-    /// statements before COMMIT get this long in all (a frozen MySQL is
-    /// given up on, the transaction dropped uncommitted); the COMMIT itself
-    /// is waited for, as its outcome decides when the user's lock is free.
+    /// statements before COMMIT, once it has a connection, get this long in
+    /// all (a frozen MySQL is given up on, the transaction dropped
+    /// uncommitted); the COMMIT itself is waited for, as its outcome decides
+    /// when the user's lock is free.
     #[arg(long, env = "HMDP_BACKEND_TIMEOUT_MS", default_value_t = 2000)]
     pub backend_timeout_ms: u64,
 }

@@ -349,19 +349,20 @@ impl Seckill {
     }
 
     /// The transaction run under the per-user lock `held`, placing order
-    /// `id` (also what `bench-db` measures, with no lock). Its end is known
+    /// `id` (also what `bench-db` measures, with no lock). It has ended
     /// before this returns, so that the lock is released only after it:
     /// committed, rolled back, or — after a failure that left it unknown —
-    /// its connection closed, which never commits.
+    /// its connection closed, which is known never to commit.
     ///
-    /// Everything before `COMMIT` has the backend timeout in all: a MySQL
-    /// that stops answering mid-transaction (a frozen server, a network
-    /// that drops packets without a reset) would otherwise keep the user's
-    /// lock and the stock row for as long as it stays silent. Given up
-    /// there, the transaction is dropped uncommitted and its connection
-    /// closed. The `COMMIT` itself is waited for: given up while in flight,
-    /// it might still land after the lock was released, next to a second
-    /// purchase of the same user.
+    /// Once a connection is in hand (the pool's own wait is bounded by the
+    /// backend timeout), everything before `COMMIT` has the backend timeout
+    /// in all: a MySQL that stops answering mid-transaction (a frozen
+    /// server, a network that drops packets without a reset) would
+    /// otherwise keep the user's lock and the stock row for as long as it
+    /// stays silent. Given up there, the transaction is dropped uncommitted
+    /// and its connection closed. The `COMMIT` itself is waited for: given
+    /// up while in flight, it might still land after the lock was released,
+    /// next to a second purchase of the same user.
     pub async fn order_transaction(
         &self,
         id: OrderId,
@@ -369,9 +370,10 @@ impl Seckill {
         voucher_id: VoucherId,
         held: &dyn HeldLock,
     ) -> Result<OrderId, Error> {
+        let conn = self.store.connection().await?;
         let deadline = self.store.backend_timeout();
         let statements = async {
-            let mut tx = self.store.begin().await?;
+            let mut tx = Tx::begin_on(conn).await?;
             let decision = self
                 .write_order(&mut tx, id, user_id, voucher_id, held)
                 .await?;

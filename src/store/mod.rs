@@ -42,7 +42,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 pub struct Store {
     pool: MySqlPool,
     /// How long a caller waits for a connection, and a purchase for its
-    /// statements.
+    /// statements once it has one.
     backend_timeout: Duration,
 }
 
@@ -130,16 +130,23 @@ impl Store {
         &self.pool
     }
 
-    /// The longest wait for a connection, and for the statements of a
-    /// purchase before its `COMMIT`.
+    /// The longest wait for a connection, and, once it has one, for the
+    /// statements of a purchase before its `COMMIT`.
     pub fn backend_timeout(&self) -> Duration {
         self.backend_timeout
     }
 
     /// Begins a transaction that a cancellation cannot leave open on a
-    /// pooled connection ([`Tx`]); the only way this crate begins one.
+    /// pooled connection ([`Tx`]); with [`Tx::begin_on`], the only way this
+    /// crate begins one.
     pub async fn begin(&self) -> Result<Tx, sqlx::Error> {
         Tx::begin(&self.pool).await
+    }
+
+    /// A connection of the pool, waited for no longer than the backend
+    /// timeout, for [`Tx::begin_on`].
+    pub async fn connection(&self) -> Result<sqlx::pool::PoolConnection<MySql>, sqlx::Error> {
+        self.pool.acquire().await
     }
 
     /// Applies pending migrations.

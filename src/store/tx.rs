@@ -27,10 +27,13 @@ impl Tx {
     /// Takes a connection from `pool` and begins a transaction on it
     /// (through [`Store::begin`](super::Store::begin)).
     pub(super) async fn begin(pool: &MySqlPool) -> Result<Tx, sqlx::Error> {
-        let mut tx = Tx {
-            conn: pool.acquire().await?,
-            ended: false,
-        };
+        Tx::begin_on(pool.acquire().await?).await
+    }
+
+    /// Begins a transaction on `conn`, a connection of the pool
+    /// ([`Store::connection`](super::Store::connection)).
+    pub async fn begin_on(conn: PoolConnection<MySql>) -> Result<Tx, sqlx::Error> {
+        let mut tx = Tx { conn, ended: false };
         sqlx::raw_sql("BEGIN").execute(&mut *tx.conn).await?;
         Ok(tx)
     }

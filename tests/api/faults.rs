@@ -248,14 +248,22 @@ async fn a_mysql_frozen_mid_transaction_answers_503_within_the_backend_timeout()
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     mysql.pause();
+    let paused = Instant::now();
     // While MySQL is frozen: a purchase that waits for it never answers.
     let answered = tokio::time::timeout(Duration::from_secs(30), purchase).await;
+    let waited = paused.elapsed();
     mysql.resume();
     let (status, body) = answered.expect("an answer while MySQL is frozen").unwrap();
     assert_eq!(
         (status, body["errorCode"].as_str()),
         (503, Some("UNAVAILABLE")),
         "{body}"
+    );
+    // Within the statements' 2 s backend timeout (a generous bound: it
+    // tells a deadline from a hang, it does not measure speed).
+    assert!(
+        waited < Duration::from_secs(2) + NO_HANG,
+        "answered after {waited:?}"
     );
 
     let closed = Instant::now();

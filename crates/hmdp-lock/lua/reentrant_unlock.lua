@@ -58,6 +58,7 @@ if tonumber(count) > 1 then
 end
 redis.call('del', KEYS[1])
 -- The announcement may fail (no SPUBLISH before Redis 7) without failing the
--- release: waiters that hear nothing poll.
+-- release: there no sharded subscription can be opened either, and waiters
+-- poll.
 redis.pcall(ARGV[5], KEYS[2], 'released')
 return 0

@@ -204,8 +204,13 @@ pub fn cluster_nodes(url: &str) -> Option<Vec<String>> {
 /// on a cluster its seed nodes (sharded pub/sub, each channel on the master
 /// of its lock's slot).
 fn release_source(redis_url: &str) -> redis::RedisResult<ReleaseSource> {
+    use redis::IntoConnectionInfo;
     match cluster_nodes(redis_url) {
-        Some(nodes) => Ok(ReleaseSource::Cluster(nodes)),
+        Some(nodes) => nodes
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect::<redis::RedisResult<_>>()
+            .map(ReleaseSource::Cluster),
         None => redis::Client::open(redis_url).map(ReleaseSource::from),
     }
 }

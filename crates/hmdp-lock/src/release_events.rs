@@ -40,8 +40,12 @@ use redis::{PushInfo, PushKind, RedisResult};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
-/// How long to wait before reconnecting a dropped subscription connection.
+/// How long to wait before reconnecting a dropped subscription connection;
+/// doubled after each attempt that fails again (a server that refuses the
+/// subscription for good, such as `SSUBSCRIBE` before Redis 7), up to
+/// [`MAX_RECONNECT_DELAY`]. Waiters poll meanwhile.
 const RECONNECT_DELAY: Duration = Duration::from_millis(200);
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(5);
 /// Upper bound on opening the subscription connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often the subscription connection is pinged: a silent connection is
@@ -59,8 +63,26 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
 pub enum ReleaseSource {
     /// One server: classic pub/sub.
     Server(redis::Client),
-    /// A Redis Cluster (`redis://host:port` seed nodes): sharded pub/sub.
-    Cluster(Vec<String>),
+    /// A Redis Cluster (any of its nodes; the rest is discovered): sharded
+    /// pub/sub.
+    Cluster(Vec<redis::ConnectionInfo>),
+}
+
+impl ReleaseSource {
+    /// The source that hears what the release script announces on
+    /// `commands`: a cluster connection's releases are `SPUBLISH`ed, which
+    /// only a sharded subscription hears, so a server's client given for
+    /// one becomes a seed node of a sharded subscription. (The other way
+    /// round, a sharded subscription cannot be opened on one server, and
+    /// waiters poll.)
+    pub(crate) fn matching(self, commands: &crate::Connection) -> ReleaseSource {
+        match (self, commands) {
+            (ReleaseSource::Server(client), crate::Connection::Cluster(_)) => {
+                ReleaseSource::Cluster(vec![client.get_connection_info().clone()])
+            }
+            (source, _) => source,
+        }
+    }
 }
 
 impl From<redis::Client> for ReleaseSource {
@@ -308,12 +330,15 @@ async fn dispatch(
     shared: Weak<Shared>,
     mut changed: mpsc::UnboundedReceiver<String>,
 ) {
+    let mut delay = RECONNECT_DELAY;
     loop {
         let (mut subscriber, mut notices) = match Subscriber::connect(&source).await {
             Ok(connected) => connected,
             Err(error) => {
-                tracing::warn!(%error, "lock release subscription unavailable; waiters poll");
-                tokio::time::sleep(RECONNECT_DELAY).await;
+                tracing::warn!(%error, retry_in = ?delay,
+                    "lock release subscription unavailable; waiters poll");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(MAX_RECONNECT_DELAY);
                 if shared.strong_count() == 0 {
                     return;
                 }
@@ -335,6 +360,9 @@ async fn dispatch(
         let mut healthy = true;
         for name in wanted {
             healthy &= reconcile(&shared, &mut subscriber, &mut subscriptions, name).await;
+        }
+        if healthy {
+            delay = RECONNECT_DELAY;
         }
         let keepalive = keepalive(subscriber.clone());
         tokio::pin!(keepalive);
@@ -367,7 +395,8 @@ async fn dispatch(
             channel.wake.notify_waiters();
         }
         drop(shared);
-        tokio::time::sleep(RECONNECT_DELAY).await;
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(MAX_RECONNECT_DELAY);
     }
 }
 

@@ -417,7 +417,7 @@ async fn a_redis_cluster_master_killed_under_load_fails_over_and_the_sale_holds(
     // time: its session's Redis call, then the purchase's calls, each
     // bounded by the nodes' backend timeout (2 s), and no wait for a slow
     // release past the purchase's own budget.
-    assert!(report.latency_ms.max < 4_500.0, "{:?}", report.latency_ms);
+    assert!(report.latency_ms.max < 6_000.0, "{:?}", report.latency_ms);
     for outcome in report.outcomes.keys() {
         assert!(
             [

@@ -20,6 +20,9 @@ use crate::{release_dropped, HeldLock, Holder, LockError, Release};
 /// Sent at most this many times per release; the latch outlives them all
 /// ([`RELEASE_LATCH`](crate::scripts::RELEASE_LATCH)).
 const RELEASE_ATTEMPTS: u32 = 3;
+/// ... and this many when Redis Cluster answers that it is moving the slot
+/// (a failover takes a few seconds; the script has not run).
+const RELEASE_ATTEMPTS_IN_FAILOVER: u32 = 10;
 
 /// A take that landed, as [`guard`] needs it.
 pub(super) struct Landed<'a> {
@@ -190,6 +193,9 @@ struct ReentrantHold {
 struct ReleaseProgress {
     /// Attempts sent so far.
     sent: u32,
+    /// Whether one of them may have run: its reply was lost, or it was
+    /// abandoned in flight. (A cluster's redirection says it did not.)
+    may_have_run: bool,
     /// Whether the key was surely still ours when the first one was sent.
     lease_running: bool,
 }
@@ -279,7 +285,9 @@ async fn release(
     progress: &mut ReleaseProgress,
 ) -> Result<Release, LockError> {
     loop {
+        let earlier_may_have_run = progress.may_have_run;
         progress.sent += 1;
+        progress.may_have_run = true;
         let attempt = progress.sent;
         let given_back = GiveBack {
             key,
@@ -292,15 +300,24 @@ async fn release(
         .run(&mut redis.clone())
         .await;
         match given_back {
-            Ok(given_back) => return Ok(given_back.release(attempt > 1 && progress.lease_running)),
-            // A cluster's redirection or "down" answer (a failover moving
-            // the slot) means the script did not run: as safe to retry.
-            Err(LockError::Redis(error))
-                if attempt < RELEASE_ATTEMPTS
-                    && (is_transient(&error) || error.is_cluster_error()) =>
-            {
-                tracing::debug!(%error, attempt, "lock release reply lost or redirected; retrying");
+            Ok(given_back) => {
+                // Only an earlier attempt that may have run can explain a
+                // key found gone or someone else's.
+                let retried_in_lease = earlier_may_have_run && progress.lease_running;
+                return Ok(given_back.release(retried_in_lease));
+            }
+            Err(LockError::Redis(error)) if attempt < RELEASE_ATTEMPTS && is_transient(&error) => {
+                tracing::debug!(%error, attempt, "lock release reply lost; retrying");
                 tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+            }
+            // A cluster's redirection or "down" answer (a failover moving
+            // the slot): the script did not run.
+            Err(LockError::Redis(error))
+                if attempt < RELEASE_ATTEMPTS_IN_FAILOVER && error.is_cluster_error() =>
+            {
+                progress.may_have_run = earlier_may_have_run;
+                tracing::debug!(%error, attempt, "lock release redirected; retrying");
+                tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt.min(5)))).await;
             }
             Err(error) => return Err(error),
         }

@@ -107,7 +107,7 @@ impl ReentrantLock {
         ReentrantLock {
             inner: Arc::new(Inner {
                 redis: redis.clone(),
-                events: ReleaseEvents::new(releases.into()),
+                events: ReleaseEvents::new(releases.into().matching(&redis)),
                 options,
                 holds: Arc::new(Mutex::new(HashMap::new())),
                 watchdogs: Arc::new(Watchdogs::new(redis.clone(), observer)),
