@@ -189,6 +189,9 @@ impl Sessions {
 pub struct CurrentUser {
     pub user: User,
     pub token: String,
+    /// When the request's session check began: a purchase's time budget
+    /// counts from here.
+    pub since: std::time::Instant,
 }
 
 impl FromRequest for CurrentUser {
@@ -204,6 +207,7 @@ impl FromRequest for CurrentUser {
             .map(str::trim)
             .filter(|token| !token.is_empty() && token.len() <= 64)
             .map(str::to_owned);
+        let since = std::time::Instant::now();
         Box::pin(async move {
             let state = state.ok_or_else(|| Error::Internal(anyhow::anyhow!("no app state")))?;
             let token = token.ok_or(Error::Unauthorized)?;
@@ -212,7 +216,7 @@ impl FromRequest for CurrentUser {
                 .touch(&token)
                 .await?
                 .ok_or(Error::Unauthorized)?;
-            Ok(CurrentUser { user, token })
+            Ok(CurrentUser { user, token, since })
         })
     }
 }

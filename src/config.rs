@@ -72,7 +72,8 @@ pub struct TimeoutSettings {
     /// statements before COMMIT, once it has a connection, get this long in
     /// all (a frozen MySQL is given up on, the transaction dropped
     /// uncommitted); the COMMIT itself is waited for, as its outcome decides
-    /// when the user's lock is free.
+    /// when the user's lock is free. A synchronous purchase answers within
+    /// this plus --lock-wait-ms from its session check on, its COMMIT aside.
     #[arg(long, env = "HMDP_BACKEND_TIMEOUT_MS", default_value_t = 2000)]
     pub backend_timeout_ms: u64,
 }

@@ -23,7 +23,10 @@ async fn seckill_voucher(
     voucher_id: web::Path<String>,
 ) -> Result<HttpResponse, Error> {
     let voucher_id: VoucherId = voucher_id.parse()?;
-    let order_id = state.seckill.purchase(current.user.id, voucher_id).await?;
+    let order_id = state
+        .seckill
+        .purchase(current.user.id, voucher_id, current.since)
+        .await?;
     Ok(ok_data(order_id))
 }
 

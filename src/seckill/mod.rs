@@ -69,6 +69,11 @@ pub enum OrderStatus {
 /// purchase's time is up: a healthy Redis answers within a millisecond.
 const RELEASE_GRACE: Duration = Duration::from_millis(200);
 
+/// A purchase step given up on at the end of its time.
+fn over_budget(step: &str, budget: Duration) -> Error {
+    Error::Unavailable(anyhow::anyhow!("{step} took longer than {budget:?}"))
+}
+
 /// Places one-order-per-user flash-sale orders.
 pub struct Seckill {
     store: Store,
@@ -171,15 +176,27 @@ impl Seckill {
     /// Buys one unit of `voucher_id` for `user_id`; returns the new order id.
     /// The purchase runs to its end (commit or rollback, then release)
     /// even if the caller stops waiting for it.
+    ///
+    /// `requested_at` is when the request began, its session check
+    /// included: the synchronous purchase answers within the backend
+    /// timeout plus the lock's wait from then (its `COMMIT` aside, which is
+    /// always waited for), even with Redis failing over, where each of its
+    /// Redis calls could take the backend timeout on its own.
     pub async fn purchase(
         self: &Arc<Self>,
         user_id: UserId,
         voucher_id: VoucherId,
+        requested_at: Instant,
     ) -> Result<OrderId, Error> {
         let seckill = self.clone();
         let span = tracing::info_span!("purchase", lock = %self.lock.mode(), %user_id, %voucher_id);
         let purchase = tokio::spawn(
-            async move { seckill.purchase_to_the_end(user_id, voucher_id).await }.instrument(span),
+            async move {
+                seckill
+                    .purchase_to_the_end(user_id, voucher_id, requested_at)
+                    .await
+            }
+            .instrument(span),
         );
         purchase.await.map_err(|failed| {
             Error::Internal(anyhow::Error::new(failed).context("the purchase task failed"))
@@ -190,9 +207,10 @@ impl Seckill {
         self: &Arc<Self>,
         user_id: UserId,
         voucher_id: VoucherId,
+        requested_at: Instant,
     ) -> Result<OrderId, Error> {
         let outcome = match &self.handoff {
-            None => self.try_purchase(user_id, voucher_id).await,
+            None => self.try_purchase(user_id, voucher_id, requested_at).await,
             Some(handoff) => self.try_admit(handoff, user_id, voucher_id).await,
         };
         let label = match &outcome {
@@ -213,8 +231,10 @@ impl Seckill {
         self: &Arc<Self>,
         user_id: UserId,
         voucher_id: VoucherId,
+        requested_at: Instant,
     ) -> Result<OrderId, Error> {
-        let answer_by = tokio::time::Instant::now() + self.store.backend_timeout();
+        let budget = self.store.backend_timeout() + self.lock.wait();
+        let answer_by = requested_at + budget;
         let voucher = self
             .catalog
             .sale(voucher_id)
@@ -237,11 +257,18 @@ impl Seckill {
         // id costs no round trip of its own, and none while the voucher's
         // stock row is locked. A purchase refused after this leaves a gap in the
         // counter, which ids allow.
-        let (held, id) = tokio::join!(self.acquire(user_id), self.next_order_id());
+        // Given up on at the end of the budget (an acquisition abandoned in
+        // flight gives back whatever it took).
+        let taken = tokio::time::timeout_at(answer_by.into(), async {
+            tokio::join!(self.acquire(user_id), self.next_order_id())
+        })
+        .await
+        .map_err(|_| over_budget("taking the lock", budget))?;
+        let (held, id) = taken;
         let held = held?;
         let outcome = match id {
             Ok(id) => {
-                self.order_transaction(id, user_id, voucher_id, held.as_ref())
+                self.transaction_until(id, user_id, voucher_id, held.as_ref(), Some(answer_by))
                     .await
             }
             Err(error) => Err(error.into()),
@@ -317,15 +344,14 @@ impl Seckill {
     /// inside its transaction (the fencing check) could wait as long again
     /// for the release. After that the release carries on in the background
     /// (the transaction has ended: the lock has done its work).
-    async fn release_awaited_until(
-        self: &Arc<Self>,
-        held: Box<dyn HeldLock>,
-        answer_by: tokio::time::Instant,
-    ) {
+    async fn release_awaited_until(self: &Arc<Self>, held: Box<dyn HeldLock>, answer_by: Instant) {
         let seckill = self.clone();
         let release = tokio::spawn(async move { seckill.release_logged(held).await });
-        let until = answer_by.max(tokio::time::Instant::now() + RELEASE_GRACE);
-        if tokio::time::timeout_at(until, release).await.is_err() {
+        let until = answer_by.max(Instant::now() + RELEASE_GRACE);
+        if tokio::time::timeout_at(until.into(), release)
+            .await
+            .is_err()
+        {
             tracing::debug!("lock release still under way; answering without it");
         }
     }
@@ -370,8 +396,25 @@ impl Seckill {
         voucher_id: VoucherId,
         held: &dyn HeldLock,
     ) -> Result<OrderId, Error> {
+        self.transaction_until(id, user_id, voucher_id, held, None)
+            .await
+    }
+
+    /// [`Seckill::order_transaction`], its statements also given up at
+    /// `answer_by`, the end of the purchase's budget, if that comes first.
+    async fn transaction_until(
+        &self,
+        id: OrderId,
+        user_id: UserId,
+        voucher_id: VoucherId,
+        held: &dyn HeldLock,
+        answer_by: Option<Instant>,
+    ) -> Result<OrderId, Error> {
         let conn = self.store.connection().await?;
-        let deadline = self.store.backend_timeout();
+        let timeout = self.store.backend_timeout();
+        let deadline = answer_by.map_or(Instant::now() + timeout, |answer_by| {
+            answer_by.min(Instant::now() + timeout)
+        });
         let statements = async {
             let mut tx = Tx::begin_on(conn).await?;
             let decision = self
@@ -381,13 +424,9 @@ impl Seckill {
         };
         // On an error or the deadline, the transaction is dropped with its
         // end unseen, which closes its connection.
-        let (tx, decision) = tokio::time::timeout(deadline, statements)
+        let (tx, decision) = tokio::time::timeout_at(deadline.into(), statements)
             .await
-            .map_err(|_| {
-                Error::Unavailable(anyhow::anyhow!(
-                    "the purchase's statements took longer than {deadline:?}"
-                ))
-            })??;
+            .map_err(|_| over_budget("the purchase's statements", timeout))??;
         match decision {
             Ok(id) => {
                 tx.commit().await?;

@@ -105,6 +105,10 @@ impl OrderLock for Fenced {
         self.inner.mode()
     }
 
+    fn wait(&self) -> Duration {
+        self.inner.wait()
+    }
+
     async fn acquire_as(
         &self,
         holder: Holder,

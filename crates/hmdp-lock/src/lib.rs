@@ -118,6 +118,8 @@ mod replicated;
 mod scripts;
 mod set_nx;
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 
 pub use builder::{build, cluster_nodes, connect, connection_manager, BuildError, Options};
@@ -188,6 +190,10 @@ impl Release {
 pub trait OrderLock: Send + Sync {
     /// The mode this lock implements.
     fn mode(&self) -> LockMode;
+
+    /// How long an acquisition waits for a busy key before it answers
+    /// `Ok(None)` (zero: it tries once, hmdp's `tryLock()`).
+    fn wait(&self) -> Duration;
 
     /// Takes `key` as `holder`. `Ok(None)` means the key stayed busy for the
     /// whole configured wait (hmdp's failed `tryLock()`). Only reentrant locks

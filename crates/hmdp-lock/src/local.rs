@@ -77,6 +77,10 @@ impl OrderLock for LocalLock {
         LockMode::Local
     }
 
+    fn wait(&self) -> Duration {
+        self.wait
+    }
+
     async fn acquire_as(
         &self,
         _holder: Holder,

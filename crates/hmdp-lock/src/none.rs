@@ -2,6 +2,8 @@
 //! concurrent request of one user runs the check-then-insert at once, so
 //! duplicates appear even on a single node.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 
 use crate::LockMode;
@@ -16,6 +18,10 @@ struct NoHold;
 impl OrderLock for NoLock {
     fn mode(&self) -> LockMode {
         LockMode::None
+    }
+
+    fn wait(&self) -> Duration {
+        Duration::ZERO
     }
 
     async fn acquire_as(

@@ -271,6 +271,10 @@ impl OrderLock for QuorumLock {
         self.mode
     }
 
+    fn wait(&self) -> Duration {
+        self.wait
+    }
+
     async fn acquire_as(
         &self,
         holder: Holder,

@@ -68,6 +68,10 @@ impl OrderLock for SyncReplicas {
         self.inner.mode()
     }
 
+    fn wait(&self) -> Duration {
+        self.inner.wait()
+    }
+
     async fn acquire_as(
         &self,
         holder: Holder,

@@ -48,6 +48,10 @@ impl<U: Unlock> OrderLock for SetNxLock<U> {
         U::MODE
     }
 
+    fn wait(&self) -> Duration {
+        self.set_nx.wait
+    }
+
     async fn acquire_as(
         &self,
         _holder: Holder,

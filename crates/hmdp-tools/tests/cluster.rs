@@ -413,11 +413,12 @@ async fn a_redis_cluster_master_killed_under_load_fails_over_and_the_sale_holds(
     assert!(report.violations.is_empty(), "{:?}", report.violations);
     assert_eq!(report.oversold, Some(0), "{report:?}");
     assert_eq!(report.duplicate_users, Some(0), "{report:?}");
-    // A request caught in the failover gets its answer, 503 or success, in
-    // time: its session's Redis call, then the purchase's calls, each
-    // bounded by the nodes' backend timeout (2 s), and no wait for a slow
-    // release past the purchase's own budget.
-    assert!(report.latency_ms.max < 6_000.0, "{:?}", report.latency_ms);
+    // A request caught in the failover gets its answer, 503 or success,
+    // within the nodes' backend timeout (2 s) from its session check on
+    // (with no lock wait), plus 200 ms of grace for the release and the
+    // commit: the bound leaves room for a loaded machine, it tells a
+    // budget kept from one overrun by another whole timeout.
+    assert!(report.latency_ms.max < 4_000.0, "{:?}", report.latency_ms);
     for outcome in report.outcomes.keys() {
         assert!(
             [

@@ -198,6 +198,10 @@ impl OrderLock for ReentrantLock {
         LockMode::Reentrant
     }
 
+    fn wait(&self) -> Duration {
+        self.inner.options.wait
+    }
+
     async fn acquire_as(
         &self,
         holder: Holder,

@@ -11,7 +11,7 @@
 //! back, and the fence row orders B's transaction after A's.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chrono::{Local, TimeDelta};
@@ -83,13 +83,13 @@ pub(super) async fn run(lab: &Lab, database: &LabDatabase) -> anyhow::Result<Str
             "purchases: takes the lock, finds no order of user 1, then pauses 1200 ms \
              inside its transaction",
         );
-        let outcome = paused.purchase(USER, voucher).await;
+        let outcome = paused.purchase(USER, voucher, Instant::now()).await;
         say_outcome(lab, "A", outcome);
     };
     let b = async {
         lab.at(start + B_STARTS).await;
         lab.say("B", "purchases for the same user");
-        let outcome = prompt.purchase(USER, voucher).await;
+        let outcome = prompt.purchase(USER, voucher, Instant::now()).await;
         say_outcome(lab, "B", outcome);
     };
     let redis = lab.observe_key_at([start + B_STARTS - 50]);
