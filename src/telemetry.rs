@@ -8,7 +8,12 @@ use tracing_actix_web::{DefaultRootSpanBuilder, RootSpanBuilder};
 use tracing_subscriber::EnvFilter;
 
 pub fn init() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    init_with_default("info");
+}
+
+/// [`init`] with another filter when `RUST_LOG` is not set.
+pub fn init_with_default(default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     // A second initialisation (tests) is harmless: keep the first subscriber.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
