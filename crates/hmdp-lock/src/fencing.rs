@@ -21,7 +21,7 @@ use redis::AsyncCommands;
 use crate::scripts::{MintFencingToken, Minted};
 use crate::sibling;
 use crate::LockMode;
-use crate::{HeldLock, Holder, LockError, OrderLock, Release};
+use crate::{refuse, HeldLock, Holder, LockError, OrderLock, Release};
 use crate::{LockEvent, Observer, Unobserved};
 
 /// How long a key's counter outlives its last acquisition. Far longer than
@@ -92,10 +92,7 @@ impl Fenced {
             Err(error) => error,
         };
         // Without a token the hold is useless to a fenced purchase.
-        if let Err(release) = held.release().await {
-            tracing::warn!(error = %release, "cannot release an unfenced hold");
-        }
-        Err(failure)
+        Err(refuse(held, failure).await)
     }
 }
 

@@ -243,6 +243,16 @@ pub trait HeldLock: Send + Sync {
     }
 }
 
+/// Gives back a hold that a layer around a lock will not hand out (it
+/// could not fence it, or replicate it), and returns why not: the caller's
+/// error, whatever the release found.
+async fn refuse(held: Box<dyn HeldLock>, why: LockError) -> LockError {
+    if let Err(error) = held.release().await {
+        tracing::warn!(%error, refused = %why, "cannot give back a refused hold");
+    }
+    why
+}
+
 /// Gives back, in the background, the hold of a guard dropped without a
 /// release (a panic, a cancelled task), so that its key is free at once
 /// instead of after its lease. Without a runtime (the process shutting

@@ -55,9 +55,7 @@ impl LockMode {
             LockMode::Redlock => "redlock",
         }
     }
-}
 
-impl LockMode {
     /// Whether the mode keeps its lock on the one Redis the connection goes
     /// to (replicated or not): not `none` and `local` (no Redis), nor
     /// `multi` and `redlock` (independent servers of their own).

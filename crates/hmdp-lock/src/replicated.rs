@@ -22,7 +22,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::Connection;
-use crate::{HeldLock, Holder, LockError, LockMode, OrderLock};
+use crate::{refuse, HeldLock, Holder, LockError, LockMode, OrderLock};
 
 /// Any single-Redis lock whose holds are replicated before they are handed out.
 pub struct SyncReplicas {
@@ -89,9 +89,6 @@ impl OrderLock for SyncReplicas {
             Err(error) => error,
         };
         // A hold that a failover could lose is not handed out.
-        if let Err(release) = held.release().await {
-            tracing::warn!(error = %release, "cannot release an unreplicated hold");
-        }
-        Err(failure)
+        Err(refuse(held, failure).await)
     }
 }
