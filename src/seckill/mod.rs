@@ -259,12 +259,11 @@ impl Seckill {
         // counter, which ids allow.
         // Given up on at the end of the budget (an acquisition abandoned in
         // flight gives back whatever it took).
-        let taken = tokio::time::timeout_at(answer_by.into(), async {
+        let (held, id) = tokio::time::timeout_at(answer_by.into(), async {
             tokio::join!(self.acquire(user_id), self.next_order_id())
         })
         .await
         .map_err(|_| over_budget("taking the lock", budget))?;
-        let (held, id) = taken;
         let held = held?;
         let outcome = match id {
             Ok(id) => {
@@ -342,17 +341,21 @@ impl Seckill {
     /// so that the same user's next purchase finds the lock free; but with
     /// Redis failing over, a purchase that already waited out a Redis call
     /// inside its transaction (the fencing check) could wait as long again
-    /// for the release. After that the release carries on in the background
-    /// (the transaction has ended: the lock has done its work).
+    /// for the release. After that the release carries on in a task of its
+    /// own (the transaction has ended: the lock has done its work); a
+    /// release that ends in time, nearly all of them, costs no task.
     async fn release_awaited_until(self: &Arc<Self>, held: Box<dyn HeldLock>, answer_by: Instant) {
         let seckill = self.clone();
-        let release = tokio::spawn(async move { seckill.release_logged(held).await });
+        // Owned, so that it can move to a task half done: a release is not
+        // dropped midway.
+        let mut release = Box::pin(async move { seckill.release_logged(held).await });
         let until = answer_by.max(Instant::now() + RELEASE_GRACE);
-        if tokio::time::timeout_at(until.into(), release)
+        if tokio::time::timeout_at(until.into(), &mut release)
             .await
             .is_err()
         {
             tracing::debug!("lock release still under way; answering without it");
+            tokio::spawn(release);
         }
     }
 
@@ -412,9 +415,8 @@ impl Seckill {
     ) -> Result<OrderId, Error> {
         let conn = self.store.connection().await?;
         let timeout = self.store.backend_timeout();
-        let deadline = answer_by.map_or(Instant::now() + timeout, |answer_by| {
-            answer_by.min(Instant::now() + timeout)
-        });
+        let own = Instant::now() + timeout;
+        let deadline = answer_by.map_or(own, |answer_by| answer_by.min(own));
         let statements = async {
             let mut tx = Tx::begin_on(conn).await?;
             let decision = self

@@ -41,9 +41,6 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 #[derive(Clone)]
 pub struct Store {
     pool: MySqlPool,
-    /// How long a caller waits for a connection, and a purchase for its
-    /// statements once it has one.
-    backend_timeout: Duration,
 }
 
 impl Store {
@@ -120,20 +117,18 @@ impl Store {
             });
         }
         let pool = pool.connect_lazy_with(options);
-        Ok(Store {
-            pool,
-            backend_timeout: acquire_timeout,
-        })
+        Ok(Store { pool })
     }
 
     pub fn pool(&self) -> &MySqlPool {
         &self.pool
     }
 
-    /// The longest wait for a connection, and, once it has one, for the
-    /// statements of a purchase before its `COMMIT`.
+    /// The longest wait for a connection (the pool's acquire timeout), and,
+    /// once it has one, for the statements of a purchase before its
+    /// `COMMIT`.
     pub fn backend_timeout(&self) -> Duration {
-        self.backend_timeout
+        self.pool.options().get_acquire_timeout()
     }
 
     /// Begins a transaction that a cancellation cannot leave open on a
