@@ -19,9 +19,9 @@ DURATION=${DURATION:-3}
 OUT=${OUT:-$(mktemp -d -t hmdp-clusterbench-XXXXXX)}
 mkdir -p "$OUT"
 export RUST_LOG=${RUST_LOG:-error}
-scripts/services.sh
-cargo build --release --locked -p hmdp-tools --bin hmdp
-HMDP=target/release/hmdp
+# shellcheck source=benches/common.sh
+. benches/common.sh
+build_hmdp
 
 DIR=$(mktemp -d -t hmdp-cluster-XXXXXX)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -77,7 +77,6 @@ for round in $(seq 1 "$ROUNDS"); do
   RATIOS+=("$ratio")
   WAIT_RATIOS+=("$wait_ratio")
 done
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 printf 'reentrant, 50 tasks, distinct keys: cluster (3 masters) / one server, median of %d rounds: %.2f (target >= 2 on a machine with a core per master)\n' \
   "$ROUNDS" "$(median "${RATIOS[@]}")"
 printf 'reentrant on the cluster: with --lock-sync-replicas 1 / without, median of %d rounds: %.2f\n' \

@@ -17,9 +17,9 @@ DURATION=${DURATION:-3}
 OUT=${OUT:-$(mktemp -d -t hmdp-lockbench-XXXXXX)}
 mkdir -p "$OUT"
 export RUST_LOG=${RUST_LOG:-warn}
-scripts/services.sh
-cargo build --release --locked -p hmdp-tools --bin hmdp
-HMDP=target/release/hmdp
+# shellcheck source=benches/common.sh
+. benches/common.sh
+build_hmdp
 CONNECTIONS=(multiplexed reconnecting)
 declare -A RATIOS
 for round in $(seq 1 "$ROUNDS"); do
@@ -41,7 +41,7 @@ for connection in "${CONNECTIONS[@]}"; do
   for mode in redis-lua reentrant; do
     # shellcheck disable=SC2086 # one word per round
     printf '%-9s lock / bare redis-rs loop, %-12s connection, median of %d rounds: %.3f%s\n' "$mode" "$connection" "$ROUNDS" \
-      "$(printf '%s\n' ${RATIOS[$mode-$connection]} | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')" \
+      "$(median ${RATIOS[$mode-$connection]})" \
       "$([ "$connection" = multiplexed ] && echo ' (target >= 0.9)')"
   done
 done

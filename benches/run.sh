@@ -51,19 +51,18 @@ REDIS_HOST=127.0.0.1
 REDIS_PORT=6379
 export RUST_LOG=${RUST_LOG:-warn}
 
-scripts/services.sh
+# shellcheck source=benches/common.sh
+. benches/common.sh
+build_hmdp
 if ! command -v wrk >/dev/null 2>&1 && ! command -v oha >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq wrk >/dev/null
 fi
 command -v jq >/dev/null 2>&1 || { echo "benches/run.sh needs jq" >&2; exit 1; }
-cargo build --release --locked -p hmdp-tools --bin hmdp
-HMDP=target/release/hmdp
 
 say() { printf '\n== %s\n' "$*"; }
 num() { jq -r "$1" "$2"; } # jq filter, file
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 # CPU seconds (user + system, every thread, living or ended) that processes
 # have used so far, from /proc: taken before and after a run, the difference
