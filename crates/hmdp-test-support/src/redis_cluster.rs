@@ -86,30 +86,34 @@ impl RedisCluster {
     /// is in sync: `redis-cli` reports the cluster created before the
     /// replicas have joined, and a failover needs a synced replica.
     async fn wait_until_replicated(&self) -> anyhow::Result<()> {
-        poll_until(
+        let waited = poll_until(
             "the cluster's replicas to sync",
             READY_TIMEOUT,
             POLL,
             || async {
                 let mut replicated = true;
                 for server in &self.servers {
-                    let info = info_replication(server).await.unwrap_or_default();
-                    replicated &= info.contains("connected_slaves:1")
-                        || info.contains("master_link_status:up");
-                    // Every node must also know every replica (gossip spreads
-                    // that late): the masters vote in a replica's election.
-                    let nodes = cluster_nodes(server).await.unwrap_or_default();
-                    let replicas = nodes
-                        .lines()
-                        .filter_map(|node| node.split_whitespace().nth(2))
-                        .filter(|flags| flags.split(',').any(|flag| flag == "slave"))
-                        .count();
-                    replicated &= replicas == MASTERS;
+                    replicated &= replication_of(server).await.is_synced();
                 }
                 Ok(replicated)
             },
         )
-        .await
+        .await;
+        if let Err(error) = waited {
+            // Which server is behind, and how: a start that times out says so.
+            let mut report = Vec::new();
+            for server in &self.servers {
+                let replication = replication_of(server).await;
+                report.push(format!(
+                    ":{} link {}, knows {} replica(s)",
+                    server.port(),
+                    if replication.linked { "up" } else { "down" },
+                    replication.known_replicas
+                ));
+            }
+            return Err(error.context(report.join("; ")));
+        }
+        Ok(())
     }
 
     /// `redis+cluster://127.0.0.1:p1,127.0.0.1:p2,...`: every server, so a
@@ -169,6 +173,38 @@ impl RedisCluster {
             Ok(all_ok)
         })
         .await
+    }
+}
+
+/// One server's view of the cluster's replication.
+struct Replication {
+    /// A master with its replica attached, or a replica in sync with its
+    /// master.
+    linked: bool,
+    /// Replicas the server knows of: every node must know every replica
+    /// (gossip spreads that late), as the masters vote in a replica's
+    /// election.
+    known_replicas: usize,
+}
+
+impl Replication {
+    fn is_synced(&self) -> bool {
+        self.linked && self.known_replicas == MASTERS
+    }
+}
+
+/// What `server` says of replication; an unanswered question counts as
+/// not synced.
+async fn replication_of(server: &RedisServer) -> Replication {
+    let info = info_replication(server).await.unwrap_or_default();
+    let nodes = cluster_nodes(server).await.unwrap_or_default();
+    Replication {
+        linked: info.contains("connected_slaves:1") || info.contains("master_link_status:up"),
+        known_replicas: nodes
+            .lines()
+            .filter_map(|node| node.split_whitespace().nth(2))
+            .filter(|flags| flags.split(',').any(|flag| flag == "slave"))
+            .count(),
     }
 }
 
