@@ -1,19 +1,19 @@
 -- Admits one purchase of a flash sale, or refuses it, in one call: the sale
 -- window by Redis's own clock, the stock, the one-order-per-user buyer set,
--- and the hand-off of the admitted order. Every key shares the `{seckill}`
--- hash tag, so the script is valid on a Redis Cluster.
+-- the order's id, and the hand-off of the admitted order. Every key shares
+-- the `{seckill}` hash tag, so the script is valid on a Redis Cluster.
 -- KEYS[1]: the voucher's sale hash ({seckill}:voucher:<voucherId>: stock, begin_ms, end_ms)
 -- KEYS[2]: the voucher's buyer set ({seckill}:buyers:<voucherId>)
 -- KEYS[3]: the order stream ({seckill}:orders)
 -- KEYS[4]: the pending orders hash ({seckill}:pending)
--- ARGV[1]: order id
--- ARGV[2]: user id
--- ARGV[3]: voucher id
--- ARGV[4]: '1' to append the order to the stream (`stream` mode), '0' not (`queue`)
--- Returns an integer: 0 admitted (stock taken, user added to the buyers,
--- order appended if asked, order recorded as pending), 1 voucher not found,
--- 2 not started, 3 ended, 4 sold out, 5 already ordered. Nothing is written
--- unless it returns 0.
+-- KEYS[5]: the admitted orders' sequence ({seckill}:icr:order)
+-- ARGV[1]: user id
+-- ARGV[2]: voucher id
+-- ARGV[3]: '1' to append the order to the stream (`stream` mode), '0' not (`queue`)
+-- Returns the admitted order's id as a string (stock taken, user added to
+-- the buyers, order appended if asked, order recorded as pending), or an
+-- integer refusal: 1 voucher not found, 2 not started, 3 ended, 4 sold out,
+-- 5 already ordered. Nothing is written unless it returns an id.
 local sale = redis.call('HMGET', KEYS[1], 'stock', 'begin_ms', 'end_ms')
 -- HMGET answers `false` for a missing field: test for it before any
 -- tonumber(), so a voucher missing in Redis is an answer, not a script error.
@@ -21,7 +21,8 @@ if not sale[1] or not sale[2] or not sale[3] then
   return 1
 end
 local time = redis.call('TIME')
-local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now_s = tonumber(time[1])
+local now_ms = now_s * 1000 + math.floor(tonumber(time[2]) / 1000)
 if now_ms < tonumber(sale[2]) then
   return 2
 end
@@ -31,13 +32,28 @@ end
 if tonumber(sale[1]) < 1 then
   return 4
 end
-if redis.call('SISMEMBER', KEYS[2], ARGV[2]) == 1 then
+if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
   return 5
 end
+
+-- The id worker's layout (src/id_worker.rs), drawn here to spare a round
+-- trip: seconds since 2022-01-01 UTC in the high 32 bits, a sequence in the
+-- low 32. This sequence keeps the low word's top bit set, the id worker's
+-- daily counter has it clear, so the two never mint the same id; a second
+-- would need 2^31 admissions to repeat one.
+local sequence = 2147483648 + redis.call('INCR', KEYS[5]) % 2147483648
+-- (now_s - epoch) * 2^32 + sequence passes 2^53, where a Lua number stops
+-- being exact, so the decimal is built in two parts: 2^32 = 429 * 10^7 +
+-- 4967296, and every product and sum below stays under 2^53.
+local seconds = now_s - 1640995200
+local low = seconds * 4967296 + sequence
+local high = seconds * 429 + math.floor(low / 10000000)
+local id = string.format('%.0f%07.0f', high, low % 10000000)
+
 redis.call('HINCRBY', KEYS[1], 'stock', -1)
-redis.call('SADD', KEYS[2], ARGV[2])
-if ARGV[4] == '1' then
-  redis.call('XADD', KEYS[3], '*', 'id', ARGV[1], 'userId', ARGV[2], 'voucherId', ARGV[3])
+redis.call('SADD', KEYS[2], ARGV[1])
+if ARGV[3] == '1' then
+  redis.call('XADD', KEYS[3], '*', 'id', id, 'userId', ARGV[1], 'voucherId', ARGV[2])
 end
-redis.call('HSET', KEYS[4], ARGV[1], ARGV[2] .. ':' .. ARGV[3])
-return 0
+redis.call('HSET', KEYS[4], id, ARGV[1] .. ':' .. ARGV[2])
+return id

@@ -1,8 +1,10 @@
 //! hmdp's Redis id worker: globally unique, roughly time-ordered 64-bit ids.
 //!
 //! Layout: `(seconds since 2022-01-01 UTC) << 32 | INCR icr:{business}:{yyyy:MM:dd}`.
-//! The per-day counter gives 2^32 ids per day across all nodes
-//! sharing one Redis, without coordination between the nodes.
+//! The per-day counter gives ids across all nodes sharing one Redis,
+//! without coordination between the nodes. Its low word keeps the top bit
+//! clear: ids with that bit set are drawn by the admission script
+//! (`lua/seckill.lua`) from a sequence of its own, so the two never meet.
 
 use chrono::{DateTime, Utc};
 use hmdp_lock::Connection as RedisConnection;
@@ -44,9 +46,10 @@ impl IdWorker {
     }
 }
 
-/// Puts the timestamp in the high 32 bits and the counter in the low 32.
+/// Puts the timestamp in the high 32 bits and the counter in the low 31
+/// (a second would need 2^31 ids to repeat one).
 pub fn compose(now: DateTime<Utc>, count: i64) -> i64 {
-    ((now.timestamp() - EPOCH_SECONDS) << COUNT_BITS) | (count & 0xFFFF_FFFF)
+    ((now.timestamp() - EPOCH_SECONDS) << COUNT_BITS) | (count & 0x7FFF_FFFF)
 }
 
 #[cfg(test)]

@@ -115,6 +115,14 @@ impl Keys {
         format!("{}{{seckill}}:orders:dead", self.prefix)
     }
 
+    /// `{seckill}:icr:order`: the sequence of the order ids the admission
+    /// script draws (never reset: unlike the id worker's daily counter, it
+    /// lives in the script's slot, and a day's key would have to be named
+    /// before the script reads Redis's clock).
+    pub fn admission_sequence(&self) -> String {
+        format!("{}{{seckill}}:icr:order", self.prefix)
+    }
+
     /// `{seckill}:pending`: hash order id → `<userId>:<voucherId>` of orders
     /// admitted and not yet written to MySQL.
     pub fn pending_orders(&self) -> String {

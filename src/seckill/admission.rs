@@ -24,73 +24,84 @@ use crate::store::NewOrder;
 static ADMIT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/seckill.lua")));
 
-/// What `lua/seckill.lua` answered; no other code reads its numbers.
+/// The refusals `lua/seckill.lua` answers, at the index of their code.
+const REFUSALS: [Option<Rejection>; 6] = [
+    None,
+    Some(Rejection::VoucherNotFound),
+    Some(Rejection::NotStarted),
+    Some(Rejection::Ended),
+    Some(Rejection::SoldOut),
+    Some(Rejection::AlreadyOrdered),
+];
+
+/// What `lua/seckill.lua` answered; no other code reads its reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {
-    /// Stock taken, buyer added, order handed off and recorded as pending.
-    Admitted,
-    /// Redis holds no sale for the voucher.
-    VoucherNotFound,
-    NotStarted,
-    Ended,
-    SoldOut,
-    AlreadyOrdered,
+    /// Stock taken, buyer added, order handed off and recorded as pending,
+    /// under the id the script drew.
+    Admitted(OrderId),
+    /// Refused: the voucher has no sale in Redis, the sale has not started
+    /// or has ended, it is sold out, or the user has bought already.
+    Refused(Rejection),
 }
 
 impl Admission {
-    /// Every outcome, in the script's order of codes.
-    pub const ALL: [Admission; 6] = [
-        Admission::Admitted,
-        Admission::VoucherNotFound,
-        Admission::NotStarted,
-        Admission::Ended,
-        Admission::SoldOut,
-        Admission::AlreadyOrdered,
-    ];
-
-    fn from_reply(code: i64) -> Option<Admission> {
-        usize::try_from(code)
-            .ok()
-            .and_then(|code| Admission::ALL.get(code).copied())
-    }
-
-    /// The answer a refused purchase gets; `None` when admitted.
-    pub fn rejection(self) -> Option<Rejection> {
-        match self {
-            Admission::Admitted => None,
-            Admission::VoucherNotFound => Some(Rejection::VoucherNotFound),
-            Admission::NotStarted => Some(Rejection::NotStarted),
-            Admission::Ended => Some(Rejection::Ended),
-            Admission::SoldOut => Some(Rejection::SoldOut),
-            Admission::AlreadyOrdered => Some(Rejection::AlreadyOrdered),
-        }
-    }
-
     /// The `outcome` label of `hmdp_admissions_total`: `admitted`, or the
     /// refusal's `errorCode`.
     pub fn label(self) -> &'static str {
-        self.rejection().map_or("admitted", Rejection::code)
+        match self {
+            Admission::Admitted(_) => "admitted",
+            Admission::Refused(rejection) => rejection.code(),
+        }
+    }
+
+    /// Every label [`Admission::label`] can give.
+    pub fn labels() -> impl Iterator<Item = &'static str> {
+        REFUSALS
+            .into_iter()
+            .map(|refusal| refusal.map_or("admitted", Rejection::code))
+    }
+
+    fn from_reply(reply: &redis::Value) -> Option<Admission> {
+        match reply {
+            redis::Value::BulkString(id) => std::str::from_utf8(id)
+                .ok()?
+                .parse()
+                .ok()
+                .map(Admission::Admitted),
+            redis::Value::Int(code) => usize::try_from(*code)
+                .ok()
+                .and_then(|code| REFUSALS.get(code).copied().flatten())
+                .map(Admission::Refused),
+            _ => None,
+        }
     }
 }
 
 impl SaleState {
-    /// Runs `lua/seckill.lua` for `order`, appending it to the order stream
-    /// when `append_to_stream` (`stream` mode).
-    pub async fn admit(&self, order: NewOrder, append_to_stream: bool) -> Result<Admission, Error> {
+    /// Runs `lua/seckill.lua` for `user_id`'s purchase of `voucher_id`,
+    /// appending the order to the order stream when `append_to_stream`
+    /// (`stream` mode).
+    pub async fn admit(
+        &self,
+        user_id: UserId,
+        voucher_id: VoucherId,
+        append_to_stream: bool,
+    ) -> Result<Admission, Error> {
         let keys = &self.keys;
-        let code: i64 = ADMIT
-            .key(keys.seckill_voucher(order.voucher_id))
-            .key(keys.seckill_buyers(order.voucher_id))
+        let reply: redis::Value = ADMIT
+            .key(keys.seckill_voucher(voucher_id))
+            .key(keys.seckill_buyers(voucher_id))
             .key(keys.order_stream())
             .key(keys.pending_orders())
-            .arg(order.id.get())
-            .arg(order.user_id.get())
-            .arg(order.voucher_id.get())
+            .key(keys.admission_sequence())
+            .arg(user_id.get())
+            .arg(voucher_id.get())
             .arg(u8::from(append_to_stream))
             .invoke_async(&mut self.redis.clone())
             .await?;
-        Admission::from_reply(code)
-            .ok_or_else(|| Error::Internal(anyhow::anyhow!("lua/seckill.lua answered {code}")))
+        Admission::from_reply(&reply)
+            .ok_or_else(|| Error::Internal(anyhow::anyhow!("lua/seckill.lua answered {reply:?}")))
     }
 }
 
@@ -113,44 +124,46 @@ impl Seckill {
             let now = Local::now().naive_local();
             if sale.is_sold_out() && sale.begin_time <= now && now <= sale.end_time {
                 metrics::ADMISSIONS
-                    .with_label_values(&[Admission::SoldOut.label()])
+                    .with_label_values(&[Admission::Refused(Rejection::SoldOut).label()])
                     .inc();
                 return Err(Rejection::SoldOut.into());
             }
         }
-        // The id goes into the script (the stream entry, the pending hash),
-        // so it is drawn first; a refusal leaves a gap, which ids allow.
-        let id = self.next_order_id().await?;
-        let order = NewOrder {
-            id,
-            user_id,
-            voucher_id,
-        };
         let append = matches!(handoff, Handoff::Stream);
-        let mut admission = self.sale_state.admit(order, append).await?;
-        if admission == Admission::VoucherNotFound && sale.is_some() {
+        let mut admission = self.sale_state.admit(user_id, voucher_id, append).await?;
+        if admission == Admission::Refused(Rejection::VoucherNotFound) && sale.is_some() {
             // MySQL has the voucher and Redis had not: Redis restarted
             // empty, or the node that created it could not store it. The
             // load is set-if-absent from MySQL (this task's or a concurrent
             // one's), so asking once more is safe.
             self.sale_state.load(voucher_id).await?;
-            admission = self.sale_state.admit(order, append).await?;
+            admission = self.sale_state.admit(user_id, voucher_id, append).await?;
         }
         metrics::ADMISSIONS
             .with_label_values(&[admission.label()])
             .inc();
-        if let (Admission::SoldOut, Some(sale)) = (admission, &sale) {
-            // Stock in Redis never grows during a sale, with one exception:
-            // a Redis restarted empty reloads MySQL's stock, which counts
-            // the admitted orders it lost as unsold. This node keeps
-            // refusing those units: their buyers were told success.
-            sale.mark_sold_out();
-        }
-        if let Some(rejection) = admission.rejection() {
-            return Err(rejection.into());
-        }
+        let id = match admission {
+            Admission::Admitted(id) => id,
+            Admission::Refused(rejection) => {
+                if let (Rejection::SoldOut, Some(sale)) = (rejection, &sale) {
+                    // Stock in Redis never grows during a sale, with one
+                    // exception: a Redis restarted empty reloads MySQL's
+                    // stock, which counts the admitted orders it lost as
+                    // unsold. This node keeps refusing those units: their
+                    // buyers were told success.
+                    sale.mark_sold_out();
+                }
+                return Err(rejection.into());
+            }
+        };
         if let Handoff::Queue(queue) = handoff {
-            queue.push(order).await?;
+            queue
+                .push(NewOrder {
+                    id,
+                    user_id,
+                    voucher_id,
+                })
+                .await?;
         }
         Ok(id)
     }
@@ -159,23 +172,56 @@ impl Seckill {
 #[cfg(test)]
 mod tests {
     use super::Admission;
+    use crate::error::Rejection;
+    use crate::ids::OrderId;
+    use redis::Value;
 
     #[test]
-    fn every_script_code_has_one_outcome_and_others_none() {
-        for (code, outcome) in Admission::ALL.iter().enumerate() {
-            assert_eq!(Admission::from_reply(code as i64), Some(*outcome));
+    fn an_id_is_an_admission_each_code_one_refusal_and_anything_else_none() {
+        assert_eq!(
+            Admission::from_reply(&Value::BulkString(b"530713649031938048".to_vec())),
+            Some(Admission::Admitted(OrderId::new(530_713_649_031_938_048)))
+        );
+        let refusals: Vec<_> = (1..=5)
+            .map(|code| Admission::from_reply(&Value::Int(code)))
+            .collect();
+        assert_eq!(
+            refusals,
+            [
+                Rejection::VoucherNotFound,
+                Rejection::NotStarted,
+                Rejection::Ended,
+                Rejection::SoldOut,
+                Rejection::AlreadyOrdered
+            ]
+            .map(|rejection| Some(Admission::Refused(rejection)))
+        );
+        for unknown in [
+            Value::Int(0),
+            Value::Int(-1),
+            Value::Int(6),
+            Value::BulkString(b"-5".to_vec()),
+            Value::BulkString(b"12x".to_vec()),
+            Value::Nil,
+        ] {
+            assert_eq!(Admission::from_reply(&unknown), None, "{unknown:?}");
         }
-        assert_eq!(Admission::from_reply(-1), None);
-        assert_eq!(Admission::from_reply(6), None);
     }
 
     #[test]
-    fn only_admission_has_no_rejection() {
-        let admitted: Vec<_> = Admission::ALL
-            .into_iter()
-            .filter(|outcome| outcome.rejection().is_none())
-            .collect();
-        assert_eq!(admitted, [Admission::Admitted]);
-        assert_eq!(Admission::SoldOut.label(), "SOLD_OUT");
+    fn the_labels_are_admitted_and_each_refusal_code() {
+        let labels: Vec<_> = Admission::labels().collect();
+        assert_eq!(
+            labels,
+            [
+                "admitted",
+                "VOUCHER_NOT_FOUND",
+                "NOT_STARTED",
+                "ENDED",
+                "SOLD_OUT",
+                "ALREADY_ORDERED"
+            ]
+        );
+        assert_eq!(Admission::Refused(Rejection::SoldOut).label(), "SOLD_OUT");
     }
 }

@@ -125,8 +125,8 @@ impl Seckill {
             Err(error) => tracing::warn!(?error, %mode,
                 "seckill sales not loaded at start; each loads on its first purchase"),
         }
-        for outcome in Admission::ALL {
-            metrics::ADMISSIONS.with_label_values(&[outcome.label()]);
+        for label in Admission::labels() {
+            metrics::ADMISSIONS.with_label_values(&[label]);
         }
         Arc::new_cyclic(|seckill| {
             let handoff = if mode == SeckillMode::Queue {

@@ -7,9 +7,10 @@ use std::time::Duration;
 use chrono::{Local, TimeDelta};
 use futures::future::join_all;
 use hmdp::config::SeckillMode;
+use hmdp::error::Rejection;
+use hmdp::id_worker::EPOCH_SECONDS;
 use hmdp::ids::{OrderId, UserId, VoucherId};
 use hmdp::seckill::{Admission, RedisSale};
-use hmdp::store::NewOrder;
 use hmdp_test_support::wait_until;
 use redis::AsyncCommands;
 use serde_json::{json, Value};
@@ -83,6 +84,22 @@ async fn the_script_answers_every_outcome() {
     let two = app.create_open_seckill(2).await;
     let admitted = app.purchase(two, &first).await;
     assert_eq!(admitted["success"], true, "{admitted}");
+    // The script drew the id: Redis's clock in the high word, its own
+    // sequence, top bit set, in the low one.
+    let id: i64 = admitted["data"].as_str().unwrap().parse().unwrap();
+    let (redis_now, _): (i64, i64) = redis::cmd("TIME")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    let age = redis_now - EPOCH_SECONDS - (id >> 32);
+    assert!((0..=5).contains(&age), "id {id} is {age} s old");
+    let sequence: i64 = app
+        .redis
+        .clone()
+        .get(app.keys().admission_sequence())
+        .await
+        .unwrap();
+    assert_eq!(id & 0xFFFF_FFFF, (1 << 31) | sequence, "id {id}");
     assert_eq!(
         error_code(&app.purchase(two, &first).await),
         "ALREADY_ORDERED"
@@ -106,8 +123,8 @@ async fn the_script_answers_every_outcome() {
     .await;
 
     let metrics = app.get("/metrics", None).await.text().await.unwrap();
-    for outcome in Admission::ALL {
-        let series = format!("hmdp_admissions_total{{outcome=\"{}\"}}", outcome.label());
+    for label in Admission::labels() {
+        let series = format!("hmdp_admissions_total{{outcome=\"{label}\"}}");
         assert!(metrics.contains(&series), "{series} missing");
     }
     wait_until_written(&app).await;
@@ -117,25 +134,30 @@ async fn the_script_answers_every_outcome() {
 async fn a_voucher_missing_in_redis_is_an_answer_not_a_script_error() {
     let app = queue_app(0).await;
     let sale_state = app.sale_state();
-    let order = |voucher: i64| NewOrder {
-        id: OrderId::new(1 << 40),
-        user_id: UserId::new(1),
-        voucher_id: VoucherId::new(voucher),
+    let admit = |voucher: i64, append: bool| {
+        sale_state.admit(UserId::new(1), VoucherId::new(voucher), append)
     };
+    let not_found = Admission::Refused(Rejection::VoucherNotFound);
 
     // Neither Redis nor MySQL knows it.
-    let outcome = sale_state.admit(order(424_242), false).await.unwrap();
-    assert_eq!(outcome, Admission::VoucherNotFound);
+    assert_eq!(admit(424_242, false).await.unwrap(), not_found);
 
     // A hash without its window (written by hand, or half evicted) is no
     // sale either: the script never reads a missing field as a number.
     let key = app.keys().seckill_voucher(VoucherId::new(424_243));
     let _: () = app.redis.clone().hset(&key, "stock", 5).await.unwrap();
-    let outcome = sale_state.admit(order(424_243), true).await.unwrap();
-    assert_eq!(outcome, Admission::VoucherNotFound);
+    assert_eq!(admit(424_243, true).await.unwrap(), not_found);
 
-    // Refusals write nothing: no buyer, no pending order, no stream entry.
+    // Refusals write nothing: no buyer, no pending order, no stream entry,
+    // no id drawn.
     assert_eq!(app.pending_orders().await, 0);
+    let drawn: bool = app
+        .redis
+        .clone()
+        .exists(app.keys().admission_sequence())
+        .await
+        .unwrap();
+    assert!(!drawn, "a refused admission drew an order id");
     let stream: bool = app
         .redis
         .clone()
