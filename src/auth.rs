@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use actix_web::{web, FromRequest, HttpRequest};
 use hmdp_lock::Connection as RedisConnection;
+use moka::future::Cache;
 use rand::RngExt;
 use redis::{AsyncCommands, Script};
 use subtle::ConstantTimeEq;
@@ -69,14 +70,42 @@ pub struct Sessions {
     keys: Keys,
     /// Minimum time between two codes for one phone (an SMS costs money).
     code_interval: Duration,
+    /// Sessions read from Redis lately, by token (`None`: read every time).
+    recent: Option<Cache<String, User>>,
+}
+
+/// The most sessions [`Sessions`] keeps read: each is kept for a second or
+/// so, and this many is far more than a node serves distinct users a second.
+const RECENT_SESSIONS: u64 = 100_000;
+
+/// Why a session read for [`Sessions::touch`] found no user.
+#[derive(Debug, Clone)]
+enum NoUser {
+    /// No such session (never opened, expired or closed).
+    Closed,
+    Unreadable(redis::RedisError),
 }
 
 impl Sessions {
-    pub fn new(redis: RedisConnection, keys: Keys, code_interval: Duration) -> Self {
+    /// Sessions in Redis, each kept in this node's memory for `keep` once
+    /// read (zero: never kept, Redis read on every request).
+    pub fn new(
+        redis: RedisConnection,
+        keys: Keys,
+        code_interval: Duration,
+        keep: Duration,
+    ) -> Self {
+        let recent = (!keep.is_zero()).then(|| {
+            Cache::builder()
+                .max_capacity(RECENT_SESSIONS)
+                .time_to_live(keep)
+                .build()
+        });
         Sessions {
             redis,
             keys,
             code_interval,
+            recent,
         }
     }
 
@@ -159,8 +188,32 @@ impl Sessions {
         Ok(token)
     }
 
-    /// The session's user, refreshing its TTL in the same round trip.
+    /// The session's user. Read from Redis, refreshing the session's TTL
+    /// in the same round trip, unless this node read it within its keeping
+    /// time: then Redis is not asked at all. Requests of one user arriving
+    /// together (a storm's, a page's) share one read.
     pub async fn touch(&self, token: &str) -> Result<Option<User>, Error> {
+        let Some(recent) = &self.recent else {
+            return Ok(self.read(token).await?);
+        };
+        let read = async {
+            match self.read(token).await {
+                Ok(Some(user)) => Ok(user),
+                Ok(None) => Err(NoUser::Closed),
+                Err(error) => Err(NoUser::Unreadable(error)),
+            }
+        };
+        match recent.try_get_with_by_ref(token, read).await {
+            Ok(user) => Ok(Some(user)),
+            Err(no_user) => match &*no_user {
+                NoUser::Closed => Ok(None),
+                NoUser::Unreadable(error) => Err(error.clone().into()),
+            },
+        }
+    }
+
+    /// The session's user from Redis, its TTL refreshed.
+    async fn read(&self, token: &str) -> redis::RedisResult<Option<User>> {
         let key = self.keys.login_token(token);
         let (fields,): (std::collections::HashMap<String, String>,) = redis::pipe()
             .hgetall(&key)
@@ -178,8 +231,13 @@ impl Sessions {
         Ok(user)
     }
 
+    /// Ends the session: deleted in Redis, forgotten here at once. Another
+    /// node that read it lately still knows it until its keeping time ends.
     pub async fn close(&self, token: &str) -> Result<(), Error> {
         let _: () = self.redis.clone().del(self.keys.login_token(token)).await?;
+        if let Some(recent) = &self.recent {
+            recent.invalidate(token).await;
+        }
         Ok(())
     }
 }

@@ -357,6 +357,15 @@ pub struct ServeSettings {
           value_parser = clap::value_parser!(u64).range(1..=HOUR_MS))]
     pub body_timeout_ms: u64,
 
+    /// How long a session read from Redis is kept in this node's memory:
+    /// its requests within that time skip Redis (and the refresh of the
+    /// session's 30-minute TTL), and a user's simultaneous requests share
+    /// one read. A logout on another node reaches this one within this
+    /// time. 0 reads Redis on every request, as hmdp does.
+    #[arg(long, env = "HMDP_SESSION_CACHE_MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub session_cache_ms: u64,
+
     /// Minimum seconds between two login codes for one phone (0: no limit).
     #[arg(long, env = "HMDP_CODE_INTERVAL_SECS", default_value_t = 60)]
     pub code_interval_secs: u64,

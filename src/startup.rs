@@ -153,6 +153,7 @@ impl Application {
                 redis.clone(),
                 keys,
                 Duration::from_secs(settings.code_interval_secs),
+                Duration::from_millis(settings.session_cache_ms),
             ),
             redis,
             seckill,

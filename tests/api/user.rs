@@ -1,5 +1,9 @@
 //! `/user/*`: login by code, sessions, logout.
 
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use hmdp_test_support::{wait_until, RedisServer};
 use redis::AsyncCommands;
 use serde_json::Value;
 
@@ -139,6 +143,9 @@ async fn each_request_refreshes_the_session_ttl() {
 async fn logout_ends_the_session() {
     let app = spawn_app(|_| {}).await;
     let token = app.login(&phone(6)).await;
+    // Read once, so that the node keeps the session in memory: the logout
+    // must forget it there too.
+    assert_eq!(app.get("/user/me", Some(&token)).await.status(), 200);
     let body: Value = app.post_json("/user/logout", Some(&token)).await;
     assert_eq!(body["success"], true);
     assert_eq!(app.get("/user/me", Some(&token)).await.status(), 401);
@@ -182,4 +189,83 @@ async fn a_phone_gets_one_code_per_interval() {
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let third: Value = app.request_code(&phone).await.json().await.unwrap();
     assert_eq!(third["success"], true, "allowed again after the interval");
+}
+
+/// A session closed elsewhere (a logout served by another node, or
+/// deleted in Redis) is still known to a node that read it lately, for its
+/// keeping time at most; with no keeping time, not for a moment.
+#[tokio::test]
+async fn a_session_read_lately_outlives_its_redis_key_by_the_keeping_time_at_most() {
+    const KEEP: Duration = Duration::from_secs(3);
+    let app = spawn_app(|s| s.session_cache_ms = KEEP.as_millis() as u64).await;
+    let token = app.login(&phone(10)).await;
+    assert_eq!(app.get("/user/me", Some(&token)).await.status(), 200);
+    let closed = Instant::now();
+    let _: () = app
+        .redis
+        .clone()
+        .del(app.keys().login_token(&token))
+        .await
+        .unwrap();
+    let still = app.get("/user/me", Some(&token)).await.status();
+    if closed.elapsed() < KEEP {
+        assert_eq!(still, 200, "read from Redis within the keeping time");
+    }
+    wait_until("the session is forgotten", KEEP * 5, || async {
+        app.get("/user/me", Some(&token)).await.status() == 401
+    })
+    .await;
+    assert!(
+        closed.elapsed() >= KEEP,
+        "forgotten before its keeping time ended"
+    );
+
+    let app = spawn_app(|s| s.session_cache_ms = 0).await;
+    let token = app.login(&phone(11)).await;
+    assert_eq!(app.get("/user/me", Some(&token)).await.status(), 200);
+    let _: () = app
+        .redis
+        .clone()
+        .del(app.keys().login_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(app.get("/user/me", Some(&token)).await.status(), 401);
+}
+
+/// A user's requests arriving together (a storm's five purchases, a page's
+/// calls) share one read of the session; with no keeping time each reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simultaneous_requests_of_one_user_read_the_session_once() {
+    for (keep_ms, reads) in [(60_000, 1), (0, 20)] {
+        // A Redis of its own: its command counts are this test's alone.
+        let redis = RedisServer::start().await.unwrap();
+        let app = spawn_app(|s| {
+            s.store.redis.url = redis.url();
+            s.session_cache_ms = keep_ms;
+        })
+        .await;
+        let token = app.login(&phone(12)).await;
+        let mut server = redis.connect().await.unwrap();
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut server)
+            .await
+            .unwrap();
+        let statuses = join_all((0..20).map(|_| app.get("/user/me", Some(&token)))).await;
+        assert!(statuses.iter().all(|response| response.status() == 200));
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut server)
+            .await
+            .unwrap();
+        let hgetall = stats
+            .lines()
+            .find_map(|line| line.strip_prefix("cmdstat_hgetall:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |calls| calls.parse::<u32>().unwrap());
+        assert_eq!(
+            hgetall, reads,
+            "session reads with --session-cache-ms {keep_ms}"
+        );
+    }
 }
