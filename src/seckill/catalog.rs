@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use chrono::NaiveDateTime;
+use chrono::{Local, NaiveDateTime};
 
 use crate::ids::VoucherId;
 use crate::store::Store;
@@ -84,6 +84,17 @@ impl Catalog {
         });
         let mut vouchers = self.vouchers.write().expect("catalog poisoned");
         Ok(Some(vouchers.entry(voucher_id).or_insert(info).clone()))
+    }
+
+    /// Whether this node saw the voucher sell out and its sale is on by
+    /// this node's clock (outside the window, a purchase is to hear that
+    /// the sale has not started or has ended). Memory only: a voucher not
+    /// read yet is not known to be sold out.
+    pub fn sold_out_now(&self, voucher_id: VoucherId) -> bool {
+        self.cached(voucher_id).is_some_and(|sale| {
+            let now = Local::now().naive_local();
+            sale.is_sold_out() && sale.begin_time <= now && now <= sale.end_time
+        })
     }
 
     fn cached(&self, voucher_id: VoucherId) -> Option<Arc<SaleInfo>> {
