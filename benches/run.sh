@@ -64,26 +64,6 @@ say() { printf '\n== %s\n' "$*"; }
 num() { jq -r "$1" "$2"; } # jq filter, file
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
 
-# CPU seconds (user + system, every thread, living or ended) that processes
-# have used so far, from /proc: taken before and after a run, the difference
-# shows where the CPU of the run went.
-HZ=$(getconf CLK_TCK)
-cpu_s() { # pids... -> their total
-  local pid
-  for pid; do
-    awk -v hz="$HZ" '{ sub(/^.*\) /, ""); split($0, f, " "); print (f[12] + f[13]) / hz }' "/proc/$pid/stat"
-  done | awk '{ s += $1 } END { printf "%.3f", s }'
-}
-# µs per unit: CPU seconds before, after, units.
-per_unit() { awk -v a="$1" -v b="$2" -v n="$3" 'BEGIN { printf "%.0f", (b - a) * 1e6 / n }'; }
-# Runs a command with bash's `time`; its CPU seconds (its own and its
-# children's, user + system) go to the file named first.
-timed() { # file, command...
-  local file=$1 TIMEFORMAT='%3U %3S'
-  shift
-  { time "$@" 2>&3; } 3>&2 2>"$file.raw"
-  awk '{ printf "%.3f", $1 + $2 }' "$file.raw" >"$file"
-}
 MARIADB_PID=$(pidof -s mariadbd || pidof -s mysqld)
 REDIS_PID=$(redis-cli -h $REDIS_HOST -p $REDIS_PORT info server | awk -F: '/^process_id:/ { print $2 + 0 }')
 
@@ -195,6 +175,7 @@ echo "best: $DB_BEST tx/s at concurrency $DB_BEST_C"
 # that number (the stream consumers' batches use the same pools).
 export HMDP_DB_POOL=$(( (DB_BEST_C + 1) / 2 ))
 CLUSTERS=()
+# shellcheck disable=SC2031 # cpu_s's loop variable, not this one
 trap 'for pid in "${CLUSTERS[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done' EXIT
 cluster() { # name (SYNC or STREAM, the prefix of its variables), seckill mode
   local name=$1 seckill=$2 env=$OUT/cluster-$1.env pid

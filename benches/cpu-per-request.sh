@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Where a request's CPU goes, by process, on two `--seckill stream` nodes
+# behind nginx (reentrant lock): wrk -> nginx -> /health, the storm
+# (USERS x 5 purchases at once, stock USERS / 10) and the sale (USERS
+# users, one purchase each, every request an order), each followed by the
+# CPU that the nodes, nginx, Redis, MariaDB and the load generator used in
+# it, from /proc, in µs per request.
+#
+#   benches/cpu-per-request.sh                  # this checkout's release build
+#   benches/cpu-per-request.sh OLD_BIN NEW_BIN  # two builds of `hmdp`, alternated
+#
+# With several binaries each runs RUNS times (default 2), in turn, on a
+# cluster of its own, so that the machine's drift hits them alike; compare
+# only figures of one invocation. Knobs: RUNS, USERS (default 4000), OUT.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-2}
+USERS=${USERS:-4000}
+OUT=${OUT:-$(mktemp -d -t hmdp-cpu-XXXXXX)}
+mkdir -p "$OUT"
+export RUST_LOG=${RUST_LOG:-warn}
+export HMDP_DB_POOL=${HMDP_DB_POOL:-4}
+# shellcheck source=benches/common.sh
+. benches/common.sh
+if [ $# -eq 0 ]; then
+  build_hmdp
+  set -- "$HMDP"
+else
+  scripts/services.sh
+fi
+command -v wrk >/dev/null 2>&1 || { echo "benches/cpu-per-request.sh needs wrk" >&2; exit 1; }
+command -v jq >/dev/null 2>&1 || { echo "benches/cpu-per-request.sh needs jq" >&2; exit 1; }
+MARIADB_PID=$(pidof -s mariadbd || pidof -s mysqld)
+REDIS_PID=$(redis-cli info server | awk -F: '/^process_id:/ { print $2 + 0 }')
+POST=$OUT/post.lua
+echo 'wrk.method = "POST"' >"$POST"
+
+CLUSTER=""
+trap '[ -z "$CLUSTER" ] || { kill "$CLUSTER"; wait "$CLUSTER" 2>/dev/null || true; }' EXIT
+
+# CPU seconds so far of the nodes, nginx, Redis and MariaDB.
+snapshot() {
+  # shellcheck disable=SC2086,SC2046 # the pid lists split on purpose
+  echo "$(cpu_s $HMDP_NODE_PIDS) $(cpu_s $HMDP_NGINX_PID $(pgrep -P "$HMDP_NGINX_PID" || true)) $(cpu_s "$REDIS_PID") $(cpu_s "$MARIADB_PID")"
+}
+report() { # label, snapshot before, after, requests, client CPU seconds
+  local b a
+  read -r -a b <<<"$2"
+  read -r -a a <<<"$3"
+  printf '%-34s µs/request: nodes %s nginx %s Redis %s MariaDB %s load generator %s\n' "$1" \
+    "$(per_unit "${b[0]}" "${a[0]}" "$4")" "$(per_unit "${b[1]}" "${a[1]}" "$4")" \
+    "$(per_unit "${b[2]}" "${a[2]}" "$4")" "$(per_unit "${b[3]}" "${a[3]}" "$4")" "$(per_unit 0 "$5" "$4")"
+}
+loadtest() { # label, json, workload flags...
+  local label=$1 json=$2
+  shift 2
+  local before after
+  before=$(snapshot)
+  timed "$json.cpu" "$HMDP" loadtest --target "$HMDP_TARGET" --database-url "$DATABASE_URL" \
+    --redis-url "$REDIS_URL" --redis-prefix "$HMDP_REDIS_PREFIX" --admin-token "$HMDP_ADMIN_TOKEN" \
+    --users "$USERS" --tokens "$OUT/tokens.txt" --json "$json" "$@" >/dev/null
+  after=$(snapshot)
+  report "$label ($(jq -r '.rps | floor' "$json")/s)" "$before" "$after" \
+    "$(jq -r .requests "$json")" "$(cat "$json.cpu")"
+}
+wrk_run() { # label, wrk arguments...
+  local label=$1
+  shift
+  local before after
+  before=$(snapshot)
+  timed "$OUT/wrk.cpu" wrk -t 2 -c 64 -d 3s "$@" >"$OUT/wrk.txt"
+  after=$(snapshot)
+  report "$label ($(awk '/^Requests\/sec:/ { printf "%d", $2 }' "$OUT/wrk.txt")/s)" "$before" "$after" \
+    "$(awk '/requests in/ { print $1 }' "$OUT/wrk.txt")" "$(cat "$OUT/wrk.cpu")"
+}
+
+for run in $(seq 1 "$RUNS"); do
+  for HMDP; do
+    printf '\n== run %s: %s\n' "$run" "$HMDP"
+    rm -f "$OUT/cluster.env"
+    "$HMDP" cluster --lock reentrant --seckill stream --env-file "$OUT/cluster.env" >"$OUT/cluster.log" 2>&1 &
+    CLUSTER=$!
+    for _ in $(seq 1 600); do
+      [ -s "$OUT/cluster.env" ] && break
+      kill -0 "$CLUSTER" 2>/dev/null || { cat "$OUT/cluster.log" >&2; exit 1; }
+      sleep 0.1
+    done
+    # shellcheck disable=SC1091 # HMDP_TARGET=..., DATABASE_URL=..., ...
+    . "$OUT/cluster.env"
+    "$HMDP" tokens --target "$HMDP_TARGET" --redis-url "$REDIS_URL" --redis-prefix "$HMDP_REDIS_PREFIX" \
+      --users "$USERS" --out "$OUT/tokens.txt" >/dev/null
+    # Warm-up: connections opened, statements prepared, sessions read.
+    loadtest warm-up "$OUT/warm-up.json" --workload sale --concurrency 64 >/dev/null
+    wrk_run "wrk /health" "$HMDP_TARGET/health"
+    loadtest "storm, $USERS users x 5" "$OUT/storm.json" --workload storm --per-user 5 --concurrency 200
+    # The storm's voucher is sold out now: one user asking again and again
+    # is the cheapest purchase answer there is (session and sale in memory).
+    wrk_run "wrk POST of a sold-out voucher" -s "$POST" -H "authorization: $(head -1 "$OUT/tokens.txt")" \
+      "$HMDP_TARGET/voucher-order/seckill/$(jq -r .voucher "$OUT/storm.json")"
+    loadtest "sale, $USERS users" "$OUT/sale.json" --workload sale --concurrency 64
+    kill "$CLUSTER"
+    wait "$CLUSTER" 2>/dev/null || true
+    CLUSTER=""
+  done
+done
