@@ -9,7 +9,6 @@
 //! transaction is left open on a pooled connection, and that every success
 //! the API answered is visible to other sessions.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use hmdp::config::ServeSettings;
@@ -18,33 +17,16 @@ use hmdp_lock::LockMode;
 use hmdp_test_support::RedisServer;
 use serde_json::Value;
 use sqlx::Connection;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
-use crate::helpers::{seckill_body, spawn_app, spawn_app_on, TestApp, ADMIN_TOKEN};
+use crate::helpers::{
+    seckill_body, send_then_reset, socket_address, spawn_app, spawn_app_on, TestApp, ADMIN_TOKEN,
+};
 use crate::slow_mysql::{DelayedReplies, SlowCommitMariaDb, COMMIT_DELAY};
 
 /// Users per lock mode, each with one reset purchase and two buyers.
 const USERS: usize = 40;
 /// How long the two buyers keep buying after the reset request was sent.
 const BUYING_FOR: Duration = Duration::from_millis(80);
-
-/// Sends a request on a connection of its own and resets that connection
-/// (RST, not FIN: `SO_LINGER` 0) `after` it was sent.
-async fn send_then_reset(address: SocketAddr, request: &str, after: Duration) {
-    let mut stream = TcpStream::connect(address).await.unwrap();
-    stream.write_all(request.as_bytes()).await.unwrap();
-    tokio::time::sleep(after).await;
-    stream.set_zero_linger().unwrap();
-    drop(stream);
-}
-
-fn socket_address(app: &TestApp) -> SocketAddr {
-    app.address
-        .trim_start_matches("http://")
-        .parse()
-        .expect("ip:port")
-}
 
 fn purchase_request(voucher: i64, token: &str) -> String {
     format!(

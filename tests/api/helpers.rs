@@ -2,6 +2,7 @@
 //! database (dropped afterwards) and its own Redis key prefix, against the
 //! machine's real MySQL and Redis.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Parser;
@@ -20,6 +21,8 @@ use hmdp_test_support::{
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 use tempfile::NamedTempFile;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
@@ -405,4 +408,21 @@ impl NodeProcess {
     pub fn log(&self) -> String {
         self.process.log()
     }
+}
+
+/// Sends a request on a connection of its own and resets that connection
+/// (RST, not FIN: `SO_LINGER` 0) `after` it was sent.
+pub async fn send_then_reset(address: SocketAddr, request: &str, after: Duration) {
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    tokio::time::sleep(after).await;
+    stream.set_zero_linger().unwrap();
+    drop(stream);
+}
+
+pub fn socket_address(app: &TestApp) -> SocketAddr {
+    app.address
+        .trim_start_matches("http://")
+        .parse()
+        .expect("ip:port")
 }

@@ -7,7 +7,7 @@ use hmdp_test_support::{wait_until, RedisServer};
 use redis::AsyncCommands;
 use serde_json::Value;
 
-use crate::helpers::{phone, spawn_app};
+use crate::helpers::{phone, send_then_reset, socket_address, spawn_app};
 
 #[tokio::test]
 async fn code_then_login_returns_a_random_hex_token() {
@@ -245,27 +245,65 @@ async fn simultaneous_requests_of_one_user_read_the_session_once() {
         })
         .await;
         let token = app.login(&phone(12)).await;
-        let mut server = redis.connect().await.unwrap();
-        let _: () = redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query_async(&mut server)
-            .await
-            .unwrap();
         let statuses = join_all((0..20).map(|_| app.get("/user/me", Some(&token)))).await;
         assert!(statuses.iter().all(|response| response.status() == 200));
-        let stats: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut server)
-            .await
-            .unwrap();
-        let hgetall = stats
-            .lines()
-            .find_map(|line| line.strip_prefix("cmdstat_hgetall:calls="))
-            .and_then(|rest| rest.split(',').next())
-            .map_or(0, |calls| calls.parse::<u32>().unwrap());
         assert_eq!(
-            hgetall, reads,
+            session_reads(&redis).await,
+            reads,
             "session reads with --session-cache-ms {keep_ms}"
         );
     }
+}
+
+/// The request that reads a session for others may be the one whose client
+/// hangs up mid-read: the read must not die with it and leave the others
+/// waiting for an answer that never comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_session_read_survives_the_client_that_started_it_hanging_up() {
+    let redis = RedisServer::start().await.unwrap();
+    let app = spawn_app(|s| {
+        s.store.redis.url = redis.url();
+        s.session_cache_ms = 60_000;
+    })
+    .await;
+    let token = app.login(&phone(13)).await;
+
+    // Redis frozen: the first request's read hangs, and its client resets
+    // the connection, which makes actix drop that request's future.
+    redis.pause().unwrap();
+    let request = format!("GET /user/me HTTP/1.1\r\nhost: node\r\nauthorization: {token}\r\n\r\n");
+    let first = send_then_reset(socket_address(&app), &request, Duration::from_millis(300));
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let asked = Instant::now();
+        let status = app.get("/user/me", Some(&token)).await.status();
+        (status, asked.elapsed())
+    };
+    let thaw = async {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        redis.resume().unwrap();
+    };
+    let ((), (status, took), ()) = tokio::join!(first, second, thaw);
+    assert_eq!(status, 200);
+    assert!(
+        took < Duration::from_secs(5),
+        "the second request waited {took:?} after Redis came back"
+    );
+    // The reset request's read was abandoned, and the waiting one read
+    // again: the case this test is about did happen.
+    assert_eq!(session_reads(&redis).await, 2);
+}
+
+/// Sessions read (`HGETALL`s) by a Redis of a test's own since it started.
+async fn session_reads(redis: &RedisServer) -> u32 {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut redis.connect().await.unwrap())
+        .await
+        .unwrap();
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_hgetall:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap())
 }
