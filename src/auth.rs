@@ -70,20 +70,36 @@ pub struct Sessions {
     keys: Keys,
     /// Minimum time between two codes for one phone (an SMS costs money).
     code_interval: Duration,
-    /// Sessions read from Redis lately, by token (`None`: read every time).
-    recent: Option<Cache<String, User>>,
+    /// Sessions read lately (`None`: Redis is read every time).
+    memory: Option<SessionMemory>,
 }
 
-/// The most sessions [`Sessions`] keeps read: each is kept for a second or
-/// so, and this many is far more than a node serves distinct users a second.
-const RECENT_SESSIONS: u64 = 100_000;
+/// What a node remembers of the sessions it read.
+#[derive(Clone)]
+struct SessionMemory {
+    /// Users of the sessions read from Redis within the keeping time.
+    recent: Cache<String, User>,
+    /// Tokens closed on this node. A read already under way when the
+    /// session was closed would put it back among the recent ones; these
+    /// are refused whatever a read brought.
+    closed: Cache<String, ()>,
+}
+
+/// The most sessions remembered, read or closed: far more than a node
+/// serves distinct users within a keeping time.
+const REMEMBERED_SESSIONS: u64 = 100_000;
+/// How much longer than the keeping time a closed token is remembered:
+/// longer than any read under way at the close can still take.
+const CLOSED_LONGER_BY: Duration = Duration::from_secs(60);
 
 /// Why a session read for [`Sessions::touch`] found no user.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 enum NoUser {
     /// No such session (never opened, expired or closed).
     Closed,
-    Unreadable(redis::RedisError),
+    /// Redis did not answer; counted once, shared by every request that
+    /// waited for this read.
+    Unreadable(Error),
 }
 
 impl Sessions {
@@ -95,17 +111,21 @@ impl Sessions {
         code_interval: Duration,
         keep: Duration,
     ) -> Self {
-        let recent = (!keep.is_zero()).then(|| {
-            Cache::builder()
-                .max_capacity(RECENT_SESSIONS)
+        let memory = (!keep.is_zero()).then(|| SessionMemory {
+            recent: Cache::builder()
+                .max_capacity(REMEMBERED_SESSIONS)
                 .time_to_live(keep)
-                .build()
+                .build(),
+            closed: Cache::builder()
+                .max_capacity(REMEMBERED_SESSIONS)
+                .time_to_live(keep + CLOSED_LONGER_BY)
+                .build(),
         });
         Sessions {
             redis,
             keys,
             code_interval,
-            recent,
+            memory,
         }
     }
 
@@ -193,21 +213,29 @@ impl Sessions {
     /// time: then Redis is not asked at all. Requests of one user arriving
     /// together (a storm's, a page's) share one read.
     pub async fn touch(&self, token: &str) -> Result<Option<User>, Error> {
-        let Some(recent) = &self.recent else {
+        let Some(memory) = &self.memory else {
             return Ok(self.read(token).await?);
         };
+        if memory.closed.contains_key(token) {
+            return Ok(None);
+        }
         let read = async {
             match self.read(token).await {
                 Ok(Some(user)) => Ok(user),
                 Ok(None) => Err(NoUser::Closed),
-                Err(error) => Err(NoUser::Unreadable(error)),
+                Err(error) => Err(NoUser::Unreadable(error.into())),
             }
         };
-        match recent.try_get_with_by_ref(token, read).await {
+        match memory.recent.try_get_with_by_ref(token, read).await {
+            // Closed on this node while the read was under way.
+            Ok(_) if memory.closed.contains_key(token) => {
+                memory.recent.invalidate(token).await;
+                Ok(None)
+            }
             Ok(user) => Ok(Some(user)),
             Err(no_user) => match &*no_user {
                 NoUser::Closed => Ok(None),
-                NoUser::Unreadable(error) => Err(error.clone().into()),
+                NoUser::Unreadable(error) => Err(error.shared()),
             },
         }
     }
@@ -234,10 +262,12 @@ impl Sessions {
     /// Ends the session: deleted in Redis, forgotten here at once. Another
     /// node that read it lately still knows it until its keeping time ends.
     pub async fn close(&self, token: &str) -> Result<(), Error> {
-        let _: () = self.redis.clone().del(self.keys.login_token(token)).await?;
-        if let Some(recent) = &self.recent {
-            recent.invalidate(token).await;
+        if let Some(memory) = &self.memory {
+            // Before the delete: from here on no read may bring it back.
+            memory.closed.insert(token.to_owned(), ()).await;
+            memory.recent.invalidate(token).await;
         }
+        let _: () = self.redis.clone().del(self.keys.login_token(token)).await?;
         Ok(())
     }
 }

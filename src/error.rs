@@ -100,6 +100,22 @@ impl Error {
             Error::Internal(_) => "INTERNAL",
         }
     }
+
+    /// The same failure again, for another request that shared the work
+    /// that failed (a session read): counted once, where it happened.
+    pub fn shared(&self) -> Error {
+        match self {
+            Error::Rejected(rejection) => Error::Rejected(*rejection),
+            Error::BadRequest(message) => Error::BadRequest(message.clone()),
+            Error::Unauthorized => Error::Unauthorized,
+            Error::Forbidden => Error::Forbidden,
+            Error::NotFound => Error::NotFound,
+            Error::PayloadTooLarge => Error::PayloadTooLarge,
+            Error::RequestTimeout => Error::RequestTimeout,
+            Error::Unavailable(cause) => Error::Unavailable(anyhow::anyhow!("{cause:#}")),
+            Error::Internal(cause) => Error::Internal(anyhow::anyhow!("{cause:#}")),
+        }
+    }
 }
 
 impl From<crate::ids::InvalidId> for Error {
