@@ -43,12 +43,13 @@ end
 -- would need 2^31 admissions to repeat one.
 local sequence = 2147483648 + redis.call('INCR', KEYS[5]) % 2147483648
 -- (now_s - epoch) * 2^32 + sequence passes 2^53, where a Lua number stops
--- being exact, so the decimal is built in two parts: 2^32 = 429 * 10^7 +
--- 4967296, and every product and sum below stays under 2^53.
+-- being exact, so the decimal is built in two parts: 2^32 = 4294 * 10^6 +
+-- 967296, and every product and sum below stays under 2^53 for as long as
+-- the seconds fit their 32 bits.
 local seconds = now_s - 1640995200
-local low = seconds * 4967296 + sequence
-local high = seconds * 429 + math.floor(low / 10000000)
-local id = string.format('%.0f%07.0f', high, low % 10000000)
+local low = seconds * 967296 + sequence
+local high = seconds * 4294 + math.floor(low / 1000000)
+local id = string.format('%.0f%06.0f', high, low % 1000000)
 
 redis.call('HINCRBY', KEYS[1], 'stock', -1)
 redis.call('SADD', KEYS[2], ARGV[1])

@@ -64,6 +64,13 @@ mod tests {
     }
 
     #[test]
+    fn the_counter_keeps_the_low_words_top_bit_clear() {
+        let at = Utc.with_ymd_and_hms(2026, 12, 1, 10, 0, 0).unwrap();
+        assert_eq!(compose(at, (1 << 31) + 7), compose(at, 7));
+        assert_eq!(compose(at, 7) & (1 << 31), 0);
+    }
+
+    #[test]
     fn later_second_gives_larger_id() {
         let a = Utc.with_ymd_and_hms(2026, 12, 1, 10, 0, 0).unwrap();
         let b = Utc.with_ymd_and_hms(2026, 12, 1, 10, 0, 1).unwrap();
