@@ -29,8 +29,9 @@ pub struct ShopId(u64);
 #[sqlx(transparent)]
 pub struct VoucherId(i64);
 
-/// `tb_voucher_order.id`, from the Redis id worker. In JSON a string: order
-/// ids use all 63 bits.
+/// `tb_voucher_order.id`, from the Redis id worker (`sync`) or the admission
+/// script (`queue`, `stream`), one layout. In JSON a string: order ids use
+/// all 63 bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, sqlx::Type)]
 #[sqlx(transparent)]
 pub struct OrderId(i64);

@@ -3,7 +3,7 @@
 //!
 //! The keys of the asynchronous purchase share one hash tag, `{seckill}`:
 //! the admission script touches a voucher's hash, its buyers, the order
-//! stream and the pending orders in one call, which a Redis Cluster allows
+//! stream, the pending orders and its id sequence in one call, which a Redis Cluster allows
 //! only within one slot. (A hot sale is one voucher, hence one slot, anyway.)
 
 use crate::ids::{ShopId, UserId, VoucherId};

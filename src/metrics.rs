@@ -46,7 +46,8 @@ metric!(PURCHASES: IntCounterVec = register_int_counter_vec_with_registry(
 metric!(ADMISSIONS: IntCounterVec = register_int_counter_vec_with_registry(
     "hmdp_admissions_total",
     "Purchases the Redis admission script admitted or refused (queue and stream modes), \
-     by outcome (admitted or the errorCode)",
+     by outcome (admitted or the errorCode); SOLD_OUT also counts the purchases a node \
+     refused from memory of a sale it saw sell out",
     &["outcome"]));
 metric!(LOCK_ACQUIRE: HistogramVec = register_histogram_vec_with_registry(
     "lock_acquire_duration_seconds", "Time to acquire (or give up on) the per-user lock",

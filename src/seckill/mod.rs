@@ -74,7 +74,7 @@ fn over_budget(step: &str, budget: Duration) -> Error {
     Error::Unavailable(anyhow::anyhow!("{step} took longer than {budget:?}"))
 }
 
-/// A purchase's outcome, logged and counted in `hmdp_purchases_total`.
+/// A purchase's outcome, logged and counted in `purchases_total`.
 fn counted(outcome: Result<OrderId, Error>) -> Result<OrderId, Error> {
     let label = match &outcome {
         Ok(order_id) => {
@@ -204,6 +204,7 @@ impl Seckill {
         voucher_id: VoucherId,
         requested_at: Instant,
     ) -> Result<OrderId, Error> {
+        let span = tracing::info_span!("purchase", lock = %self.lock.mode(), %user_id, %voucher_id);
         // A sale this node saw sell out is refused at once, from memory,
         // without a task: after the last unit a storm is nearly all such
         // requests, and there is nothing to see to its end.
@@ -213,10 +214,9 @@ impl Seckill {
                     .with_label_values(&[Admission::Refused(Rejection::SoldOut).label()])
                     .inc();
             }
-            return counted(Err(Rejection::SoldOut.into()));
+            return span.in_scope(|| counted(Err(Rejection::SoldOut.into())));
         }
         let seckill = self.clone();
-        let span = tracing::info_span!("purchase", lock = %self.lock.mode(), %user_id, %voucher_id);
         let purchase = tokio::spawn(
             async move {
                 seckill

@@ -11,11 +11,12 @@ use hmdp::error::Rejection;
 use hmdp::id_worker::EPOCH_SECONDS;
 use hmdp::ids::{OrderId, UserId, VoucherId};
 use hmdp::seckill::{Admission, RedisSale};
-use hmdp_test_support::wait_until;
+use hmdp_lock::LockMode;
+use hmdp_test_support::{wait_until, RedisServer};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 
-use crate::helpers::{phone, spawn_app, NodeProcess, TestApp};
+use crate::helpers::{command_calls, phone, spawn_app, NodeProcess, TestApp};
 
 async fn queue_app(chaos_hold_ms: u64) -> TestApp {
     spawn_app(|s| {
@@ -122,10 +123,17 @@ async fn the_script_answers_every_outcome() {
     })
     .await;
 
+    // Every outcome happened above, and was counted.
     let metrics = app.get("/metrics", None).await.text().await.unwrap();
     for label in Admission::labels() {
-        let series = format!("hmdp_admissions_total{{outcome=\"{label}\"}}");
-        assert!(metrics.contains(&series), "{series} missing");
+        let series = format!("hmdp_admissions_total{{outcome=\"{label}\"}} ");
+        let count: u64 = metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(series.as_str()))
+            .unwrap_or_else(|| panic!("{series}missing"))
+            .parse()
+            .unwrap();
+        assert!(count >= 1, "{series}{count}");
     }
     wait_until_written(&app).await;
 }
@@ -380,4 +388,56 @@ async fn queue_loses_admitted_orders_when_its_node_is_killed() {
     let sale = app.redis_sale(voucher).await.unwrap();
     assert_eq!((sale.stock, sale.buyers.len()), (5, BUYERS));
     assert_eq!(app.pending_orders().await, BUYERS);
+}
+
+/// The script's id sequence keeps the low word's top bit set as it wraps
+/// around its 31 bits: the ids stay distinct and never look like the id
+/// worker's.
+#[tokio::test]
+async fn the_scripts_id_sequence_wraps_within_its_31_bits() {
+    let app = queue_app(0).await;
+    let voucher = app.create_open_seckill(3).await;
+    let tokens = app.login_many(3).await;
+    let _: () = app
+        .redis
+        .clone()
+        .set(app.keys().admission_sequence(), (1u64 << 31) - 2)
+        .await
+        .unwrap();
+    let mut low_words = Vec::new();
+    for token in &tokens {
+        let body = app.purchase(voucher, token).await;
+        let id: i64 = body["data"].as_str().unwrap().parse().unwrap();
+        low_words.push(id & 0xFFFF_FFFF);
+    }
+    assert_eq!(low_words, [(1 << 32) - 1, 1 << 31, (1 << 31) + 1]);
+    wait_until_written(&app).await;
+}
+
+/// A sale a node saw sell out is refused from memory: no script runs in
+/// Redis for the purchases after that.
+#[tokio::test]
+async fn a_sold_out_sale_is_refused_without_asking_redis() {
+    let redis = RedisServer::start().await.unwrap();
+    // No lock: the consumer runs no script of its own.
+    let app = spawn_app(|s| {
+        s.store.redis.url = redis.url();
+        s.seckill = SeckillMode::Stream;
+        s.lock.mode = LockMode::None;
+    })
+    .await;
+    let voucher = app.create_open_seckill(1).await;
+    let tokens = app.login_many(4).await;
+    assert_eq!(app.purchase(voucher, &tokens[0]).await["success"], true);
+    // The script says sold out once; the node remembers it.
+    assert_eq!(
+        error_code(&app.purchase(voucher, &tokens[1]).await),
+        "SOLD_OUT"
+    );
+    let scripts = command_calls(&redis, "evalsha").await;
+    for token in &tokens[2..] {
+        assert_eq!(error_code(&app.purchase(voucher, token).await), "SOLD_OUT");
+    }
+    assert_eq!(command_calls(&redis, "evalsha").await, scripts);
+    wait_until_written(&app).await;
 }

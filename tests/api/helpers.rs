@@ -15,8 +15,8 @@ use hmdp::seckill::{RedisSale, SaleState};
 use hmdp::startup::Application;
 use hmdp::store::{Store, VoucherAudit};
 use hmdp_test_support::{
-    free_ports, hmdp_binary, mysql_server_url, redis_url, ChildProcess, RedisNamespace, Stdout,
-    TestDatabase,
+    free_ports, hmdp_binary, mysql_server_url, redis_url, ChildProcess, RedisNamespace,
+    RedisServer, Stdout, TestDatabase,
 };
 use redis::AsyncCommands;
 use serde_json::{json, Value};
@@ -425,4 +425,20 @@ pub fn socket_address(app: &TestApp) -> SocketAddr {
         .trim_start_matches("http://")
         .parse()
         .expect("ip:port")
+}
+
+/// How many times a Redis of a test's own ran `command` (lower case, as
+/// `INFO commandstats` names it) since it started.
+pub async fn command_calls(redis: &RedisServer, command: &str) -> u32 {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut redis.connect().await.unwrap())
+        .await
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap())
 }
