@@ -76,10 +76,17 @@ async fn open_transactions(app: &TestApp) -> (i64, Vec<String>) {
     }
 }
 
+/// Each open transaction: its state, its session's, and the last
+/// statements that session ran (the slow-commit server keeps a history of
+/// them; other servers answer without it).
 async fn describe_open_transactions(app: &TestApp) -> Vec<String> {
     sqlx::query_scalar(
         "SELECT CONCAT_WS(' | ', CONCAT('trx ', t.trx_id), t.trx_state, \
-         CONCAT('since ', t.trx_started), p.command, p.state, CONCAT(p.time, ' s'), p.info) \
+         CONCAT('since ', t.trx_started), p.command, p.state, CONCAT(p.time, ' s'), p.info, \
+         CONCAT('last statements: ', (SELECT GROUP_CONCAT(h.SQL_TEXT ORDER BY h.EVENT_ID SEPARATOR ' ; ') \
+           FROM performance_schema.events_statements_history h \
+           JOIN performance_schema.threads th ON th.THREAD_ID = h.THREAD_ID \
+           WHERE th.PROCESSLIST_ID = p.id))) \
          FROM information_schema.innodb_trx t \
          JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
          WHERE p.db = DATABASE()",

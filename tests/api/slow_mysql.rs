@@ -97,6 +97,12 @@ fn server_args(dir: &Path, data: &Path, port: u16) -> Vec<String> {
         "--innodb-buffer-pool-size=32M".into(),
         "--skip-name-resolve".into(),
         "--max-connections=500".into(),
+        // The last statements of each session, for a test to tell what a
+        // transaction left open was doing.
+        "--performance-schema=ON".into(),
+        "--performance-schema-instrument=statement/%=ON".into(),
+        "--performance-schema-consumer-events-statements-current=ON".into(),
+        "--performance-schema-consumer-events-statements-history=ON".into(),
     ]
 }
 
