@@ -202,6 +202,8 @@ fn hmdp_lab(args: &[&str]) -> (i32, String) {
         .env("DATABASE_URL", format!("{}/hmdp", mysql_server_url()))
         .output()
         .expect("hmdp runs");
+    // Shown with a failing test's output: why a run ended in an error.
+    eprint!("{}", String::from_utf8_lossy(&output.stderr));
     let stdout = String::from_utf8(output.stdout).unwrap();
     (output.status.code().expect("exited"), stdout)
 }
