@@ -16,7 +16,7 @@ use hmdp_test_support::{wait_until, RedisServer};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 
-use crate::helpers::{command_calls, phone, spawn_app, NodeProcess, TestApp};
+use crate::helpers::{command_calls, metric, phone, spawn_app, NodeProcess, TestApp};
 
 async fn queue_app(chaos_hold_ms: u64) -> TestApp {
     spawn_app(|s| {
@@ -124,16 +124,10 @@ async fn the_script_answers_every_outcome() {
     .await;
 
     // Every outcome happened above, and was counted.
-    let metrics = app.get("/metrics", None).await.text().await.unwrap();
     for label in Admission::labels() {
-        let series = format!("hmdp_admissions_total{{outcome=\"{label}\"}} ");
-        let count: u64 = metrics
-            .lines()
-            .find_map(|line| line.strip_prefix(series.as_str()))
-            .unwrap_or_else(|| panic!("{series}missing"))
-            .parse()
-            .unwrap();
-        assert!(count >= 1, "{series}{count}");
+        let series = format!("hmdp_admissions_total{{outcome=\"{label}\"}}");
+        let count = metric(&app.address, &series).await;
+        assert!(count >= 1.0, "{series} {count}");
     }
     wait_until_written(&app).await;
 }
@@ -159,20 +153,21 @@ async fn a_voucher_missing_in_redis_is_an_answer_not_a_script_error() {
     // Refusals write nothing: no buyer, no pending order, no stream entry,
     // no id drawn.
     assert_eq!(app.pending_orders().await, 0);
-    let drawn: bool = app
-        .redis
-        .clone()
-        .exists(app.keys().admission_sequence())
-        .await
-        .unwrap();
-    assert!(!drawn, "a refused admission drew an order id");
-    let stream: bool = app
-        .redis
-        .clone()
-        .exists(app.keys().order_stream())
-        .await
-        .unwrap();
-    assert!(!stream, "a refused admission appended to the stream");
+    let exists = |key: String| {
+        let mut redis = app.redis.clone();
+        async move {
+            let exists: bool = redis.exists(key).await.unwrap();
+            exists
+        }
+    };
+    assert!(
+        !exists(app.keys().admission_sequence()).await,
+        "a refused admission drew an order id"
+    );
+    assert!(
+        !exists(app.keys().order_stream()).await,
+        "a refused admission appended to the stream"
+    );
     let stock: i64 = app.redis.clone().hget(&key, "stock").await.unwrap();
     assert_eq!(stock, 5);
 }

@@ -442,3 +442,19 @@ pub async fn command_calls(redis: &RedisServer, command: &str) -> u32 {
         .and_then(|rest| rest.split(',').next())
         .map_or(0, |calls| calls.parse().unwrap())
 }
+
+/// The value of one series (`name` or `name{labels}`) on the `/metrics` of
+/// the node at `address`.
+pub async fn metric(address: &str, series: &str) -> f64 {
+    let text = reqwest::get(format!("{address}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no series {series} in:\n{text}"))
+        .parse()
+        .unwrap()
+}

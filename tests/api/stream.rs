@@ -12,7 +12,7 @@ use hmdp_test_support::wait_until;
 use redis::streams::{StreamInfoConsumersReply, StreamRangeReply};
 use redis::AsyncCommands;
 
-use crate::helpers::{spawn_app, NodeProcess, TestApp};
+use crate::helpers::{metric, spawn_app, NodeProcess, TestApp};
 
 /// A user's order id in these tests.
 fn order_id(user: u64) -> i64 {
@@ -119,21 +119,6 @@ async fn wait_drained(app: &TestApp, voucher: i64, orders: i64) {
     .await;
 }
 
-/// The value of one series (`name` or `name{labels}`) on a node's `/metrics`.
-async fn metric(node: &NodeProcess, series: &str) -> f64 {
-    let text = reqwest::get(format!("{}/metrics", node.address))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no series {series} in:\n{text}"))
-        .parse()
-        .unwrap()
-}
-
 const STREAM: &str = "--seckill=stream";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -164,8 +149,8 @@ async fn two_nodes_share_the_stream_and_write_every_order_once() {
         0,
         "written orders leave the pending hash"
     );
-    let by_first = metric(&first, "hmdp_stream_batch_orders_sum").await;
-    let by_second = metric(&second, "hmdp_stream_batch_orders_sum").await;
+    let by_first = metric(&first.address, "hmdp_stream_batch_orders_sum").await;
+    let by_second = metric(&second.address, "hmdp_stream_batch_orders_sum").await;
     println!("orders written: {by_first} by the first node, {by_second} by the second");
     assert!(
         by_first > 0.0 && by_second > 0.0,
@@ -215,9 +200,9 @@ async fn a_killed_consumers_pending_entries_are_claimed_and_written_once() {
         (audit.orders, audit.stock_left, audit.duplicate_users),
         (20, 30, 0)
     );
-    assert!(metric(&survivor, "hmdp_stream_claimed_total").await >= ORDERS as f64);
+    assert!(metric(&survivor.address, "hmdp_stream_claimed_total").await >= ORDERS as f64);
     assert_eq!(
-        metric(&survivor, "hmdp_stream_batch_orders_sum").await,
+        metric(&survivor.address, "hmdp_stream_batch_orders_sum").await,
         ORDERS as f64
     );
     assert_eq!(app.pending_orders().await, 0);
@@ -290,8 +275,8 @@ async fn poison_entries_go_to_the_dead_letters_and_do_not_block_the_rest() {
     assert!(!field(1, "entry").is_empty());
     let malformed = r#"hmdp_stream_dead_letters_total{reason="malformed"}"#;
     let worn_out = r#"hmdp_stream_dead_letters_total{reason="max_deliveries"}"#;
-    assert_eq!(metric(&node, malformed).await, 1.0);
-    assert_eq!(metric(&node, worn_out).await, 1.0);
+    assert_eq!(metric(&node.address, malformed).await, 1.0);
+    assert_eq!(metric(&node.address, worn_out).await, 1.0);
     assert!(node.log().contains("moved to the dead letters"));
 
     let audit = app.audit(voucher).await;
@@ -360,9 +345,12 @@ async fn a_redelivered_written_order_is_acknowledged_not_written_again() {
         (1, 9, 0)
     );
     let outcome = |label: &str| format!(r#"hmdp_stream_orders_total{{outcome="{label}"}}"#);
-    assert_eq!(metric(&node, &outcome("already_written")).await, 1.0);
-    assert_eq!(metric(&node, &outcome("duplicate_user")).await, 1.0);
-    assert_eq!(metric(&node, &outcome("written")).await, 0.0);
+    assert_eq!(
+        metric(&node.address, &outcome("already_written")).await,
+        1.0
+    );
+    assert_eq!(metric(&node.address, &outcome("duplicate_user")).await, 1.0);
+    assert_eq!(metric(&node.address, &outcome("written")).await, 0.0);
     assert_eq!(app.pending_orders().await, 0);
     let log = node.log();
     assert!(
@@ -424,8 +412,8 @@ async fn a_batch_writes_many_orders_in_one_transaction() {
     let node = NodeProcess::start(&app, &[STREAM, "--stream-batch=50"]).await;
     wait_drained(&app, voucher, ORDERS as i64).await;
 
-    let transactions = metric(&node, "hmdp_stream_batch_orders_count").await;
-    let written = metric(&node, "hmdp_stream_batch_orders_sum").await;
+    let transactions = metric(&node.address, "hmdp_stream_batch_orders_count").await;
+    let written = metric(&node.address, "hmdp_stream_batch_orders_sum").await;
     println!("{written} orders in {transactions} transactions");
     assert_eq!(
         (written, transactions),
@@ -473,6 +461,6 @@ async fn an_order_waiting_for_a_busy_lock_is_not_dead_lettered() {
         .await
         .unwrap();
     assert_eq!(dead, 0, "no dead letter for an order that only waited");
-    assert!(metric(&node, "hmdp_stream_claimed_total").await > 2.0);
+    assert!(metric(&node.address, "hmdp_stream_claimed_total").await > 2.0);
     assert_eq!(app.pending_orders().await, 0);
 }

@@ -7,7 +7,7 @@ use hmdp_test_support::{wait_until, RedisServer};
 use redis::AsyncCommands;
 use serde_json::Value;
 
-use crate::helpers::{command_calls, phone, send_then_reset, socket_address, spawn_app};
+use crate::helpers::{command_calls, phone, send_then_reset, socket_address, spawn_app, TestApp};
 
 #[tokio::test]
 async fn code_then_login_returns_a_random_hex_token() {
@@ -123,8 +123,7 @@ async fn missing_forged_and_expired_tokens_are_401() {
     );
 
     let token = app.login(&phone(4)).await;
-    let key = app.keys().login_token(&token);
-    let _: () = app.redis.clone().del(&key).await.unwrap();
+    end_session_in_redis(&app, &token).await;
     assert_eq!(app.get("/user/me", Some(&token)).await.status(), 401);
 }
 
@@ -205,12 +204,7 @@ async fn a_session_read_lately_outlives_its_redis_key_by_the_keeping_time_at_mos
     // for KEEP after this instant at least.
     let read_at = Instant::now();
     assert_eq!(app.get("/user/me", Some(&token)).await.status(), 200);
-    let _: () = app
-        .redis
-        .clone()
-        .del(app.keys().login_token(&token))
-        .await
-        .unwrap();
+    end_session_in_redis(&app, &token).await;
     let still = app.get("/user/me", Some(&token)).await.status();
     if read_at.elapsed() < KEEP {
         assert_eq!(still, 200, "read from Redis within the keeping time");
@@ -227,12 +221,7 @@ async fn a_session_read_lately_outlives_its_redis_key_by_the_keeping_time_at_mos
     let app = spawn_app(|s| s.session_cache_ms = 0).await;
     let token = app.login(&phone(11)).await;
     assert_eq!(app.get("/user/me", Some(&token)).await.status(), 200);
-    let _: () = app
-        .redis
-        .clone()
-        .del(app.keys().login_token(&token))
-        .await
-        .unwrap();
+    end_session_in_redis(&app, &token).await;
     assert_eq!(app.get("/user/me", Some(&token)).await.status(), 401);
 }
 
@@ -297,4 +286,15 @@ async fn a_shared_session_read_survives_the_client_that_started_it_hanging_up() 
     // The reset request's read was abandoned, and the waiting one read
     // again: the case this test is about did happen.
     assert_eq!(command_calls(&redis, "hgetall").await, 2);
+}
+
+/// Deletes the session in Redis behind the node's back, as its expiry or
+/// a logout served by another node would.
+async fn end_session_in_redis(app: &TestApp, token: &str) {
+    let _: () = app
+        .redis
+        .clone()
+        .del(app.keys().login_token(token))
+        .await
+        .unwrap();
 }
