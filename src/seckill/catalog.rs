@@ -19,14 +19,15 @@ use std::time::{Duration, Instant};
 
 use chrono::{Local, NaiveDateTime};
 
+use crate::error::Rejection;
 use crate::ids::VoucherId;
 use crate::store::Store;
 
 /// A seckill voucher as the pre-checks see it.
 #[derive(Debug)]
 pub struct SaleInfo {
-    pub begin_time: NaiveDateTime,
-    pub end_time: NaiveDateTime,
+    begin_time: NaiveDateTime,
+    end_time: NaiveDateTime,
     sold_out: AtomicBool,
 }
 
@@ -38,6 +39,21 @@ impl SaleInfo {
     /// Records that the last unit is gone; stock never comes back.
     pub fn mark_sold_out(&self) {
         self.sold_out.store(true, Ordering::Relaxed);
+    }
+
+    /// Why a purchase at `now` (this node's clock) is refused before any
+    /// lock or script, in hmdp's order: not started, ended, sold out (as
+    /// far as this node saw). `None`: on sale.
+    pub fn refusal_at(&self, now: NaiveDateTime) -> Option<Rejection> {
+        if now < self.begin_time {
+            Some(Rejection::NotStarted)
+        } else if now > self.end_time {
+            Some(Rejection::Ended)
+        } else if self.is_sold_out() {
+            Some(Rejection::SoldOut)
+        } else {
+            None
+        }
     }
 }
 
@@ -92,8 +108,7 @@ impl Catalog {
     /// read yet is not known to be sold out.
     pub fn sold_out_now(&self, voucher_id: VoucherId) -> bool {
         self.cached(voucher_id).is_some_and(|sale| {
-            let now = Local::now().naive_local();
-            sale.is_sold_out() && sale.begin_time <= now && now <= sale.end_time
+            sale.refusal_at(Local::now().naive_local()) == Some(Rejection::SoldOut)
         })
     }
 

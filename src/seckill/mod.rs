@@ -255,15 +255,8 @@ impl Seckill {
             .sale(voucher_id)
             .await?
             .ok_or(Rejection::VoucherNotFound)?;
-        let now = Local::now().naive_local();
-        if now < voucher.begin_time {
-            return Err(Rejection::NotStarted.into());
-        }
-        if now > voucher.end_time {
-            return Err(Rejection::Ended.into());
-        }
-        if voucher.is_sold_out() {
-            return Err(Rejection::SoldOut.into());
+        if let Some(refusal) = voucher.refusal_at(Local::now().naive_local()) {
+            return Err(refusal.into());
         }
 
         // The order id is drawn alongside the lock: with a Redis lock, both
