@@ -35,8 +35,7 @@ REDIS_PID=$(redis-cli info server | awk -F: '/^process_id:/ { print $2 + 0 }')
 POST=$OUT/post.lua
 echo 'wrk.method = "POST"' >"$POST"
 
-CLUSTER=""
-trap '[ -z "$CLUSTER" ] || { kill "$CLUSTER"; wait "$CLUSTER" 2>/dev/null || true; }' EXIT
+trap stop_clusters EXIT
 
 # CPU seconds so far of the nodes, nginx, Redis and MariaDB.
 snapshot() {
@@ -77,14 +76,7 @@ wrk_run() { # label, wrk arguments...
 for run in $(seq 1 "$RUNS"); do
   for HMDP; do
     printf '\n== run %s: %s\n' "$run" "$HMDP"
-    rm -f "$OUT/cluster.env"
-    "$HMDP" cluster --lock reentrant --seckill stream --env-file "$OUT/cluster.env" >"$OUT/cluster.log" 2>&1 &
-    CLUSTER=$!
-    for _ in $(seq 1 600); do
-      [ -s "$OUT/cluster.env" ] && break
-      kill -0 "$CLUSTER" 2>/dev/null || { cat "$OUT/cluster.log" >&2; exit 1; }
-      sleep 0.1
-    done
+    start_cluster "$OUT/cluster.env" "$OUT/cluster.log" --lock reentrant --seckill stream
     # shellcheck disable=SC1091 # HMDP_TARGET=..., DATABASE_URL=..., ...
     . "$OUT/cluster.env"
     "$HMDP" tokens --target "$HMDP_TARGET" --redis-url "$REDIS_URL" --redis-prefix "$HMDP_REDIS_PREFIX" \
@@ -98,8 +90,6 @@ for run in $(seq 1 "$RUNS"); do
     wrk_run "wrk POST of a sold-out voucher" -s "$POST" -H "authorization: $(head -1 "$OUT/tokens.txt")" \
       "$HMDP_TARGET/voucher-order/seckill/$(jq -r .voucher "$OUT/storm.json")"
     loadtest "sale, $USERS users" "$OUT/sale.json" --workload sale --concurrency 64
-    kill "$CLUSTER"
-    wait "$CLUSTER" 2>/dev/null || true
-    CLUSTER=""
+    stop_clusters
   done
 done

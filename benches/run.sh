@@ -174,21 +174,11 @@ echo "best: $DB_BEST tx/s at concurrency $DB_BEST_C"
 # bench-db's best concurrency only add waiters: the two nodes' pools share
 # that number (the stream consumers' batches use the same pools).
 export HMDP_DB_POOL=$(( (DB_BEST_C + 1) / 2 ))
-CLUSTERS=()
-# shellcheck disable=SC2031 # cpu_s's loop variable, not this one
-trap 'for pid in "${CLUSTERS[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done' EXIT
+trap stop_clusters EXIT
 cluster() { # name (SYNC or STREAM, the prefix of its variables), seckill mode
-  local name=$1 seckill=$2 env=$OUT/cluster-$1.env pid
+  local name=$1 seckill=$2 env=$OUT/cluster-$1.env
   say "two nodes behind nginx (reentrant, --seckill $seckill, $HMDP_DB_POOL MySQL connections each)"
-  rm -f "$env"
-  $HMDP cluster --lock reentrant --seckill "$seckill" --env-file "$env" >"$OUT/cluster-$name.log" 2>&1 &
-  pid=$!
-  CLUSTERS+=("$pid")
-  for _ in $(seq 1 600); do
-    [ -s "$env" ] && break
-    kill -0 "$pid" 2>/dev/null || { cat "$OUT/cluster-$name.log" >&2; exit 1; }
-    sleep 0.1
-  done
+  start_cluster "$env" "$OUT/cluster-$name.log" --lock reentrant --seckill "$seckill"
   # shellcheck disable=SC1090 # NAME_HMDP_TARGET=..., NAME_DATABASE_URL=..., ...
   . <(sed "s/^/${name}_/" "$env")
   local target=${name}_HMDP_TARGET pids=${name}_HMDP_NODE_PIDS
@@ -313,10 +303,7 @@ for pid in $SYNC_HMDP_NODE_PIDS $STREAM_HMDP_NODE_PIDS; do
   echo "node pid $pid peak RSS $((kb / 1024)) MiB"
   [ "$kb" -gt "$RSS_KB" ] && RSS_KB=$kb
 done
-for pid in "${CLUSTERS[@]}"; do
-  kill "$pid"
-  wait "$pid" 2>/dev/null || true
-done
+stop_clusters
 trap - EXIT
 
 # --- The ratios.
