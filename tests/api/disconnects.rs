@@ -77,18 +77,29 @@ async fn open_transactions(app: &TestApp) -> (i64, Vec<String>) {
 }
 
 /// Each open transaction: its state, its session's, and the last
-/// statements that session ran (the slow-commit server keeps a history of
-/// them; other servers answer without it).
+/// statements that session ran, oldest first, each with how long ago it
+/// ended (the slow-commit server keeps a history of them; other servers
+/// answer without it). A prepared statement's execution has no text there:
+/// it shows as `Execute`, with the rows it changed.
 async fn describe_open_transactions(app: &TestApp) -> Vec<String> {
     sqlx::query_scalar(
         "SELECT CONCAT_WS(' | ', CONCAT('trx ', t.trx_id), t.trx_state, \
-         CONCAT('since ', t.trx_started), p.command, p.state, CONCAT(p.time, ' s'), p.info, \
-         CONCAT('last statements: ', (SELECT GROUP_CONCAT(h.SQL_TEXT ORDER BY h.EVENT_ID SEPARATOR ' ; ') \
+         CONCAT('since ', t.trx_started), CONCAT('rows modified ', t.trx_rows_modified), \
+         CONCAT('rows locked ', t.trx_rows_locked), p.command, p.state, CONCAT(p.time, ' s'), \
+         p.info, \
+         CONCAT('last statements: ', (SELECT GROUP_CONCAT(CONCAT( \
+             COALESCE(h.SQL_TEXT, SUBSTRING_INDEX(h.EVENT_NAME, '/', -1)), \
+             IF(h.ROWS_AFFECTED > 0, CONCAT(' (', h.ROWS_AFFECTED, ' rows)'), ''), \
+             IF(h.MYSQL_ERRNO <> 0, CONCAT(' (error ', h.MYSQL_ERRNO, ')'), ''), \
+             ' ', ROUND((now.TIMER_START - h.TIMER_END) / 1e12, 3), ' s ago') \
+             ORDER BY h.EVENT_ID SEPARATOR ' ; ') \
            FROM performance_schema.events_statements_history h \
            JOIN performance_schema.threads th ON th.THREAD_ID = h.THREAD_ID \
            WHERE th.PROCESSLIST_ID = p.id))) \
          FROM information_schema.innodb_trx t \
          JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
+         LEFT JOIN performance_schema.events_statements_current now ON now.THREAD_ID = \
+           (SELECT THREAD_ID FROM performance_schema.threads WHERE PROCESSLIST_ID = CONNECTION_ID()) \
          WHERE p.db = DATABASE()",
     )
     .fetch_all(app.store.pool())

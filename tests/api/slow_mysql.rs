@@ -97,12 +97,13 @@ fn server_args(dir: &Path, data: &Path, port: u16) -> Vec<String> {
         "--innodb-buffer-pool-size=32M".into(),
         "--skip-name-resolve".into(),
         "--max-connections=500".into(),
-        // The last statements of each session, for a test to tell what a
+        // The last 40 statements of each session, for a test to tell what a
         // transaction left open was doing.
         "--performance-schema=ON".into(),
         "--performance-schema-instrument=statement/%=ON".into(),
         "--performance-schema-consumer-events-statements-current=ON".into(),
         "--performance-schema-consumer-events-statements-history=ON".into(),
+        "--performance-schema-events-statements-history-size=40".into(),
     ]
 }
 
