@@ -66,14 +66,8 @@ async fn race(app: &TestApp, voucher: i64, token: &str, reset_after: Duration) -
 /// backend timeout), while a transaction leaked on a pooled connection
 /// never ends at all.
 async fn open_transactions(app: &TestApp) -> (i64, Vec<String>) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let open = app.open_transactions().await;
-        if open == 0 || Instant::now() >= deadline {
-            return (open, describe_open_transactions(app).await);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let open = app.open_transactions_after(Duration::from_secs(20)).await;
+    (open, describe_open_transactions(app).await)
 }
 
 /// Each open transaction: its state, its session's, and the last

@@ -256,16 +256,32 @@ impl TestApp {
             .await
     }
 
-    /// Transactions open on the test database right now.
-    pub async fn open_transactions(&self) -> i64 {
-        sqlx::query_scalar(
-            "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.innodb_trx t \
-             JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
-             WHERE p.db = DATABASE()",
-        )
-        .fetch_one(self.store.pool())
-        .await
-        .unwrap()
+    /// Transactions open on the test database once those still ending
+    /// have ended, waiting for that at most `within`: 0, or how many were
+    /// still open then.
+    ///
+    /// InnoDB answers `information_schema.innodb_trx` from a cache that it
+    /// refreshes only when nobody has read it for 0.1 s: read more often
+    /// than that, it keeps showing transactions that ended long ago. Reads
+    /// here are spaced further apart (the test's server must have no other
+    /// such reader).
+    pub async fn open_transactions_after(&self, within: Duration) -> i64 {
+        const READS_APART: Duration = Duration::from_millis(250);
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            tokio::time::sleep(READS_APART).await;
+            let open: i64 = sqlx::query_scalar(
+                "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.innodb_trx t \
+                 JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
+                 WHERE p.db = DATABASE()",
+            )
+            .fetch_one(self.store.pool())
+            .await
+            .unwrap();
+            if open == 0 || tokio::time::Instant::now() >= deadline {
+                return open;
+            }
+        }
     }
 
     /// The id of the user logged in with `token`.
