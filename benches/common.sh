@@ -24,6 +24,9 @@ cpu_s() { # pids... -> their total
     awk -v hz="$HZ" '{ sub(/^.*\) /, ""); split($0, f, " "); print (f[12] + f[13]) / hz }' "/proc/$pid/stat"
   done | awk '{ s += $1 } END { printf "%.3f", s }'
 }
+# The pid of the MariaDB the benchmarks use (127.0.0.1:3306), as it reports
+# it: `pidof` picks any mariadbd, a test's private server as well.
+mariadb_pid() { cat "$(mariadb -h 127.0.0.1 -u root -N -e 'SELECT @@pid_file')"; }
 # µs per unit: CPU seconds before, after, units.
 per_unit() { awk -v a="$1" -v b="$2" -v n="$3" 'BEGIN { printf "%.0f", (b - a) * 1e6 / n }'; }
 # Runs a command with bash's `time`; its CPU seconds (its own and its

@@ -30,7 +30,7 @@ else
 fi
 command -v wrk >/dev/null 2>&1 || { echo "benches/cpu-per-request.sh needs wrk" >&2; exit 1; }
 command -v jq >/dev/null 2>&1 || { echo "benches/cpu-per-request.sh needs jq" >&2; exit 1; }
-MARIADB_PID=$(pidof -s mariadbd || pidof -s mysqld)
+MARIADB_PID=$(mariadb_pid)
 REDIS_PID=$(redis-cli info server | awk -F: '/^process_id:/ { print $2 + 0 }')
 POST=$OUT/post.lua
 echo 'wrk.method = "POST"' >"$POST"

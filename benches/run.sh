@@ -64,7 +64,7 @@ say() { printf '\n== %s\n' "$*"; }
 num() { jq -r "$1" "$2"; } # jq filter, file
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
 
-MARIADB_PID=$(pidof -s mariadbd || pidof -s mysqld)
+MARIADB_PID=$(mariadb_pid)
 REDIS_PID=$(redis-cli -h $REDIS_HOST -p $REDIS_PORT info server | awk -F: '/^process_id:/ { print $2 + 0 }')
 
 # Results by name: R_<name> holds the per-round ratios, D_<name> the details.
