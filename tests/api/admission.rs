@@ -153,19 +153,12 @@ async fn a_voucher_missing_in_redis_is_an_answer_not_a_script_error() {
     // Refusals write nothing: no buyer, no pending order, no stream entry,
     // no id drawn.
     assert_eq!(app.pending_orders().await, 0);
-    let exists = |key: String| {
-        let mut redis = app.redis.clone();
-        async move {
-            let exists: bool = redis.exists(key).await.unwrap();
-            exists
-        }
-    };
     assert!(
-        !exists(app.keys().admission_sequence()).await,
+        !app.key_exists(&app.keys().admission_sequence()).await,
         "a refused admission drew an order id"
     );
     assert!(
-        !exists(app.keys().order_stream()).await,
+        !app.key_exists(&app.keys().order_stream()).await,
         "a refused admission appended to the stream"
     );
     let stock: i64 = app.redis.clone().hget(&key, "stock").await.unwrap();

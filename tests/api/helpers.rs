@@ -284,6 +284,11 @@ impl TestApp {
         }
     }
 
+    /// Whether `key` exists in the node's Redis.
+    pub async fn key_exists(&self, key: &str) -> bool {
+        self.redis.clone().exists(key).await.unwrap()
+    }
+
     /// The id of the user logged in with `token`.
     pub async fn user_id(&self, token: &str) -> u64 {
         let me = self.get_json("/user/me", Some(token)).await;

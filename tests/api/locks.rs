@@ -23,8 +23,7 @@ async fn lock_key(app: &TestApp, token: &str) -> String {
 async fn wait_for_key(app: &TestApp, key: &str, present: bool, within: Duration) -> Duration {
     let started = Instant::now();
     loop {
-        let exists: bool = app.redis.clone().exists(key).await.unwrap();
-        if exists == present {
+        if app.key_exists(key).await == present {
             return started.elapsed();
         }
         assert!(

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::helpers::spawn_app;
+use crate::helpers::{socket_address, spawn_app};
 
 /// Far beyond the 1 s deadline: only a connection that is never closed
 /// reaches it, however loaded the machine.
@@ -16,9 +16,7 @@ const BOUND: Duration = Duration::from_secs(15);
 #[tokio::test]
 async fn a_body_trickled_byte_by_byte_gets_408_and_the_connection_closed() {
     let app = spawn_app(|s| s.body_timeout_ms = 1000).await;
-    let stream = TcpStream::connect(app.address.trim_start_matches("http://"))
-        .await
-        .unwrap();
+    let stream = TcpStream::connect(socket_address(&app)).await.unwrap();
     let (mut reader, mut writer) = stream.into_split();
     writer
         .write_all(

@@ -79,13 +79,7 @@ async fn stream_length(app: &TestApp) -> usize {
 /// stream and the group.
 async fn consumers(app: &TestApp) -> Vec<String> {
     // `XINFO CONSUMERS` of a missing key fails with a plain `ERR`.
-    let exists: bool = app
-        .redis
-        .clone()
-        .exists(app.keys().order_stream())
-        .await
-        .unwrap();
-    if !exists {
+    if !app.key_exists(&app.keys().order_stream()).await {
         return Vec::new();
     }
     let reply: redis::RedisResult<StreamInfoConsumersReply> = app
