@@ -88,6 +88,9 @@ metric!(STREAM_OLDEST_PENDING: Gauge = register_gauge_with_registry(
 metric!(STREAM_CLAIMED: IntCounter = register_int_counter_with_registry(
     "hmdp_stream_claimed_total",
     "Entries this node's consumer claimed after they sat unacknowledged too long"));
+metric!(STREAM_ROUND_FAILURES: IntCounter = register_int_counter_with_registry(
+    "hmdp_stream_round_failures_total",
+    "Consumer rounds that failed (MySQL or Redis failing, a lock lost): their entries stay pending"));
 metric!(STREAM_DEAD_LETTERS: IntCounterVec = register_int_counter_vec_with_registry(
     "hmdp_stream_dead_letters_total", "Entries this node moved to the dead-letter stream, by reason",
     &["reason"]));
@@ -153,6 +156,7 @@ pub fn init_stream(outcomes: &[&str], dead_letter_reasons: &[&str]) {
     LazyLock::force(&STREAM_PENDING);
     LazyLock::force(&STREAM_OLDEST_PENDING);
     LazyLock::force(&STREAM_CLAIMED);
+    LazyLock::force(&STREAM_ROUND_FAILURES);
     LazyLock::force(&STREAM_BATCH_ORDERS);
     for outcome in outcomes {
         STREAM_ORDERS.with_label_values(&[*outcome]);

@@ -8,6 +8,7 @@ use hmdp_lock::Connection as RedisConnection;
 
 use super::response::ok_data;
 use crate::error::Error;
+use crate::metrics;
 use crate::startup::AppState;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -49,7 +50,16 @@ async fn ready(state: web::Data<AppState>) -> Result<HttpResponse, Error> {
             )));
         }
     }
-    Ok(ok_data(
-        serde_json::json!({ "status": "READY", "node": state.node_id }),
-    ))
+    let mut ready = serde_json::json!({ "status": "READY", "node": state.node_id });
+    if state.seckill.streams_orders() {
+        // The writers' lag, as this node's consumer last read it: a MySQL
+        // that stalls the writes leaves the node ready to admit, with its
+        // orders pending and their age growing here.
+        ready["orderStream"] = serde_json::json!({
+            "pending": metrics::STREAM_PENDING.get(),
+            "oldestPendingSeconds": metrics::STREAM_OLDEST_PENDING.get(),
+            "failedRounds": metrics::STREAM_ROUND_FAILURES.get(),
+        });
+    }
+    Ok(ok_data(ready))
 }

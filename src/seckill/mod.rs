@@ -157,6 +157,12 @@ impl Seckill {
         })
     }
 
+    /// Whether admitted orders go to the order stream (`stream` mode),
+    /// whose consumer runs on this node.
+    pub fn streams_orders(&self) -> bool {
+        matches!(self.handoff, Some(Handoff::Stream))
+    }
+
     /// Sales, buyers and pending orders in Redis.
     pub fn sale_state(&self) -> &SaleState {
         &self.sale_state

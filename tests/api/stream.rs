@@ -458,3 +458,60 @@ async fn an_order_waiting_for_a_busy_lock_is_not_dead_lettered() {
     assert!(metric(&node.address, "hmdp_stream_claimed_total").await > 2.0);
     assert_eq!(app.pending_orders().await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stock_row_held_by_another_session_delays_orders_and_never_dead_letters_them() {
+    let app = spawn_app(|_| {}).await;
+    let voucher = app.create_open_seckill(10).await;
+    // Another session (a report, a backup, an admin's UPDATE) holds the
+    // voucher's stock row: every batch waits out its lock wait time (1 s)
+    // and fails with 1205, which MySQL answers quickly. Its ping works.
+    let mut holder = app.store.begin().await.unwrap();
+    sqlx::query("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ? FOR UPDATE")
+        .bind(voucher)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let node = NodeProcess::start(
+        &app,
+        &[
+            STREAM,
+            "--backend-timeout-ms=1000",
+            "--stream-claim-idle-ms=200",
+            "--stream-max-deliveries=2",
+        ],
+    )
+    .await;
+    add_orders(&app, voucher, [21, 22, 23]).await;
+
+    // Far more deliveries than the limit while the row stays held (or the
+    // orders given up on: the failure this test exists for).
+    let dead_letters = || async {
+        let dead: usize = app
+            .redis
+            .clone()
+            .xlen(app.keys().dead_letters())
+            .await
+            .unwrap();
+        dead
+    };
+    wait_until(
+        "the entries delivered beyond the limit",
+        Duration::from_secs(60),
+        || async {
+            metric(&node.address, "hmdp_stream_claimed_total").await >= 9.0
+                || dead_letters().await > 0
+        },
+    )
+    .await;
+    assert_eq!(
+        dead_letters().await,
+        0,
+        "no dead letter for orders that only waited for MySQL"
+    );
+    holder.rollback().await.unwrap();
+
+    wait_drained(&app, voucher, 3).await;
+    assert_eq!(dead_letters().await, 0);
+    assert_eq!(app.pending_orders().await, 0);
+}

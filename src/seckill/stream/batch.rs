@@ -36,7 +36,8 @@ enum Outcome {
     /// started over): it can never be written under this id.
     IdTaken,
     /// Not written this time (lock busy, no stock left in MySQL, a stale
-    /// fencing token); left pending, to be claimed and tried again.
+    /// fencing token); left pending, to be claimed and tried again. Only
+    /// [`NO_STOCK_IN_MYSQL`] ever ends in the dead letters.
     Deferred(&'static str),
 }
 
@@ -52,13 +53,6 @@ impl Outcome {
         }
     }
 
-    /// Not written because another holder has the user's lock, or the lock
-    /// could not be asked: a wait on somebody else, not a failure of this
-    /// order. The lock's lease bounds that wait.
-    fn waits_for_the_lock(self) -> bool {
-        matches!(self, Outcome::Deferred(LOCK_BUSY | LOCK_UNAVAILABLE))
-    }
-
     /// Settled in MySQL for good: the entry is acknowledged and its order
     /// leaves the pending hash.
     fn settled(self) -> bool {
@@ -71,6 +65,9 @@ impl Outcome {
 
 const LOCK_BUSY: &str = "the user's lock is busy";
 const LOCK_UNAVAILABLE: &str = "the user's lock is unavailable";
+/// The one deferral that is the order's own: Redis admitted a unit MySQL
+/// does not have (Redis and MySQL disagree), which no retry changes.
+const NO_STOCK_IN_MYSQL: &str = "no stock left in MySQL";
 
 /// Every `outcome` label, for the metrics' zero series.
 pub(super) const OUTCOMES: &[&str] = &[
@@ -115,10 +112,10 @@ pub(super) async fn settle(
 }
 
 /// One more attempt, alone, at an entry delivered more than
-/// `max_deliveries` times; the dead letters if it fails too. Failures that
-/// are not the order's own keep it pending instead: the user's lock held by
-/// another holder (a killed node's lock lives out its lease, and every
-/// claim meanwhile counted a delivery), or MySQL down.
+/// `max_deliveries` times: a batch that keeps failing may fail for one
+/// order's sake, and alone that order cannot hold up the others. The dead
+/// letters take it only when the failure is its own ([`Blame::Order`]);
+/// any other failure keeps it pending, for as long as it lasts.
 async fn last_chance(
     seckill: &Seckill,
     stream: &OrderStream,
@@ -130,22 +127,57 @@ async fn last_chance(
     let alone = [(entry, order)];
     let why = match settle_orders(seckill, stream, &alone).await {
         Ok(outcomes) => match outcomes[0] {
-            outcome if outcome.settled() || outcome == Outcome::IdTaken => return Ok(()),
-            outcome if outcome.waits_for_the_lock() => return Ok(()),
-            Outcome::Deferred(why) => why.to_owned(),
-            outcome => format!("{outcome:?}"),
+            Outcome::Deferred(NO_STOCK_IN_MYSQL) => NO_STOCK_IN_MYSQL.to_owned(),
+            // Settled, dead-lettered for its id, or waiting on others.
+            _ => return Ok(()),
         },
-        Err(failed) => {
-            seckill.store.ping().await.map_err(|down| {
-                anyhow::Error::new(down).context("MySQL unreachable after a failed last attempt")
-            })?;
-            format!("{failed:#}")
-        }
+        Err(failed) => match Blame::of(&failed) {
+            Blame::Order(why) => why,
+            Blame::Surroundings => return Err(failed),
+        },
     };
     let reason = format!(
         "delivered {deliveries} times without being written (limit {max_deliveries}): {why}"
     );
     dead_letter(stream, &alone[0].0, "max_deliveries", &reason).await
+}
+
+/// Whose failure a failed write is. Only a failure of the order itself
+/// repeats whatever the surroundings do, so only such a failure may ever
+/// give up on an order its buyer was told they have; every other failure
+/// passes once MySQL, Redis or the lock's holder lets it.
+#[derive(Debug, PartialEq, Eq)]
+pub(in crate::seckill) enum Blame {
+    /// The order's own values are refused (a column's type or range, a
+    /// constraint): the same statement fails the same way every time.
+    Order(String),
+    /// Anything else: a lock wait timeout (1205), a deadlock (1213), a
+    /// read-only server (1290), a locked table, a full disk, a connection
+    /// lost or refused, a statement given up on, a user's lock lost.
+    Surroundings,
+}
+
+/// MySQL errors about the values of the row written: column cannot be null
+/// (1048), out of range (1264), incorrect value (1366), data too long
+/// (1406), foreign key (1452), check constraint (3819, MariaDB's 4025).
+const ORDER_VALUE_ERRORS: [u16; 7] = [1048, 1264, 1366, 1406, 1452, 3819, 4025];
+
+impl Blame {
+    pub(in crate::seckill) fn of(failure: &anyhow::Error) -> Blame {
+        let refused = failure
+            .chain()
+            .filter_map(|cause| match cause.downcast_ref::<sqlx::Error>() {
+                Some(sqlx::Error::Database(db)) => {
+                    db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                }
+                _ => None,
+            })
+            .find(|mysql| ORDER_VALUE_ERRORS.contains(&mysql.number()));
+        match refused {
+            Some(mysql) => Blame::Order(format!("MySQL refused the order: {mysql}")),
+            None => Blame::Surroundings,
+        }
+    }
 }
 
 /// Writes `orders` in one transaction under their users' locks,
@@ -254,11 +286,7 @@ async fn write(
     let mut outcomes = Vec::with_capacity(orders.len());
     for order in orders {
         let alone = transaction(seckill, std::slice::from_ref(order), locks).await?;
-        outcomes.push(
-            alone.map_or(Outcome::Deferred("no stock left in MySQL"), |alone| {
-                alone[0]
-            }),
-        );
+        outcomes.push(alone.map_or(Outcome::Deferred(NO_STOCK_IN_MYSQL), |alone| alone[0]));
     }
     Ok(outcomes)
 }

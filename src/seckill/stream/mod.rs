@@ -52,8 +52,11 @@ pub use group::GROUP;
 /// Longest a read blocks, which bounds how long a stop request waits.
 const MAX_BLOCK: Duration = Duration::from_secs(1);
 
-/// How long the consumer waits after a failure before trying again.
+/// How long the consumer waits after a failed round before trying again;
+/// doubled for each failure in a row, up to [`MAX_RETRY`]: a MySQL stalled
+/// for minutes is asked every few seconds, not hammered.
 const RETRY: Duration = Duration::from_millis(500);
+const MAX_RETRY: Duration = Duration::from_secs(8);
 
 /// This node's consumer, built, not yet running.
 pub struct StreamConsumer {
@@ -143,6 +146,7 @@ impl Inner {
         // Claim at once: entries of a consumer that died before this one
         // started are not left waiting for the first interval.
         let mut next_claim = Instant::now();
+        let mut failures_in_a_row = 0;
         while !*stopped.borrow() {
             let round = if Instant::now() >= next_claim {
                 next_claim = Instant::now() + claim_every;
@@ -150,10 +154,16 @@ impl Inner {
             } else {
                 self.read_round(block).await
             };
-            if let Err(error) = round {
-                tracing::warn!(error = ?error, "stream consumer round failed; entries stay pending");
-                if self.recover(&error, &mut stopped).await {
-                    break;
+            match round {
+                Ok(()) => failures_in_a_row = 0,
+                Err(error) => {
+                    failures_in_a_row += 1;
+                    metrics::STREAM_ROUND_FAILURES.inc();
+                    tracing::warn!(error = ?error, failures_in_a_row,
+                        "stream consumer round failed; entries stay pending");
+                    if self.recover(&error, failures_in_a_row, &mut stopped).await {
+                        break;
+                    }
                 }
             }
         }
@@ -179,8 +189,18 @@ impl Inner {
     }
 
     /// Every entry pending too long, a page (one batch) at a time, then the
-    /// stream's gauges.
+    /// stream's gauges: read whether the entries were written or not, so
+    /// that a stalled writer's lag shows.
     async fn claim_round(self: &Arc<Self>, stopped: &watch::Receiver<bool>) -> anyhow::Result<()> {
+        let claimed = self.claim_pending(stopped).await;
+        let gauges = self.stream.record_gauges().await.context("stream gauges");
+        claimed.and(gauges)
+    }
+
+    async fn claim_pending(
+        self: &Arc<Self>,
+        stopped: &watch::Receiver<bool>,
+    ) -> anyhow::Result<()> {
         let mut start = "0-0".to_owned();
         loop {
             let claimed = self
@@ -212,7 +232,7 @@ impl Inner {
                 "removed dead consumers from the group"
             );
         }
-        self.stream.record_gauges().await.context("stream gauges")
+        Ok(())
     }
 
     /// Settles `entries` in a task of its own and waits for it: whatever
@@ -231,11 +251,17 @@ impl Inner {
         batch.await.context("the batch task failed")?
     }
 
-    /// After a failed round: waits, and while MySQL does not answer, waits
-    /// on. Claiming counts a delivery; a consumer that kept claiming while
-    /// MySQL was down would send good orders to the dead letters. `true`
-    /// when asked to stop meanwhile.
-    async fn recover(&self, error: &anyhow::Error, stopped: &mut watch::Receiver<bool>) -> bool {
+    /// After the `failures_in_a_row`th failed round: waits (longer after
+    /// each failure in a row), and while MySQL does not answer, waits on.
+    /// The entries stay pending whatever their delivery count: a failure
+    /// that is not an order's own never dead-letters it (`batch.rs`).
+    /// `true` when asked to stop meanwhile.
+    async fn recover(
+        &self,
+        error: &anyhow::Error,
+        failures_in_a_row: u32,
+        stopped: &mut watch::Receiver<bool>,
+    ) -> bool {
         let no_group = error
             .chain()
             .filter_map(|cause| cause.downcast_ref::<redis::RedisError>())
@@ -247,8 +273,11 @@ impl Inner {
                 tracing::warn!(error = %error, "cannot join the consumer group again");
             }
         }
+        let backoff = RETRY
+            .saturating_mul(1 << failures_in_a_row.saturating_sub(1).min(8))
+            .min(MAX_RETRY);
         loop {
-            if pause(stopped, RETRY).await {
+            if pause(stopped, backoff).await {
                 return true;
             }
             match self.seckill.store.ping().await {
