@@ -16,13 +16,46 @@ use crate::store::NewOrder;
 /// Entries read per `XRANGE` / `HSCAN` round trip.
 const PAGE: usize = 1000;
 
-/// An order the stream consumers gave up on.
+/// An entry the stream consumers gave up on.
 #[derive(Debug, Clone)]
 pub struct DeadLetter {
-    pub order: NewOrder,
+    /// Its id in the dead-letter stream, what a replay names.
+    pub id: String,
+    /// The order it carries, or why its fields make none.
+    pub order: Result<NewOrder, String>,
+    /// Its fields as the order stream held them (a malformed entry's
+    /// included), `name=value`, sorted.
+    pub fields: Vec<String>,
     /// How often it had been delivered.
     pub deliveries: String,
     pub reason: String,
+}
+
+/// The fields a consumer adds to an entry it dead-letters.
+const DEAD_LETTER_FIELDS: [&str; 3] = ["entry", "deliveries", "reason"];
+
+impl DeadLetter {
+    fn of(entry: &StreamId) -> DeadLetter {
+        let text = |name| entry.get(name).unwrap_or_else(|| "?".to_owned());
+        let mut fields: Vec<String> = entry
+            .map
+            .iter()
+            .filter(|(name, _)| !DEAD_LETTER_FIELDS.contains(&name.as_str()))
+            .map(|(name, value)| {
+                let value: String =
+                    redis::from_redis_value_ref(value).unwrap_or_else(|_| format!("{value:?}"));
+                format!("{name}={value}")
+            })
+            .collect();
+        fields.sort();
+        DeadLetter {
+            id: entry.id.clone(),
+            order: order_of(&entry.map),
+            fields,
+            deliveries: text("deliveries"),
+            reason: text("reason"),
+        }
+    }
 }
 
 impl SaleState {
@@ -70,22 +103,43 @@ impl SaleState {
         Ok(orders)
     }
 
-    /// Orders of `voucher_id` in the dead-letter stream.
-    pub async fn dead_letters_of(&self, voucher_id: VoucherId) -> Result<Vec<DeadLetter>, Error> {
+    /// Every dead letter, oldest first.
+    pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, Error> {
         let entries = self.read_stream(&self.keys.dead_letters()).await?;
-        let mut letters = Vec::new();
-        for entry in entries {
-            let order = order_of_entry(&entry)?;
-            if order.voucher_id == voucher_id {
-                let text = |name| entry.get(name).unwrap_or_else(|| "?".to_owned());
-                letters.push(DeadLetter {
-                    order,
-                    deliveries: text("deliveries"),
-                    reason: text("reason"),
-                });
-            }
-        }
+        Ok(entries.iter().map(DeadLetter::of).collect())
+    }
+
+    /// The dead letters carrying an order of `voucher_id`.
+    pub async fn dead_letters_of(&self, voucher_id: VoucherId) -> Result<Vec<DeadLetter>, Error> {
+        let mut letters = self.dead_letters().await?;
+        letters
+            .retain(|letter| matches!(&letter.order, Ok(order) if order.voucher_id == voucher_id));
         Ok(letters)
+    }
+
+    /// The dead letter `id`, `None` when there is none (replayed already,
+    /// or never one).
+    pub async fn dead_letter(&self, id: &str) -> Result<Option<DeadLetter>, Error> {
+        let page: StreamRangeReply = self
+            .redis
+            .clone()
+            .xrange(self.keys.dead_letters(), id, id)
+            .await?;
+        Ok(page.ids.first().map(DeadLetter::of))
+    }
+
+    /// Removes the dead letter `id`, whose order is written, and the order
+    /// from the pending hash, in one `MULTI`; removing it twice is harmless.
+    pub async fn remove_dead_letter(&self, id: &str, order_id: OrderId) -> Result<(), Error> {
+        redis::pipe()
+            .atomic()
+            .xdel(self.keys.dead_letters(), &[id])
+            .ignore()
+            .hdel(self.keys.pending_orders(), order_id.get())
+            .ignore()
+            .query_async::<()>(&mut self.redis.clone())
+            .await?;
+        Ok(())
     }
 
     /// Every entry of the stream at `key`, oldest first, a page at a time;

@@ -282,11 +282,12 @@ pub async fn audit(
             checks.push(one_order_per_user(&orders_per_user));
             let letters = dead
                 .iter()
-                .map(|letter| {
-                    format!(
-                        "order {} of user {}: {} (delivered {} times)",
-                        letter.order.id, letter.order.user_id, letter.reason, letter.deliveries
-                    )
+                .filter_map(|letter| {
+                    let order = letter.order.as_ref().ok()?;
+                    Some(format!(
+                        "order {} of user {}: {} (delivered {} times; dead letter {})",
+                        order.id, order.user_id, letter.reason, letter.deliveries, letter.id
+                    ))
                 })
                 .collect::<Vec<_>>();
             checks.push(Check::judged(

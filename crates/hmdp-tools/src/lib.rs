@@ -9,6 +9,8 @@ pub mod audit;
 pub mod bench;
 /// Two nodes and nginx as local child processes; `hmdp demo`, `hmdp cluster`.
 pub mod cluster;
+/// `hmdp dead-letters`: the order stream's dead letters listed and replayed.
+pub mod dead_letters;
 /// Deterministic reproductions of the course's lock failures.
 pub mod lab;
 /// The load generator and the bulk login behind `hmdp tokens`.

@@ -12,6 +12,7 @@ use hmdp_tools::bench::{self, BenchDbArgs, BenchDrainArgs, BenchLockArgs};
 use hmdp_tools::cluster::demo::{self, DemoSettings};
 use hmdp_tools::cluster::soak::{self, SoakSettings};
 use hmdp_tools::cluster::up::{self, ClusterSettings};
+use hmdp_tools::dead_letters::{self, DeadLettersSettings};
 use hmdp_tools::lab;
 use hmdp_tools::loadtest::{self, tokens::TokensSettings, LoadtestSettings};
 use hmdp_tools::seed::{self, SeedSettings};
@@ -50,6 +51,14 @@ enum Command {
     /// per user, no dead letters. Exit status: 0 when every check holds, 1
     /// when one is broken (the differences listed), 2 when the audit failed.
     Audit(Box<AuditSettings>),
+    /// List the order stream's dead letters, or replay them into MySQL.
+    ///
+    /// A dead letter is an order the consumers gave up on: a malformed
+    /// entry, an order id another order holds, a unit MySQL does not have.
+    /// Replaying writes its order as a consumer would, once whatever was
+    /// written before, and removes the letter; an order that still cannot
+    /// be written says why and stays listed.
+    DeadLetters(Box<DeadLettersSettings>),
     /// Two nodes behind nginx, one load test per lock mode and purchase
     /// path, side by side.
     Demo(Box<DemoSettings>),
@@ -151,6 +160,14 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::BenchDrain(args) => {
             bench::bench_drain(*args).await?;
         }
+        Command::DeadLetters(settings) => {
+            let code = dead_letters::run(&settings).await.unwrap_or_else(|error| {
+                eprintln!("error: {error:#}");
+                2
+            });
+            std::io::stdout().flush()?;
+            std::process::exit(code);
+        }
         Command::Audit(settings) => {
             let code = audit::run(&settings).await.unwrap_or_else(|error| {
                 eprintln!("error: {error:#}");
@@ -213,7 +230,7 @@ mod tests {
             "db-pool",
             "backend-timeout-ms",
         ];
-        let expected: [(&[&str], &[&str]); 14] = [
+        let expected: [(&[&str], &[&str]); 15] = [
             (&["seed"], &["database-url"]),
             (&["serve"], &BACKEND),
             (&["migrate"], &["database-url", "backend-timeout-ms"]),
@@ -232,6 +249,15 @@ mod tests {
             ),
             (
                 &["audit"],
+                &[
+                    "database-url",
+                    "redis-url",
+                    "redis-prefix",
+                    "backend-timeout-ms",
+                ],
+            ),
+            (
+                &["dead-letters"],
                 &[
                     "database-url",
                     "redis-url",

@@ -24,7 +24,7 @@ use crate::store::{self, NewOrder, Tx};
 
 /// What became of one order of a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Outcome {
+pub(super) enum Outcome {
     /// Inserted, stock taken, committed.
     Written,
     /// Already in MySQL as this very order: a redelivery.
@@ -67,7 +67,7 @@ const LOCK_BUSY: &str = "the user's lock is busy";
 const LOCK_UNAVAILABLE: &str = "the user's lock is unavailable";
 /// The one deferral that is the order's own: Redis admitted a unit MySQL
 /// does not have (Redis and MySQL disagree), which no retry changes.
-const NO_STOCK_IN_MYSQL: &str = "no stock left in MySQL";
+pub(super) const NO_STOCK_IN_MYSQL: &str = "no stock left in MySQL";
 
 /// Every `outcome` label, for the metrics' zero series.
 pub(super) const OUTCOMES: &[&str] = &[
@@ -187,25 +187,50 @@ async fn settle_orders(
     stream: &OrderStream,
     orders: &[(Entry, NewOrder)],
 ) -> anyhow::Result<Vec<Outcome>> {
+    let new: Vec<NewOrder> = orders.iter().map(|(_, order)| *order).collect();
+    let outcomes = write_under_locks(seckill, &new, async |outcomes: &[Outcome]| {
+        acknowledge(stream, orders, outcomes).await
+    })
+    .await?;
+    for ((entry, order), outcome) in orders.iter().zip(&outcomes) {
+        report(entry, order, *outcome);
+    }
+    Ok(outcomes)
+}
+
+/// Writes `orders` in one transaction under their users' locks and runs
+/// `after_commit` on what became of each (the order stream's `XACK`, a
+/// replayed dead letter's removal) before the locks are released: the
+/// locks are released whatever happens, and only after the commit (or the
+/// failure) and that step.
+pub(super) async fn write_under_locks(
+    seckill: &Seckill,
+    orders: &[NewOrder],
+    after_commit: impl AsyncFnOnce(&[Outcome]) -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<Outcome>> {
     let mut locks = lock_users(seckill, orders).await;
-    let mut outcomes: Vec<Option<Outcome>> = orders
-        .iter()
-        .map(|(_, order)| locks.refused.get(&order.user_id).copied())
-        .collect();
-    let locked: Vec<NewOrder> = orders
-        .iter()
-        .zip(&outcomes)
-        .filter(|(_, outcome)| outcome.is_none())
-        .map(|((_, order), _)| *order)
-        .collect();
-    // The locks are released whatever happens below, and only after it:
-    // after the commit (or the failure) and the acknowledgement.
     let written = async {
+        let mut outcomes: Vec<Option<Outcome>> = orders
+            .iter()
+            .map(|order| locks.refused.get(&order.user_id).copied())
+            .collect();
+        let locked: Vec<NewOrder> = orders
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, outcome)| outcome.is_none())
+            .map(|(order, _)| *order)
+            .collect();
         let mut written = write(seckill, &locked, &locks).await?.into_iter();
-        for outcome in outcomes.iter_mut().filter(|outcome| outcome.is_none()) {
-            *outcome = written.next();
-        }
-        acknowledge(stream, orders, &outcomes).await
+        let outcomes: Vec<Outcome> = outcomes
+            .iter_mut()
+            .map(|outcome| {
+                outcome
+                    .or_else(|| written.next())
+                    .expect("every order has an outcome")
+            })
+            .collect();
+        after_commit(&outcomes).await?;
+        Ok(outcomes)
     }
     .await;
     join_all(
@@ -215,16 +240,7 @@ async fn settle_orders(
             .map(|(_, held)| seckill.release_logged(held)),
     )
     .await;
-    written?;
-
-    let outcomes: Vec<Outcome> = outcomes
-        .into_iter()
-        .map(|outcome| outcome.expect("every order has an outcome"))
-        .collect();
-    for ((entry, order), outcome) in orders.iter().zip(&outcomes) {
-        report(entry, order, *outcome);
-    }
-    Ok(outcomes)
+    written
 }
 
 /// The per-user locks of a batch's users: held, or why not.
@@ -235,8 +251,8 @@ struct Locks {
 
 /// Takes every user's lock at once. A lock busy (another node's purchase or
 /// consumer holds that user) or unreachable defers that user's orders.
-async fn lock_users(seckill: &Seckill, orders: &[(Entry, NewOrder)]) -> Locks {
-    let users: HashSet<UserId> = orders.iter().map(|(_, order)| order.user_id).collect();
+async fn lock_users(seckill: &Seckill, orders: &[NewOrder]) -> Locks {
+    let users: HashSet<UserId> = orders.iter().map(|order| order.user_id).collect();
     let taken = join_all(
         users
             .into_iter()
@@ -445,17 +461,17 @@ fn undecided<'a>(
 async fn acknowledge(
     stream: &OrderStream,
     orders: &[(Entry, NewOrder)],
-    outcomes: &[Option<Outcome>],
+    outcomes: &[Outcome],
 ) -> anyhow::Result<()> {
     let mut entries = Vec::new();
     let mut settled = Vec::new();
     for ((entry, order), outcome) in orders.iter().zip(outcomes) {
         match outcome {
-            Some(outcome) if outcome.settled() => {
+            outcome if outcome.settled() => {
                 entries.push(entry);
                 settled.push(*order);
             }
-            Some(Outcome::IdTaken) => {
+            Outcome::IdTaken => {
                 let reason = format!("order id {} belongs to another order", order.id);
                 dead_letter(stream, entry, "id_taken", &reason).await?;
             }

@@ -27,6 +27,7 @@
 mod batch;
 pub(super) mod entry;
 mod group;
+mod replay;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,6 +49,7 @@ use crate::metrics;
 use entry::Entry;
 use group::OrderStream;
 pub use group::GROUP;
+pub use replay::{replay, Replay};
 
 /// Longest a read blocks, which bounds how long a stop request waits.
 const MAX_BLOCK: Duration = Duration::from_secs(1);

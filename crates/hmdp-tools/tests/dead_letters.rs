@@ -1,0 +1,209 @@
+//! `hmdp dead-letters list|replay`, run as commands on dead letters in the
+//! consumer's own format: a malformed entry, an order that can be written,
+//! an order whose buyer already holds another, an order written already.
+
+use std::process::Command;
+
+use chrono::{Local, TimeDelta};
+use hmdp::config::RedisSettings;
+use hmdp::keys::Keys;
+use hmdp::store::{NewSeckillVoucher, NewVoucher, Store};
+use hmdp_test_support::{mysql_server_url, redis_url};
+use hmdp_tools::cluster::Sandbox;
+use redis::AsyncCommands;
+
+/// Runs `hmdp` with `args` against the sandbox; its exit code and output.
+fn hmdp(sandbox: &Sandbox, args: &[&str]) -> (i32, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_hmdp"))
+        .args(args)
+        .env("DATABASE_URL", &sandbox.database.url)
+        .env("REDIS_URL", &sandbox.redis.redis_url)
+        .env("HMDP_REDIS_PREFIX", &sandbox.redis.prefix)
+        .output()
+        .expect("hmdp runs");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    let out = stdout + &stderr;
+    println!("$ hmdp {}\n{out}", args.join(" "));
+    (output.status.code().expect("exited"), out)
+}
+
+async fn seckill_voucher(store: &Store, stock: i32) -> i64 {
+    let now = Local::now().naive_local();
+    store
+        .insert_seckill_voucher(
+            &NewVoucher {
+                shop_id: 1,
+                title: "dead letters".into(),
+                sub_title: None,
+                rules: None,
+                pay_value: 100,
+                actual_value: 200,
+                voucher_type: 1,
+                status: 1,
+            },
+            &NewSeckillVoucher {
+                stock,
+                begin_time: now,
+                end_time: now + TimeDelta::hours(1),
+            },
+        )
+        .await
+        .unwrap()
+        .get()
+}
+
+async fn orders_of(store: &Store, user: u64) -> Vec<i64> {
+    sqlx::query_scalar("SELECT id FROM tb_voucher_order WHERE user_id = ? ORDER BY id")
+        .bind(user)
+        .fetch_all(store.pool())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_listed_and_replayed_once_or_left_listed_with_the_reason() {
+    let sandbox = Sandbox::create(
+        &format!("{}/hmdp", mysql_server_url()),
+        &RedisSettings::at(redis_url()),
+        "test",
+    )
+    .await
+    .expect("MySQL is reachable");
+    let store = sandbox.store(2).unwrap();
+    let voucher = seckill_voucher(&store, 10).await;
+    let voucher_text = voucher.to_string();
+    // User 6 holds an order already; so does order 93's user 7.
+    for (id, user) in [(90_i64, 6_u64), (93, 7)] {
+        sqlx::query("INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES (?, ?, ?)")
+            .bind(id)
+            .bind(user)
+            .bind(voucher)
+            .execute(store.pool())
+            .await
+            .unwrap();
+    }
+    sqlx::query("UPDATE tb_seckill_voucher SET stock = stock - 2 WHERE voucher_id = ?")
+        .bind(voucher)
+        .execute(store.pool())
+        .await
+        .unwrap();
+
+    let keys = Keys::new(sandbox.redis.prefix.clone());
+    let mut redis = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut letters = Vec::new();
+    for (id, user, reason) in [
+        ("1", "abc", "field `userId` is not a positive id: \"abc\""),
+        (
+            "91",
+            "5",
+            "delivered 3 times without being written (limit 2): no stock left in MySQL",
+        ),
+        (
+            "92",
+            "6",
+            "delivered 3 times without being written (limit 2): no stock left in MySQL",
+        ),
+        (
+            "93",
+            "7",
+            "delivered 3 times without being written (limit 2): no stock left in MySQL",
+        ),
+    ] {
+        let letter: String = redis
+            .xadd(
+                keys.dead_letters(),
+                "*",
+                &[
+                    ("id", id),
+                    ("userId", user),
+                    ("voucherId", &voucher_text),
+                    ("entry", "1-0"),
+                    ("deliveries", "3"),
+                    ("reason", reason),
+                ],
+            )
+            .await
+            .unwrap();
+        let _: () = redis
+            .hset(keys.pending_orders(), id, format!("{user}:{voucher}"))
+            .await
+            .unwrap();
+        letters.push(letter);
+    }
+
+    let (code, out) = hmdp(&sandbox, &["dead-letters", "list"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("4 dead letter(s)"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "{}  malformed (field `userId` is not a positive id",
+            letters[0]
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "{}  order 91 of user 5, voucher {voucher}",
+            letters[1]
+        )),
+        "{out}"
+    );
+    assert!(out.contains("reason: delivered 3 times"), "{out}");
+
+    // Malformed: nothing to write, left listed.
+    let (code, out) = hmdp(&sandbox, &["dead-letters", "replay", &letters[0]]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("not written, left listed: malformed entry"),
+        "{out}"
+    );
+
+    // A writable order: written, once, and the letter and its pending order go.
+    let (code, out) = hmdp(&sandbox, &["dead-letters", "replay", &letters[1]]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("written: order 91 of user 5"), "{out}");
+    assert_eq!(orders_of(&store, 5).await, [91]);
+    let stock: i64 =
+        sqlx::query_scalar("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?")
+            .bind(voucher)
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(stock, 7);
+    let pending: bool = redis.hexists(keys.pending_orders(), 91).await.unwrap();
+    assert!(!pending);
+    let (code, out) = hmdp(&sandbox, &["dead-letters", "replay", &letters[1]]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("no dead letter"), "{out}");
+
+    // A buyer who holds another order: refused, left listed.
+    let (code, out) = hmdp(&sandbox, &["dead-letters", "replay", &letters[2]]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("user 6 already holds another order of voucher"),
+        "{out}"
+    );
+    assert_eq!(orders_of(&store, 6).await, [90]);
+
+    // Written already (by a consumer, or an earlier replay): removed only.
+    let (code, out) = hmdp(&sandbox, &["dead-letters", "replay", "--all"]);
+    assert_eq!(code, 1, "two letters are still refused: {out}");
+    assert!(
+        out.contains("already written: order 93 is in MySQL"),
+        "{out}"
+    );
+    assert!(
+        out.contains("3 dead letter(s) replayed, 2 left listed"),
+        "{out}"
+    );
+    assert_eq!(orders_of(&store, 7).await, [93]);
+
+    let (code, out) = hmdp(&sandbox, &["dead-letters", "list"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("2 dead letter(s)"), "{out}");
+}
