@@ -52,10 +52,23 @@ pub fn compose(now: DateTime<Utc>, count: i64) -> i64 {
     ((now.timestamp() - EPOCH_SECONDS) << COUNT_BITS) | (count & 0x7FFF_FFFF)
 }
 
+/// The second an id was minted in (by the id worker or the admission
+/// script, which share the layout); `None` for an id of no such layout.
+pub fn minted_at(id: i64) -> Option<DateTime<Utc>> {
+    DateTime::from_timestamp((id >> COUNT_BITS) + EPOCH_SECONDS, 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use chrono::TimeZone;
+
+    #[test]
+    fn an_id_tells_the_second_it_was_minted_in() {
+        let at = Utc.with_ymd_and_hms(2026, 12, 1, 10, 0, 0).unwrap();
+        assert_eq!(minted_at(compose(at, 7)), Some(at));
+        assert_eq!(minted_at(compose(at, (1 << 31) | 5)), Some(at));
+    }
 
     #[test]
     fn layout_is_timestamp_then_counter() {

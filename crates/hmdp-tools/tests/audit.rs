@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use chrono::{Local, TimeDelta};
+use chrono::{Local, TimeDelta, Utc};
 use hmdp::config::{RedisSettings, SeckillMode};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
@@ -158,18 +158,70 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
         )
         .await
         .unwrap();
+    let sync_audit = [
+        "audit",
+        "--voucher",
+        &sync_voucher.to_string(),
+        "--initial-stock=5",
+    ];
+    let (code, out) = hmdp(&sandbox, &sync_audit);
+    assert_eq!(code, 1, "a check not made is no pass: {out}");
+    assert!(out.contains("Redis not checked"), "{out}");
+    assert!(out.contains("mysql-stock          holds"), "{out}");
+    assert!(
+        out.contains("verdict: NOT CHECKED: redis-stock, buyers, dead-letters"),
+        "{out}"
+    );
+    let (code, out) = hmdp(
+        &sandbox,
+        &[&sync_audit[..], &["--allow-unchecked"]].concat(),
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(
+            "verdict: every check made holds (redis-stock, buyers, dead-letters not checked)"
+        ),
+        "{out}"
+    );
+    // The asynchronous sale audited under a prefix no node uses (Redis
+    // restarted, or a typo): it cannot see, and says so.
     let (code, out) = hmdp(
         &sandbox,
         &[
             "audit",
             "--voucher",
-            &sync_voucher.to_string(),
-            "--initial-stock=5",
+            &voucher.to_string(),
+            "--redis-prefix=no-such-prefix:",
         ],
     );
-    assert_eq!(code, 0, "{out}");
-    assert!(out.contains("Redis not checked"), "{out}");
-    assert!(out.contains("mysql-stock          holds"), "{out}");
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("NOT CHECKED"), "{out}");
+
+    // An order pending long past the bound with no stream entry (a `queue`
+    // node died holding it): lost, not on its way.
+    let stale_id = hmdp::id_worker::compose(Utc::now() - TimeDelta::minutes(10), 77);
+    let _: () = redis
+        .hset(keys.pending_orders(), stale_id, format!("515151:{voucher}"))
+        .await
+        .unwrap();
+    let _: () = redis.sadd(&buyers, 515_151).await.unwrap();
+    let _: () = redis
+        .hincr(keys.seckill_voucher(VoucherId::new(voucher)), "stock", -1)
+        .await
+        .unwrap();
+    let (code, out) = audit(&sandbox, voucher);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("1 order(s) pending for more than 60s with no order stream entry"),
+        "{out}"
+    );
+    assert!(out.contains("(1 of them lost)"), "{out}");
+    let _: () = redis.hdel(keys.pending_orders(), stale_id).await.unwrap();
+    let _: () = redis.srem(&buyers, 515_151).await.unwrap();
+    let _: () = redis
+        .hincr(keys.seckill_voucher(VoucherId::new(voucher)), "stock", 1)
+        .await
+        .unwrap();
 
     let (code, out) = hmdp(&sandbox, &["audit", "--voucher", "999999999"]);
     assert_eq!(code, 2, "{out}");

@@ -320,7 +320,7 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
             };
             let audit = store.audit_voucher(voucher).await?;
             let mut report = Report::new(&plan, &measured);
-            report.add_audit(settings.stock.into(), &audit);
+            report.add_audit(settings.stock.into(), &audit, false);
             let drain = match drained {
                 Some(drain) => {
                     report.add_drain(&drain, DRAIN_DEADLINE);

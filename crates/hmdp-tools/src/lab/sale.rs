@@ -196,7 +196,13 @@ impl SaleStage {
 
     /// `hmdp audit` of the sale.
     pub async fn audit(&self) -> anyhow::Result<Audit> {
-        audit::audit(&self.store, &self.sale_state, self.voucher(), None).await
+        audit::audit(
+            &self.store,
+            &self.sale_state,
+            self.voucher(),
+            audit::AuditOptions::strict(),
+        )
+        .await
     }
 
     /// The sale's end against what its buyers heard: MySQL's orders, the

@@ -443,9 +443,11 @@ pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
             .audit_voucher(voucher_id)
             .await
             .context("reading the voucher after the run")?;
-        report.add_audit(before.supply(), &after);
+        report.add_audit(before.supply(), &after, true);
         if admitted_in_redis {
-            report.add_reconciliation(audit::audit(store, sale_state, voucher_id, None).await?);
+            report.add_reconciliation(
+                audit::audit(store, sale_state, voucher_id, audit::AuditOptions::strict()).await?,
+            );
         }
     }
     print!("{}", report.table());

@@ -95,6 +95,7 @@ fn ran(figures: Figures) -> ModeRun {
             duplicate_users: figures.duplicates,
             extra_orders: figures.extra,
         },
+        false,
     );
     let drain = figures.drain_ms.map(Duration::from_millis);
     if let Some(took) = drain {
