@@ -327,6 +327,12 @@ pub struct ServeSettings {
     #[command(flatten)]
     pub stream: StreamSettings,
 
+    /// `queue`: on SIGTERM or SIGINT, how long the node keeps writing the
+    /// orders still queued (already answered with their ids) before it
+    /// exits; what is left then is logged, and stays pending in Redis.
+    #[arg(long, env = "HMDP_QUEUE_DRAIN_SECS", default_value_t = 30)]
+    pub queue_drain_secs: u64,
+
     /// TCP port to listen on; 0 picks a free one.
     #[arg(long, env = "HMDP_PORT", default_value_t = 8081)]
     pub port: u16,

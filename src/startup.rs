@@ -76,6 +76,9 @@ pub struct Application {
     /// `--seckill stream`: this node's consumer of the order stream, started
     /// with the server and stopped after it.
     stream_consumer: Option<StreamConsumer>,
+    /// Drained of its queued orders (`queue`) once the server has stopped.
+    seckill: Arc<Seckill>,
+    queue_drain: Duration,
 }
 
 impl Application {
@@ -156,7 +159,7 @@ impl Application {
                 Duration::from_millis(settings.session_cache_ms),
             ),
             redis,
-            seckill,
+            seckill: seckill.clone(),
             admin_token,
             backend_timeout: timeout,
         });
@@ -191,6 +194,8 @@ impl Application {
             port,
             server: server.run(),
             stream_consumer,
+            seckill,
+            queue_drain: Duration::from_secs(settings.queue_drain_secs),
         })
     }
 
@@ -206,13 +211,16 @@ impl Application {
     /// Serves until stopped; SIGTERM and SIGINT stop accepting and let
     /// in-flight requests finish (actix's graceful shutdown). The order
     /// stream's consumer, if any, runs alongside and is stopped after the
-    /// server: it finishes and acknowledges the batch it holds first.
+    /// server: it finishes and acknowledges the batch it holds first. In
+    /// `queue` mode the orders still queued are written then, within
+    /// `--queue-drain-secs`.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let consumer = self.stream_consumer.map(StreamConsumer::spawn);
         let served = self.server.await;
         if let Some(consumer) = consumer {
             consumer.stop().await;
         }
+        self.seckill.drain_queue(self.queue_drain).await;
         served
     }
 }

@@ -157,6 +157,16 @@ impl Seckill {
         })
     }
 
+    /// A stopping node's last step in `queue` mode: no more orders into the
+    /// queue, those queued written within `within`; how many were left
+    /// unwritten. Nothing to do in the other modes.
+    pub async fn drain_queue(&self, within: Duration) -> usize {
+        match &self.handoff {
+            Some(Handoff::Queue(queue)) => queue.drain(within).await,
+            _ => 0,
+        }
+    }
+
     /// Whether admitted orders go to the order stream (`stream` mode),
     /// whose consumer runs on this node.
     pub fn streams_orders(&self) -> bool {

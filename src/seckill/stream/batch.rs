@@ -147,7 +147,7 @@ async fn last_chance(
 /// give up on an order its buyer was told they have; every other failure
 /// passes once MySQL, Redis or the lock's holder lets it.
 #[derive(Debug, PartialEq, Eq)]
-pub(in crate::seckill) enum Blame {
+pub enum Blame {
     /// The order's own values are refused (a column's type or range, a
     /// constraint): the same statement fails the same way every time.
     Order(String),
@@ -163,7 +163,7 @@ pub(in crate::seckill) enum Blame {
 const ORDER_VALUE_ERRORS: [u16; 7] = [1048, 1264, 1366, 1406, 1452, 3819, 4025];
 
 impl Blame {
-    pub(in crate::seckill) fn of(failure: &anyhow::Error) -> Blame {
+    pub fn of(failure: &anyhow::Error) -> Blame {
         let refused = failure
             .chain()
             .filter_map(|cause| match cause.downcast_ref::<sqlx::Error>() {

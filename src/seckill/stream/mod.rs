@@ -46,6 +46,7 @@ use super::Seckill;
 const DEAD_CONSUMER_IDLE: u32 = 10;
 use crate::config::StreamSettings;
 use crate::metrics;
+pub(super) use batch::Blame;
 use entry::Entry;
 use group::OrderStream;
 pub use group::GROUP;

@@ -1,0 +1,119 @@
+//! `--seckill queue` loses only what a killed process loses: a stop request
+//! writes the queue before the node exits, and a busy lock delays an order
+//! for as long as it stays busy, never drops it.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use hmdp::ids::UserId;
+use hmdp_test_support::wait_until;
+use serde_json::Value;
+
+use crate::helpers::{NodeProcess, TestApp};
+
+/// Buys `voucher` for each token through `node`; the order ids its buyers
+/// were told.
+async fn buy(node: &NodeProcess, voucher: i64, tokens: &[String]) -> Vec<i64> {
+    let client = &reqwest::Client::new();
+    let answers = join_all(tokens.iter().map(|token| async move {
+        let answer: Value = client
+            .post(format!("{}/voucher-order/seckill/{voucher}", node.address))
+            .header("authorization", token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        answer
+    }))
+    .await;
+    answers
+        .iter()
+        .map(|answer| {
+            assert_eq!(answer["success"], true, "{answer}");
+            answer["data"].as_str().unwrap().parse().unwrap()
+        })
+        .collect()
+}
+
+/// How many times each order id is in MySQL.
+async fn written(app: &TestApp, ids: &[i64]) -> Vec<i64> {
+    let mut counts = Vec::with_capacity(ids.len());
+    for id in ids {
+        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE id = ?")
+            .bind(id)
+            .fetch_one(app.store.pool())
+            .await
+            .unwrap();
+        counts.push(count);
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_writes_every_queued_order_before_the_node_exits() {
+    const USERS: usize = 15;
+    let app = crate::helpers::spawn_app(|_| {}).await;
+    let voucher = app.create_open_seckill(100).await;
+    let tokens = app.login_many(USERS).await;
+    // The writer takes 300 ms an order; the buyers are answered at once.
+    let mut node = NodeProcess::start(&app, &["--seckill=queue", "--chaos-hold-ms=300"]).await;
+    let ids = buy(&node, voucher, &tokens).await;
+    assert!(
+        app.audit(voucher).await.orders < USERS as i64,
+        "orders still queued when the stop request comes"
+    );
+
+    node.terminate();
+    let status = node
+        .wait_exit(Duration::from_secs(60))
+        .await
+        .expect("the node exits once its queue is written");
+    assert!(status.success(), "{status:?}\n{}", node.log());
+    assert_eq!(
+        written(&app, &ids).await,
+        vec![1; USERS],
+        "every order its buyer was told of is written, once"
+    );
+    assert_eq!(app.pending_orders().await, 0);
+    assert!(node.log().contains("order queue drained"), "{}", node.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_whose_users_lock_stays_busy_for_seconds_is_written_not_dropped() {
+    let app = crate::helpers::spawn_app(|_| {}).await;
+    let voucher = app.create_open_seckill(10).await;
+    let token = app.login("13800000042").await;
+    let user = app.user_id(&token).await;
+    let node = NodeProcess::start(&app, &["--seckill=queue", "--lock=redis-lua"]).await;
+    // Another holder (a killed node's purchase, say) keeps the user's lock
+    // for 4 s: longer than any fixed number of quick retries.
+    let _: () = redis::cmd("SET")
+        .arg(app.keys().order_lock(UserId::new(user)))
+        .arg("another-holder")
+        .arg("PX")
+        .arg(4000)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    let ids = buy(&node, voucher, &[token]).await;
+
+    wait_until(
+        "the order written once the lock is free",
+        Duration::from_secs(30),
+        || async { written(&app, &ids).await == [1] },
+    )
+    .await;
+    wait_until(
+        "the order no longer pending",
+        Duration::from_secs(10),
+        || async { app.pending_orders().await == 0 },
+    )
+    .await;
+    assert!(
+        !node.log().contains("Redis and MySQL disagree"),
+        "{}",
+        node.log()
+    );
+}
