@@ -413,3 +413,87 @@ async fn an_unknown_voucher_is_refused_again_without_asking_mysql() {
         "{body}"
     );
 }
+
+/// A replica frozen while purchases wait for it (`--lock-sync-replicas`):
+/// each acquisition's `WAIT` runs out and the purchase is refused, and
+/// nothing else is held up. Sessions, `/ready` and logins answer as before,
+/// the `WAIT`s being on the lock's own connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_replica_costs_purchases_their_lock_and_nothing_else() {
+    const BUYERS: usize = 8;
+    let master = RedisServer::start().await.unwrap();
+    let replica =
+        RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()])
+            .await
+            .unwrap();
+    let mut master_connection = master.connect().await.unwrap();
+    hmdp_test_support::wait_until("the replica in sync", Duration::from_secs(20), || {
+        let mut redis = master_connection.clone();
+        async move {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut redis)
+                .await
+                .unwrap();
+            info.contains("connected_slaves:1") && info.contains("state=online")
+        }
+    })
+    .await;
+    let app = spawn_app(|s| {
+        s.store.redis.url = master.url();
+        s.lock.mode = LockMode::Reentrant;
+        s.lock.lock_sync_replicas = 1;
+        s.lock.lock_sync_timeout_ms = 1000;
+        s.store.timeout.backend_timeout_ms = 2000;
+    })
+    .await;
+    let voucher = app.create_open_seckill(100).await;
+    let tokens = app.login_many(BUYERS).await;
+
+    replica.pause().unwrap();
+    let purchases = join_all(tokens.iter().map(|token| app.purchase(voucher, token)));
+    let others = async {
+        wait_until_locked(&app).await;
+        let ready = app.get("/ready", None).await.status().as_u16();
+        let me = app
+            .get("/user/me", Some(&tokens[0]))
+            .await
+            .status()
+            .as_u16();
+        (ready, me)
+    };
+    let (answers, (ready, me)) = tokio::join!(purchases, others);
+    replica.resume().unwrap();
+    let _: () = redis::cmd("PING")
+        .query_async(&mut master_connection)
+        .await
+        .unwrap();
+
+    assert_eq!(
+        ready, 200,
+        "/ready while purchases wait for a frozen replica"
+    );
+    assert_eq!(
+        me, 200,
+        "/user/me while purchases wait for a frozen replica"
+    );
+    for answer in &answers {
+        assert_eq!(answer["errorCode"], "UNAVAILABLE", "{answer}");
+    }
+    assert_eq!(
+        app.audit(voucher).await.orders,
+        0,
+        "no order without its lock replicated"
+    );
+}
+
+/// Waits until a purchase holds a user's lock (and so waits for its
+/// replica).
+async fn wait_until_locked(app: &TestApp) {
+    hmdp_test_support::wait_until(
+        "a purchase holding its lock",
+        Duration::from_secs(20),
+        || async { !app.lock_keys().await.is_empty() },
+    )
+    .await;
+}

@@ -123,12 +123,26 @@ pub enum BuildError {
 /// [`Connection`]); `redis_url` lets modes that need a dedicated connection
 /// of their own (the release subscription of `reentrant`) open one. Nothing
 /// connects yet: connections open on first use.
+///
+/// With [`Options::sync_replicas`], the lock opens a connection of its own
+/// to `redis_url` instead: `WAIT` counts the replicas that have every write
+/// sent *on its connection*, so the lock's writes and its `WAIT` share one;
+/// and `WAIT` blocks that connection while it waits, which on the shared
+/// connection would hold up every other command queued behind it (sessions,
+/// ids, scripts). A slow replica then costs acquisitions their wait, and
+/// nothing else.
 pub fn build(
     options: &Options,
     redis: impl Into<Connection>,
     redis_url: &str,
 ) -> Result<Arc<dyn OrderLock>, BuildError> {
-    let redis = redis.into();
+    let redis = if options.sync_replicas > 0 && options.mode.uses_main_redis() {
+        // A command queued behind a `WAIT` waits for it: its reply may take
+        // the `WAIT`'s timeout and a round trip.
+        connect(redis_url, options.sync_replicas_timeout + SYNC_REPLY_MARGIN)?
+    } else {
+        redis.into()
+    };
     let set_nx = || {
         SetNx::new(
             redis.clone(),
@@ -183,6 +197,10 @@ pub fn build(
         options.sync_replicas_timeout,
     )))
 }
+
+/// What a reply on the connection of a lock that waits for replicas may
+/// take beyond the `WAIT`'s own timeout.
+const SYNC_REPLY_MARGIN: Duration = Duration::from_secs(1);
 
 /// The scheme of a Redis Cluster URL: `redis+cluster://host:port,host:port`.
 const CLUSTER_SCHEME: &str = "redis+cluster://";
