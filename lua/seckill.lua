@@ -10,15 +10,21 @@
 -- ARGV[1]: user id
 -- ARGV[2]: voucher id
 -- ARGV[3]: '1' to append the order to the stream (`stream` mode), '0' not (`queue`)
+-- ARGV[4]: the voucher's sale token as MySQL has it
 -- Returns the admitted order's id as a string (stock taken, user added to
 -- the buyers, order appended if asked, order recorded as pending), or an
 -- integer refusal: 1 voucher not found, 2 not started, 3 ended, 4 sold out,
--- 5 already ordered. Nothing is written unless it returns an id.
-local sale = redis.call('HMGET', KEYS[1], 'stock', 'begin_ms', 'end_ms')
+-- 5 already ordered, 6 the sale in Redis is another voucher's (its token
+-- differs: the id was reused). Nothing is written unless it returns an id.
+local sale = redis.call('HMGET', KEYS[1], 'stock', 'begin_ms', 'end_ms', 'token')
 -- HMGET answers `false` for a missing field: test for it before any
 -- tonumber(), so a voucher missing in Redis is an answer, not a script error.
 if not sale[1] or not sale[2] or not sale[3] then
   return 1
+end
+-- A sale stored before tokens existed has none: it is token 0's.
+if (sale[4] or '0') ~= ARGV[4] then
+  return 6
 end
 local time = redis.call('TIME')
 local now_s = tonumber(time[1])

@@ -1,26 +1,36 @@
--- Loads one voucher's sale into Redis unless it is already there: the
--- voucher hash and its buyer set are written together or not at all, so
--- nodes loading the same voucher at once agree, and a sale already running
--- (its stock already taken in Redis) is never reset.
+-- Loads one voucher's sale into Redis unless the same sale is already
+-- there: the voucher hash and its buyer set are written together or not at
+-- all, so nodes loading the same voucher at once agree, and a sale already
+-- running (its stock already taken in Redis) is never reset. A hash with
+-- another token is an earlier voucher's sale under a reused id: replaced.
 -- KEYS[1]: the voucher's sale hash ({seckill}:voucher:<voucherId>)
 -- KEYS[2]: the voucher's buyer set ({seckill}:buyers:<voucherId>)
 -- ARGV[1]: initial stock (MySQL stock + MySQL orders)
 -- ARGV[2]: stock left (MySQL stock)
 -- ARGV[3]: sale begins, Unix epoch milliseconds
 -- ARGV[4]: sale ends, Unix epoch milliseconds
--- ARGV[5..]: user ids that already hold an order of the voucher
--- Returns 1 when the sale was loaded, 0 when the hash existed (nothing written).
-if redis.call('EXISTS', KEYS[1]) == 1 then
+-- ARGV[5]: the voucher's sale token (tb_seckill_voucher.sale_token)
+-- ARGV[6..]: user ids that already hold an order of the voucher
+-- Returns 1 when the sale was loaded, 2 when it replaced another token's
+-- sale, 0 when this very sale was there (nothing written).
+local token = redis.call('HGET', KEYS[1], 'token')
+local existed = redis.call('EXISTS', KEYS[1]) == 1
+-- A sale stored before tokens existed has none: it is token 0's.
+if existed and (token or '0') == ARGV[5] then
   return 0
 end
+redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'initial', ARGV[1], 'stock', ARGV[2],
-  'begin_ms', ARGV[3], 'end_ms', ARGV[4])
--- Buyers left behind without their hash (an evicted hash) are MySQL's to
--- say, not ours to keep.
+  'begin_ms', ARGV[3], 'end_ms', ARGV[4], 'token', ARGV[5])
+-- Buyers left behind without their hash (an evicted hash), or another
+-- voucher's, are MySQL's to say, not ours to keep.
 redis.call('DEL', KEYS[2])
 -- SADD in slices: unpack() of too many values overflows Lua's stack.
 local slice = 1000
-for first = 5, #ARGV, slice do
+for first = 6, #ARGV, slice do
   redis.call('SADD', KEYS[2], unpack(ARGV, first, math.min(first + slice - 1, #ARGV)))
+end
+if existed then
+  return 2
 end
 return 1

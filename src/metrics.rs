@@ -43,6 +43,9 @@ metric!(HTTP_DURATION: HistogramVec = register_histogram_vec_with_registry(
     &["route"], LATENCY_BUCKETS.to_vec()));
 metric!(PURCHASES: IntCounterVec = register_int_counter_vec_with_registry(
     "purchases_total", "Purchases by outcome (ok or the errorCode)", &["outcome"]));
+metric!(STALE_SALES_REPLACED: IntCounter = register_int_counter_with_registry(
+    "hmdp_stale_sales_replaced_total",
+    "Redis sales of an earlier voucher under a reused id (a database reset or restored) replaced"));
 metric!(ADMISSIONS: IntCounterVec = register_int_counter_vec_with_registry(
     "hmdp_admissions_total",
     "Purchases the Redis admission script admitted or refused (queue and stream modes), \
@@ -137,6 +140,7 @@ pub fn init(mode: &str) {
     LazyLock::force(&LOCK_UNCLEAN_RELEASES);
     LazyLock::force(&WATCHDOG_RENEWALS);
     LazyLock::force(&FENCING_REJECTIONS);
+    LazyLock::force(&STALE_SALES_REPLACED);
     for kind in REDIS_ERROR_KINDS {
         REDIS_ERRORS.with_label_values(&[kind]);
     }

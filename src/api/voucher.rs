@@ -134,7 +134,7 @@ async fn add_seckill_voucher(
         stock = seckill.stock,
         "seckill voucher created"
     );
-    state.seckill.voucher_created(id, &seckill).await;
+    state.seckill.voucher_created(id).await;
     Ok(ok_data(id.to_string()))
 }
 

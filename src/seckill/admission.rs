@@ -42,7 +42,14 @@ pub enum Admission {
     /// Refused: the voucher has no sale in Redis, the sale has not started
     /// or has ended, it is sold out, or the user has bought already.
     Refused(Rejection),
+    /// Nothing done: the sale in Redis carries another sale token than the
+    /// voucher MySQL has under this id (an earlier voucher's). Never an
+    /// answer to the buyer: the sale is replaced and admission tried again.
+    Stale,
 }
+
+/// `lua/seckill.lua`'s code for a sale of another token.
+const STALE: i64 = 6;
 
 impl Admission {
     /// The `outcome` label of `hmdp_admissions_total`: `admitted`, or the
@@ -51,10 +58,11 @@ impl Admission {
         match self {
             Admission::Admitted(_) => "admitted",
             Admission::Refused(rejection) => rejection.code(),
+            Admission::Stale => "stale_sale",
         }
     }
 
-    /// Every label [`Admission::label`] can give.
+    /// Every label [`Admission::label`] can give to an answer.
     pub fn labels() -> impl Iterator<Item = &'static str> {
         REFUSALS
             .into_iter()
@@ -68,6 +76,7 @@ impl Admission {
                 .parse()
                 .ok()
                 .map(Admission::Admitted),
+            redis::Value::Int(STALE) => Some(Admission::Stale),
             redis::Value::Int(code) => usize::try_from(*code)
                 .ok()
                 .and_then(|code| REFUSALS.get(code).copied().flatten())
@@ -79,12 +88,13 @@ impl Admission {
 
 impl SaleState {
     /// Runs `lua/seckill.lua` for `user_id`'s purchase of `voucher_id`,
-    /// appending the order to the order stream when `append_to_stream`
-    /// (`stream` mode).
+    /// whose sale token MySQL has as `token`, appending the order to the
+    /// order stream when `append_to_stream` (`stream` mode).
     pub async fn admit(
         &self,
         user_id: UserId,
         voucher_id: VoucherId,
+        token: u64,
         append_to_stream: bool,
     ) -> Result<Admission, Error> {
         let keys = &self.keys;
@@ -97,6 +107,7 @@ impl SaleState {
             .arg(user_id.get())
             .arg(voucher_id.get())
             .arg(u8::from(append_to_stream))
+            .arg(token)
             .invoke_async(&mut self.redis.clone())
             .await?;
         Admission::from_reply(&reply)
@@ -113,25 +124,51 @@ impl Seckill {
         user_id: UserId,
         voucher_id: VoucherId,
     ) -> Result<OrderId, Error> {
-        // The sale as MySQL has it: a voucher Redis lacks is loaded from it.
-        let sale = self.catalog.sale(voucher_id).await?;
+        // The sale as MySQL has it: a voucher Redis lacks is loaded from it,
+        // and a voucher MySQL lacks is sold by no Redis sale left behind.
+        let Some(mut sale) = self.catalog.sale(voucher_id).await? else {
+            let refused = Admission::Refused(Rejection::VoucherNotFound);
+            metrics::ADMISSIONS
+                .with_label_values(&[refused.label()])
+                .inc();
+            return Err(Rejection::VoucherNotFound.into());
+        };
         let append = matches!(handoff, Handoff::Stream);
-        let mut admission = self.sale_state.admit(user_id, voucher_id, append).await?;
-        if admission == Admission::Refused(Rejection::VoucherNotFound) && sale.is_some() {
+        let admit = |token| self.sale_state.admit(user_id, voucher_id, token, append);
+        let mut admission = admit(sale.token()).await?;
+        if admission == Admission::Stale {
+            // Redis holds an earlier voucher's sale under this id, or this
+            // node remembers an earlier voucher: both are read again from
+            // MySQL, and the sale replaced if it is the stale one.
+            self.catalog.forget(voucher_id);
+            sale = self
+                .catalog
+                .sale(voucher_id)
+                .await?
+                .ok_or(Rejection::VoucherNotFound)?;
+            self.sale_state.load(voucher_id).await?;
+            admission = admit(sale.token()).await?;
+        }
+        if admission == Admission::Refused(Rejection::VoucherNotFound) {
             // MySQL has the voucher and Redis had not: Redis restarted
             // empty, or the node that created it could not store it. The
             // load is set-if-absent from MySQL (this task's or a concurrent
             // one's), so asking once more is safe.
             self.sale_state.load(voucher_id).await?;
-            admission = self.sale_state.admit(user_id, voucher_id, append).await?;
+            admission = admit(sale.token()).await?;
         }
         metrics::ADMISSIONS
             .with_label_values(&[admission.label()])
             .inc();
         let id = match admission {
             Admission::Admitted(id) => id,
+            Admission::Stale => {
+                return Err(Error::Unavailable(anyhow::anyhow!(
+                    "voucher {voucher_id}'s sale in Redis still carries another sale token"
+                )))
+            }
             Admission::Refused(rejection) => {
-                if let (Rejection::SoldOut, Some(sale)) = (rejection, &sale) {
+                if rejection == Rejection::SoldOut {
                     // Stock in Redis never grows during a sale, with one
                     // exception: a Redis restarted empty reloads MySQL's
                     // stock, which counts the admitted orders it lost as

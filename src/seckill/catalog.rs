@@ -7,6 +7,11 @@
 //! sold-out voucher is refused without touching MySQL. While stock remains,
 //! the transaction's `stock > 0` update stays the source of truth.
 //!
+//! A voucher is read again from MySQL every [`REREAD_AFTER`], by one
+//! purchase while the others go on with what was read: a database reset or
+//! restored behind the nodes' back hands the id to another voucher (another
+//! sale token), which this node then learns within that bound.
+//!
 //! An id that names no seckill voucher is remembered as missing for a
 //! moment, so that a flood of purchases of made-up ids (a scanner, a
 //! front end polling too early) does not reach MySQL every time. A voucher
@@ -29,9 +34,18 @@ pub struct SaleInfo {
     begin_time: NaiveDateTime,
     end_time: NaiveDateTime,
     sold_out: AtomicBool,
+    /// The voucher's sale token: its Redis sale must carry the same.
+    token: u64,
+    read_at: Instant,
+    /// Set by the one purchase that reads the voucher again.
+    rereading: AtomicBool,
 }
 
 impl SaleInfo {
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
     pub fn is_sold_out(&self) -> bool {
         self.sold_out.load(Ordering::Relaxed)
     }
@@ -56,6 +70,9 @@ impl SaleInfo {
         }
     }
 }
+
+/// How long a voucher read from MySQL is used before it is read again.
+const REREAD_AFTER: Duration = Duration::from_secs(5);
 
 /// How long an id found missing is answered as missing without MySQL.
 const MISSING_FOR: Duration = Duration::from_secs(2);
@@ -84,21 +101,54 @@ impl Catalog {
     /// The voucher's sale info, `None` when no such seckill voucher exists.
     pub async fn sale(&self, voucher_id: VoucherId) -> Result<Option<Arc<SaleInfo>>, sqlx::Error> {
         if let Some(info) = self.cached(voucher_id) {
-            return Ok(Some(info));
+            let due = info.read_at.elapsed() >= REREAD_AFTER;
+            if !due || info.rereading.swap(true, Ordering::Relaxed) {
+                return Ok(Some(info));
+            }
+            // This purchase reads it again; should MySQL fail, the others
+            // went on with what was read, and so does this one.
+            return match self.read(voucher_id, Some(&info)).await {
+                Ok(read) => Ok(read),
+                Err(error) => {
+                    info.rereading.store(false, Ordering::Relaxed);
+                    tracing::warn!(%voucher_id, ?error, "voucher not read again; using what was read");
+                    Ok(Some(info))
+                }
+            };
         }
         if self.recently_missing(voucher_id) {
             return Ok(None);
         }
+        self.read(voucher_id, None).await
+    }
+
+    /// Reads the voucher from MySQL into the catalog, replacing `known`.
+    /// The same voucher (same token) keeps what this node saw of it: a
+    /// sale it saw sell out stays sold out.
+    async fn read(
+        &self,
+        voucher_id: VoucherId,
+        known: Option<&SaleInfo>,
+    ) -> Result<Option<Arc<SaleInfo>>, sqlx::Error> {
         let Some(row) = self.store.seckill_voucher(voucher_id).await? else {
+            self.forget(voucher_id);
             self.remember_missing(voucher_id);
             return Ok(None);
         };
+        let same = known.filter(|known| known.token == row.sale_token);
         let info = Arc::new(SaleInfo {
             begin_time: row.begin_time,
             end_time: row.end_time,
-            sold_out: AtomicBool::new(row.stock < 1),
+            sold_out: AtomicBool::new(row.stock < 1 || same.is_some_and(SaleInfo::is_sold_out)),
+            token: row.sale_token,
+            read_at: Instant::now(),
+            rereading: AtomicBool::new(false),
         });
         let mut vouchers = self.vouchers.write().expect("catalog poisoned");
+        if known.is_some() {
+            vouchers.insert(voucher_id, info.clone());
+            return Ok(Some(info));
+        }
         Ok(Some(vouchers.entry(voucher_id).or_insert(info).clone()))
     }
 
@@ -110,6 +160,13 @@ impl Catalog {
         self.cached(voucher_id).is_some_and(|sale| {
             sale.refusal_at(Local::now().naive_local()) == Some(Rejection::SoldOut)
         })
+    }
+
+    /// Drops what is known of the voucher, which is read again from MySQL
+    /// next time: its id was reused by a newer voucher.
+    pub fn forget(&self, voucher_id: VoucherId) {
+        let mut vouchers = self.vouchers.write().expect("catalog poisoned");
+        vouchers.remove(&voucher_id);
     }
 
     fn cached(&self, voucher_id: VoucherId) -> Option<Arc<SaleInfo>> {

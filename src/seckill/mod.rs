@@ -41,7 +41,7 @@ use crate::id_worker::IdWorker;
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
 use crate::metrics;
-use crate::store::{self, NewOrder, NewSeckillVoucher, Store, Tx, VoucherOrder};
+use crate::store::{self, NewOrder, Store, Tx, VoucherOrder};
 pub use admission::Admission;
 use catalog::Catalog;
 pub use in_flight::DeadLetter;
@@ -179,13 +179,14 @@ impl Seckill {
     }
 
     /// Called once `POST /voucher/seckill` committed the voucher: `queue`
-    /// and `stream` put its sale in Redis now. Should that fail, the voucher
+    /// and `stream` put its sale in Redis now, replacing any sale an earlier
+    /// voucher of the same id left there. Should that fail, the voucher
     /// still exists, and its first purchase loads it from MySQL.
-    pub async fn voucher_created(&self, voucher_id: VoucherId, sale: &NewSeckillVoucher) {
+    pub async fn voucher_created(&self, voucher_id: VoucherId) {
         if self.handoff.is_none() {
             return;
         }
-        if let Err(error) = self.sale_state.create(voucher_id, sale).await {
+        if let Err(error) = self.sale_state.load(voucher_id).await {
             tracing::warn!(%voucher_id, ?error,
                 "seckill sale not stored in Redis; its first purchase loads it");
         }

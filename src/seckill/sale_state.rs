@@ -6,7 +6,10 @@
 //! writes a voucher's hash and buyers only if the hash is absent, in one
 //! call, so nodes loading the same voucher at once agree, a sale already
 //! running in Redis is never reset, and a Redis restarted empty is filled
-//! again from MySQL at the next node start or purchase.
+//! again from MySQL at the next node start or purchase. A sale carries its
+//! voucher's sale token: one left by an earlier voucher of the same id (a
+//! database reset or restored while Redis kept its keys) is replaced, not
+//! sold from.
 
 use std::sync::LazyLock;
 
@@ -18,7 +21,8 @@ use serde::Serialize;
 use crate::error::Error;
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
-use crate::store::{NewOrder, NewSeckillVoucher, Store};
+use crate::metrics;
+use crate::store::{NewOrder, SaleSnapshot, Store};
 
 static LOAD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/seckill_load.lua")));
@@ -48,6 +52,16 @@ pub struct PendingOrder {
     /// Always `true`: what tells a client this order is not written yet
     /// (a written order has no such field).
     pending: bool,
+}
+
+/// What `lua/seckill_load.lua` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Put {
+    /// This very sale was there: nothing written.
+    Kept,
+    Loaded,
+    /// Another token's sale was there: replaced.
+    Replaced,
 }
 
 /// Sales, buyers and pending orders in Redis.
@@ -81,64 +95,69 @@ impl SaleState {
         Ok(loaded)
     }
 
-    /// Loads one voucher's sale from MySQL unless Redis has it; `true` when
-    /// this call loaded it, `false` when it was there or MySQL has no such
-    /// seckill voucher.
+    /// Loads one voucher's sale from MySQL unless Redis has this very sale
+    /// (same sale token); `true` when this call loaded it, or replaced an
+    /// earlier voucher's sale under the same id (logged and counted),
+    /// `false` when it was there or MySQL has no such seckill voucher.
     pub async fn load(&self, voucher_id: VoucherId) -> Result<bool, Error> {
         let _one_at_a_time = self.loading.lock().await;
-        let key = self.keys.seckill_voucher(voucher_id);
         // Checked first so that a sale already in Redis costs no read of
         // its buyers; the script checks again, for other nodes.
-        if self.redis.clone().exists(&key).await? {
+        let Some(row) = self.store.seckill_voucher(voucher_id).await? else {
+            return Ok(false);
+        };
+        if self.token(voucher_id).await? == Some(row.sale_token) {
             return Ok(false);
         }
         let Some(sale) = self.store.sale_snapshot(voucher_id).await? else {
             return Ok(false);
         };
-        let window = (epoch_ms(sale.begin_time), epoch_ms(sale.end_time));
-        let loaded = self
-            .put_if_absent(voucher_id, sale.initial(), sale.stock, window, &sale.buyers)
-            .await?;
-        if loaded {
-            tracing::info!(%voucher_id, initial = sale.initial(), stock = sale.stock,
-                buyers = sale.buyers.len(), "seckill sale loaded into Redis from MySQL");
+        let put = self.put(voucher_id, &sale).await?;
+        match put {
+            Put::Kept => {}
+            Put::Loaded => {
+                tracing::info!(%voucher_id, initial = sale.initial(), stock = sale.stock,
+                buyers = sale.buyers.len(), "seckill sale loaded into Redis from MySQL")
+            }
+            Put::Replaced => {
+                metrics::STALE_SALES_REPLACED.inc();
+                tracing::warn!(%voucher_id, initial = sale.initial(), stock = sale.stock,
+                    "Redis held an earlier voucher's sale under this id (the database was reset \
+                     or restored): replaced with this voucher's");
+            }
         }
-        Ok(loaded)
+        Ok(put != Put::Kept)
     }
 
-    /// Stores a voucher just created in MySQL (`POST /voucher/seckill`):
-    /// no orders, no buyers yet.
-    pub async fn create(
-        &self,
-        voucher_id: VoucherId,
-        sale: &NewSeckillVoucher,
-    ) -> Result<bool, Error> {
-        let stock = i64::from(sale.stock);
-        let window = (epoch_ms(sale.begin_time), epoch_ms(sale.end_time));
-        self.put_if_absent(voucher_id, stock, stock, window, &[])
-            .await
+    /// The sale token of the voucher's sale in Redis: `None` when Redis has
+    /// no sale for it, 0 for a sale stored without one.
+    async fn token(&self, voucher_id: VoucherId) -> Result<Option<u64>, Error> {
+        let (exists, token): (bool, Option<u64>) = redis::pipe()
+            .exists(self.keys.seckill_voucher(voucher_id))
+            .hget(self.keys.seckill_voucher(voucher_id), "token")
+            .query_async(&mut self.redis.clone())
+            .await?;
+        Ok(exists.then_some(token.unwrap_or(0)))
     }
 
-    async fn put_if_absent(
-        &self,
-        voucher_id: VoucherId,
-        initial: i64,
-        stock: i64,
-        (begin_ms, end_ms): (i64, i64),
-        buyers: &[UserId],
-    ) -> Result<bool, Error> {
+    async fn put(&self, voucher_id: VoucherId, sale: &SaleSnapshot) -> Result<Put, Error> {
         let mut load = LOAD.prepare_invoke();
         load.key(self.keys.seckill_voucher(voucher_id))
             .key(self.keys.seckill_buyers(voucher_id))
-            .arg(initial)
-            .arg(stock)
-            .arg(begin_ms)
-            .arg(end_ms);
-        for buyer in buyers {
+            .arg(sale.initial())
+            .arg(sale.stock)
+            .arg(epoch_ms(sale.begin_time))
+            .arg(epoch_ms(sale.end_time))
+            .arg(sale.token);
+        for buyer in &sale.buyers {
             load.arg(buyer.get());
         }
-        let loaded: i64 = load.invoke_async(&mut self.redis.clone()).await?;
-        Ok(loaded == 1)
+        let put: i64 = load.invoke_async(&mut self.redis.clone()).await?;
+        Ok(match put {
+            0 => Put::Kept,
+            1 => Put::Loaded,
+            _ => Put::Replaced,
+        })
     }
 
     /// Removes a voucher: its rows and orders from MySQL, then its sale and

@@ -17,6 +17,8 @@ pub struct SaleSnapshot {
     pub end_time: NaiveDateTime,
     /// Users holding an order of the voucher.
     pub buyers: Vec<UserId>,
+    /// The voucher's sale token (`tb_seckill_voucher.sale_token`).
+    pub token: u64,
 }
 
 impl SaleSnapshot {
@@ -45,17 +47,17 @@ impl Store {
         voucher_id: VoucherId,
     ) -> Result<Option<SaleSnapshot>, sqlx::Error> {
         let mut tx = self.begin().await?;
-        let sale: Option<(i32, i64, NaiveDateTime, NaiveDateTime)> = sqlx::query_as(
+        let sale: Option<(i32, i64, NaiveDateTime, NaiveDateTime, u64)> = sqlx::query_as(
             "SELECT stock, \
                     (SELECT CAST(COUNT(*) AS SIGNED) FROM tb_voucher_order WHERE voucher_id = ?), \
-                    CAST(begin_time AS DATETIME), CAST(end_time AS DATETIME) \
+                    CAST(begin_time AS DATETIME), CAST(end_time AS DATETIME), sale_token \
              FROM tb_seckill_voucher WHERE voucher_id = ?",
         )
         .bind(voucher_id)
         .bind(voucher_id)
         .fetch_optional(&mut *tx)
         .await?;
-        let Some((stock, orders, begin_time, end_time)) = sale else {
+        let Some((stock, orders, begin_time, end_time, token)) = sale else {
             tx.rollback().await?;
             return Ok(None);
         };
@@ -73,6 +75,7 @@ impl Store {
             begin_time,
             end_time,
             buyers,
+            token,
         }))
     }
 }

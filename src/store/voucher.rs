@@ -59,6 +59,15 @@ pub struct SeckillVoucher {
     pub stock: i32,
     pub begin_time: NaiveDateTime,
     pub end_time: NaiveDateTime,
+    /// Drawn at random when the voucher was created: what tells its Redis
+    /// sale from an earlier voucher's under the same id.
+    pub sale_token: u64,
+}
+
+/// A new seckill voucher's sale token: random, below 2^63 (a Lua number
+/// compares it as text, so any value works; this one also fits `i64`).
+fn new_sale_token() -> u64 {
+    rand::random::<u64>() >> 1
 }
 
 impl Store {
@@ -77,13 +86,14 @@ impl Store {
         let mut tx = self.begin().await?;
         let id = insert_voucher_row(&mut tx, voucher).await?;
         sqlx::query(
-            "INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time) \
-             VALUES (?, ?, ?, ?)",
+            "INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time, sale_token) \
+             VALUES (?, ?, ?, ?, ?)",
         )
         .bind(id)
         .bind(seckill.stock)
         .bind(seckill.begin_time)
         .bind(seckill.end_time)
+        .bind(new_sale_token())
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -129,7 +139,8 @@ impl Store {
     ) -> Result<Option<SeckillVoucher>, sqlx::Error> {
         sqlx::query_as(
             "SELECT stock, CAST(begin_time AS DATETIME) AS begin_time, \
-             CAST(end_time AS DATETIME) AS end_time FROM tb_seckill_voucher WHERE voucher_id = ?",
+             CAST(end_time AS DATETIME) AS end_time, sale_token \
+             FROM tb_seckill_voucher WHERE voucher_id = ?",
         )
         .bind(voucher_id)
         .fetch_optional(&self.pool)

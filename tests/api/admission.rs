@@ -137,7 +137,7 @@ async fn a_voucher_missing_in_redis_is_an_answer_not_a_script_error() {
     let app = queue_app(0).await;
     let sale_state = app.sale_state();
     let admit = |voucher: i64, append: bool| {
-        sale_state.admit(UserId::new(1), VoucherId::new(voucher), append)
+        sale_state.admit(UserId::new(1), VoucherId::new(voucher), 0, append)
     };
     let not_found = Admission::Refused(Rejection::VoucherNotFound);
 
@@ -428,4 +428,96 @@ async fn a_sold_out_sale_is_refused_without_asking_redis() {
     }
     assert_eq!(command_calls(&redis, "evalsha").await, scripts);
     wait_until_written(&app).await;
+}
+
+/// The database reset (or restored) while Redis kept its keys: the voucher
+/// id comes round again, and the sale Redis kept for it is an earlier
+/// voucher's. Created through the API or found by a purchase, it is
+/// replaced by the new voucher's own sale, never sold from.
+#[tokio::test]
+async fn a_reused_voucher_id_never_inherits_the_sale_redis_kept() {
+    let app = queue_app(0).await;
+    let voucher = app.create_open_seckill(5).await;
+    let tokens = app.login_many(2).await;
+    assert_eq!(app.purchase(voucher, &tokens[0]).await["success"], true);
+    wait_until_written(&app).await;
+
+    // The voucher's rows gone, and its id the next one handed out.
+    let reset = || async {
+        for statement in [
+            "DELETE FROM tb_voucher_order WHERE voucher_id = ?",
+            "DELETE FROM tb_seckill_voucher WHERE voucher_id = ?",
+            "DELETE FROM tb_voucher WHERE id = ?",
+        ] {
+            sqlx::query(statement)
+                .bind(voucher)
+                .execute(app.store.pool())
+                .await
+                .unwrap();
+        }
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER TABLE tb_voucher AUTO_INCREMENT = {voucher}"
+        )))
+        .execute(app.store.pool())
+        .await
+        .unwrap();
+    };
+    let replaced = || metric(&app.address, "hmdp_stale_sales_replaced_total");
+
+    // Created again through the API: the node replaces the kept sale.
+    reset().await;
+    let again = app.create_open_seckill(10).await;
+    assert_eq!(again, voucher, "the id came round again");
+    let sale = app.redis_sale(voucher).await.expect("a sale in Redis");
+    assert_eq!((sale.initial, sale.stock), (10, 10), "{sale:?}");
+    assert!(sale.buyers.is_empty(), "{sale:?}");
+    assert_eq!(replaced().await, 1.0);
+    assert_eq!(app.purchase(voucher, &tokens[0]).await["success"], true);
+    wait_until_written(&app).await;
+
+    // Restored behind the nodes' back (no API call): the first purchase
+    // finds the sale's token is not the voucher's, and replaces it.
+    reset().await;
+    let store = app.store.clone();
+    let now = Local::now().naive_local();
+    let restored = store
+        .insert_seckill_voucher(
+            &hmdp::store::NewVoucher {
+                shop_id: 1,
+                title: "restored".into(),
+                sub_title: None,
+                rules: None,
+                pay_value: 100,
+                actual_value: 200,
+                voucher_type: 1,
+                status: 1,
+            },
+            &hmdp::store::NewSeckillVoucher {
+                stock: 3,
+                begin_time: now - TimeDelta::hours(1),
+                end_time: now + TimeDelta::hours(1),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(restored.get(), voucher);
+    // Refused as a buyer of the earlier voucher until the node reads the
+    // voucher again (every 5 s), then admitted to the restored one's sale.
+    wait_until(
+        "the restored voucher sold to the earlier voucher's buyer",
+        Duration::from_secs(20),
+        || async {
+            let answer = app.purchase(voucher, &tokens[0]).await;
+            assert!(
+                answer["success"] == true || answer["errorCode"] == "ALREADY_ORDERED",
+                "{answer}"
+            );
+            answer["success"] == true
+        },
+    )
+    .await;
+    assert_eq!(replaced().await, 2.0);
+    let sale = app.redis_sale(voucher).await.expect("a sale in Redis");
+    assert_eq!((sale.initial, sale.stock), (3, 2), "{sale:?}");
+    assert_eq!(sale.buyers.len(), 1);
 }

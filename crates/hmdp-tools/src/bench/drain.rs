@@ -109,6 +109,11 @@ async fn measure(
     voucher: VoucherId,
 ) -> anyhow::Result<BenchDrainResult> {
     sale.load(voucher).await?;
+    let token = store
+        .seckill_voucher(voucher)
+        .await?
+        .context("the benchmark's voucher is gone")?
+        .sale_token;
     let orders = args.orders;
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
@@ -121,7 +126,7 @@ async fn measure(
                     return Ok::<_, anyhow::Error>(());
                 }
                 let user = UserId::new(FIRST_USER + n);
-                let admitted = sale.admit(user, voucher, true).await?;
+                let admitted = sale.admit(user, voucher, token, true).await?;
                 anyhow::ensure!(
                     matches!(admitted, Admission::Admitted(_)),
                     "admission refused: {admitted:?}"
