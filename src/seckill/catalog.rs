@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{Local, NaiveDateTime};
 
-use crate::error::Rejection;
+use crate::error::{Error, Rejection};
 use crate::ids::VoucherId;
 use crate::store::Store;
 
@@ -99,7 +99,8 @@ impl Catalog {
     }
 
     /// The voucher's sale info, `None` when no such seckill voucher exists.
-    pub async fn sale(&self, voucher_id: VoucherId) -> Result<Option<Arc<SaleInfo>>, sqlx::Error> {
+    /// Its read of MySQL gives up (503) after the backend timeout.
+    pub async fn sale(&self, voucher_id: VoucherId) -> Result<Option<Arc<SaleInfo>>, Error> {
         if let Some(info) = self.cached(voucher_id) {
             let due = info.read_at.elapsed() >= REREAD_AFTER;
             if !due || info.rereading.swap(true, Ordering::Relaxed) {
@@ -129,8 +130,16 @@ impl Catalog {
         &self,
         voucher_id: VoucherId,
         known: Option<&SaleInfo>,
-    ) -> Result<Option<Arc<SaleInfo>>, sqlx::Error> {
-        let Some(row) = self.store.seckill_voucher(voucher_id).await? else {
+    ) -> Result<Option<Arc<SaleInfo>>, Error> {
+        let deadline = self.store.backend_timeout();
+        let row = tokio::time::timeout(deadline, self.store.seckill_voucher(voucher_id))
+            .await
+            .map_err(|_| {
+                Error::Unavailable(anyhow::anyhow!(
+                    "reading voucher {voucher_id} took longer than {deadline:?}"
+                ))
+            })??;
+        let Some(row) = row else {
             self.forget(voucher_id);
             self.remember_missing(voucher_id);
             return Ok(None);

@@ -11,7 +11,8 @@
 //! database reset or restored while Redis kept its keys) is replaced, not
 //! sold from.
 
-use std::sync::LazyLock;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use chrono::{Local, NaiveDateTime, TimeZone};
 use hmdp_lock::Connection as RedisConnection;
@@ -69,10 +70,12 @@ pub struct SaleState {
     pub(super) redis: RedisConnection,
     pub(super) keys: Keys,
     store: Store,
-    /// Loads run one at a time: after a Redis restart every purchase of a
-    /// hot voucher finds it missing at once, and only the first should read
-    /// its buyers from MySQL; the others find it loaded.
-    loading: tokio::sync::Mutex<()>,
+    /// Loads of one voucher run one at a time: after a Redis restart every
+    /// purchase of a hot voucher finds it missing at once, and only the
+    /// first should read its buyers from MySQL; the others find it loaded.
+    /// Other vouchers' loads do not wait for it. One entry per voucher that
+    /// exists in MySQL (a load is asked for no other).
+    loading: Mutex<HashMap<VoucherId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl SaleState {
@@ -81,7 +84,7 @@ impl SaleState {
             redis,
             keys,
             store,
-            loading: tokio::sync::Mutex::new(()),
+            loading: Mutex::new(HashMap::new()),
         }
     }
 
@@ -99,8 +102,30 @@ impl SaleState {
     /// (same sale token); `true` when this call loaded it, or replaced an
     /// earlier voucher's sale under the same id (logged and counted),
     /// `false` when it was there or MySQL has no such seckill voucher.
+    ///
+    /// Gives up (503) after the backend timeout, the wait for another
+    /// load of the same voucher included: a frozen MySQL must not hold the
+    /// purchases waiting on it for ever.
     pub async fn load(&self, voucher_id: VoucherId) -> Result<bool, Error> {
-        let _one_at_a_time = self.loading.lock().await;
+        let deadline = self.store.backend_timeout();
+        tokio::time::timeout(deadline, self.load_now(voucher_id))
+            .await
+            .map_err(|_| {
+                Error::Unavailable(anyhow::anyhow!(
+                    "loading voucher {voucher_id}'s sale took longer than {deadline:?}"
+                ))
+            })?
+    }
+
+    async fn load_now(&self, voucher_id: VoucherId) -> Result<bool, Error> {
+        let voucher_loads = self
+            .loading
+            .lock()
+            .expect("sale loads poisoned")
+            .entry(voucher_id)
+            .or_default()
+            .clone();
+        let _one_at_a_time = voucher_loads.lock().await;
         // Checked first so that a sale already in Redis costs no read of
         // its buyers; the script checks again, for other nodes.
         let Some(row) = self.store.seckill_voucher(voucher_id).await? else {
@@ -115,10 +140,8 @@ impl SaleState {
         let put = self.put(voucher_id, &sale).await?;
         match put {
             Put::Kept => {}
-            Put::Loaded => {
-                tracing::info!(%voucher_id, initial = sale.initial(), stock = sale.stock,
-                buyers = sale.buyers.len(), "seckill sale loaded into Redis from MySQL")
-            }
+            Put::Loaded => tracing::info!(%voucher_id, initial = sale.initial(), stock = sale.stock,
+                buyers = sale.buyers.len(), "seckill sale loaded into Redis from MySQL"),
             Put::Replaced => {
                 metrics::STALE_SALES_REPLACED.inc();
                 tracing::warn!(%voucher_id, initial = sale.initial(), stock = sale.stock,

@@ -497,3 +497,62 @@ async fn wait_until_locked(app: &TestApp) {
     )
     .await;
 }
+
+/// Redis lost two vouchers' sales and MySQL is frozen: each purchase that
+/// must load its sale again gives up within the backend timeout (503), and
+/// none waits behind another voucher's load; once MySQL is back, both sell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_mysql_makes_sale_reloads_give_up_not_pile_up() {
+    let mysql = SlowCommitMariaDb::start().await;
+    let app = spawn_app_on(&mysql.url(), |s| {
+        s.seckill = hmdp::config::SeckillMode::Queue;
+        s.store.timeout.backend_timeout_ms = 1000;
+    })
+    .await;
+    let vouchers = [
+        app.create_open_seckill(10).await,
+        app.create_open_seckill(10).await,
+    ];
+    let tokens = app.login_many(3).await;
+    for voucher in vouchers {
+        assert_eq!(app.purchase(voucher, &tokens[0]).await["success"], true);
+    }
+    hmdp_test_support::wait_until("the orders written", Duration::from_secs(20), || async {
+        app.pending_orders().await == 0
+    })
+    .await;
+    // Redis loses both sales (evicted, or restarted empty).
+    for voucher in vouchers {
+        let voucher = hmdp::ids::VoucherId::new(voucher);
+        let keys = [
+            app.keys().seckill_voucher(voucher),
+            app.keys().seckill_buyers(voucher),
+        ];
+        let _: () = redis::AsyncCommands::del(&mut app.redis.clone(), &keys)
+            .await
+            .unwrap();
+    }
+
+    mysql.pause();
+    let app = &app;
+    let purchases = vouchers.iter().flat_map(|voucher| {
+        tokens[1..].iter().map(move |token| async move {
+            let path = format!("/voucher-order/seckill/{voucher}");
+            let response =
+                tokio::time::timeout(Duration::from_secs(30), app.post(&path, Some(token)))
+                    .await
+                    .expect("a purchase piled up behind a load that never ends");
+            response.json::<Value>().await.unwrap()
+        })
+    });
+    let answers = join_all(purchases).await;
+    mysql.resume();
+    for answer in &answers {
+        assert_eq!(answer["errorCode"], "UNAVAILABLE", "{answer}");
+    }
+
+    for voucher in vouchers {
+        let answer = app.purchase(voucher, &tokens[1]).await;
+        assert_eq!(answer["success"], true, "{answer}");
+    }
+}
