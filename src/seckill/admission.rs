@@ -219,10 +219,11 @@ mod tests {
             ]
             .map(|rejection| Some(Admission::Refused(rejection)))
         );
+        assert_eq!(Admission::from_reply(&Value::Int(6)), Some(Admission::Stale));
         for unknown in [
             Value::Int(0),
             Value::Int(-1),
-            Value::Int(6),
+            Value::Int(7),
             Value::BulkString(b"-5".to_vec()),
             Value::BulkString(b"12x".to_vec()),
             Value::Nil,
