@@ -234,10 +234,9 @@ pub(super) async fn write_under_locks(
     }
     .await;
     join_all(
-        locks
-            .held
-            .drain()
-            .map(|(_, held)| seckill.release_logged(held)),
+        std::mem::take(&mut locks.held)
+            .into_values()
+            .map(|held| seckill.release_logged(held)),
     )
     .await;
     written
@@ -245,7 +244,10 @@ pub(super) async fn write_under_locks(
 
 /// The per-user locks of a batch's users: held, or why not.
 struct Locks {
-    held: HashMap<UserId, Box<dyn HeldLock>>,
+    /// By user id: the batch records the users' fencing tokens in this
+    /// order, so two batches lock `tb_lock_fence` rows in one order and
+    /// never wait on each other in a circle.
+    held: BTreeMap<UserId, Box<dyn HeldLock>>,
     refused: HashMap<UserId, Outcome>,
 }
 
@@ -260,7 +262,7 @@ async fn lock_users(seckill: &Seckill, orders: &[NewOrder]) -> Locks {
     )
     .await;
     let mut locks = Locks {
-        held: HashMap::new(),
+        held: BTreeMap::new(),
         refused: HashMap::new(),
     };
     for (user, taken) in taken {
