@@ -11,12 +11,16 @@
 -- ARGV[2]: voucher id
 -- ARGV[3]: '1' to append the order to the stream (`stream` mode), '0' not (`queue`)
 -- ARGV[4]: the voucher's sale token as MySQL has it
+-- A sale reloaded after Redis lost it opens at its `open_ms` (Redis's clock),
+-- once writers holding orders admitted before the loss have counted them
+-- again (lua/seckill_readmit.lua).
 -- Returns the admitted order's id as a string (stock taken, user added to
 -- the buyers, order appended if asked, order recorded as pending), or an
 -- integer refusal: 1 voucher not found, 2 not started, 3 ended, 4 sold out,
 -- 5 already ordered, 6 the sale in Redis is another voucher's (its token
--- differs: the id was reused). Nothing is written unless it returns an id.
-local sale = redis.call('HMGET', KEYS[1], 'stock', 'begin_ms', 'end_ms', 'token')
+-- differs: the id was reused), 7 reloaded and not open yet. Nothing is
+-- written unless it returns an id.
+local sale = redis.call('HMGET', KEYS[1], 'stock', 'begin_ms', 'end_ms', 'token', 'open_ms')
 -- HMGET answers `false` for a missing field: test for it before any
 -- tonumber(), so a voucher missing in Redis is an answer, not a script error.
 if not sale[1] or not sale[2] or not sale[3] then
@@ -29,6 +33,9 @@ end
 local time = redis.call('TIME')
 local now_s = tonumber(time[1])
 local now_ms = now_s * 1000 + math.floor(tonumber(time[2]) / 1000)
+if sale[5] and now_ms < tonumber(sale[5]) then
+  return 7
+end
 if now_ms < tonumber(sale[2]) then
   return 2
 end

@@ -10,7 +10,10 @@
 -- ARGV[3]: sale begins, Unix epoch milliseconds
 -- ARGV[4]: sale ends, Unix epoch milliseconds
 -- ARGV[5]: the voucher's sale token (tb_seckill_voucher.sale_token)
--- ARGV[6..]: user ids that already hold an order of the voucher
+-- ARGV[6]: milliseconds before the sale admits anyone (0: at once); a sale
+--          loaded after Redis lost it waits for writers still holding
+--          orders admitted before, which count them again meanwhile
+-- ARGV[7..]: user ids that already hold an order of the voucher
 -- Returns 1 when the sale was loaded, 2 when it replaced another token's
 -- sale, 0 when this very sale was there (nothing written).
 local token = redis.call('HGET', KEYS[1], 'token')
@@ -22,12 +25,17 @@ end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'initial', ARGV[1], 'stock', ARGV[2],
   'begin_ms', ARGV[3], 'end_ms', ARGV[4], 'token', ARGV[5])
+if tonumber(ARGV[6]) > 0 then
+  local time = redis.call('TIME')
+  local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  redis.call('HSET', KEYS[1], 'open_ms', now_ms + tonumber(ARGV[6]))
+end
 -- Buyers left behind without their hash (an evicted hash), or another
 -- voucher's, are MySQL's to say, not ours to keep.
 redis.call('DEL', KEYS[2])
 -- SADD in slices: unpack() of too many values overflows Lua's stack.
 local slice = 1000
-for first = 6, #ARGV, slice do
+for first = 7, #ARGV, slice do
   redis.call('SADD', KEYS[2], unpack(ARGV, first, math.min(first + slice - 1, #ARGV)))
 end
 if existed then

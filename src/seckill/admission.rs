@@ -46,10 +46,16 @@ pub enum Admission {
     /// voucher MySQL has under this id (an earlier voucher's). Never an
     /// answer to the buyer: the sale is replaced and admission tried again.
     Stale,
+    /// Nothing done: the sale was loaded again after Redis lost it, and
+    /// admits nobody until writers holding orders admitted before the loss
+    /// have counted them again. The buyer hears 503: try again shortly.
+    Reopening,
 }
 
 /// `lua/seckill.lua`'s code for a sale of another token.
 const STALE: i64 = 6;
+/// `lua/seckill.lua`'s code for a sale reloaded and not open yet.
+const REOPENING: i64 = 7;
 
 impl Admission {
     /// The `outcome` label of `hmdp_admissions_total`: `admitted`, or the
@@ -59,6 +65,7 @@ impl Admission {
             Admission::Admitted(_) => "admitted",
             Admission::Refused(rejection) => rejection.code(),
             Admission::Stale => "stale_sale",
+            Admission::Reopening => "reopening",
         }
     }
 
@@ -77,6 +84,7 @@ impl Admission {
                 .ok()
                 .map(Admission::Admitted),
             redis::Value::Int(STALE) => Some(Admission::Stale),
+            redis::Value::Int(REOPENING) => Some(Admission::Reopening),
             redis::Value::Int(code) => usize::try_from(*code)
                 .ok()
                 .and_then(|code| REFUSALS.get(code).copied().flatten())
@@ -154,7 +162,7 @@ impl Seckill {
             // empty, or the node that created it could not store it. The
             // load is set-if-absent from MySQL (this task's or a concurrent
             // one's), so asking once more is safe.
-            self.sale_state.load(voucher_id).await?;
+            self.sale_state.reload_lost(voucher_id).await?;
             admission = admit(sale.token()).await?;
         }
         metrics::ADMISSIONS
@@ -162,6 +170,11 @@ impl Seckill {
             .inc();
         let id = match admission {
             Admission::Admitted(id) => id,
+            Admission::Reopening => {
+                return Err(Error::Unavailable(anyhow::anyhow!(
+                "voucher {voucher_id}'s sale was reloaded after Redis lost it; it reopens shortly"
+            )))
+            }
             Admission::Stale => {
                 return Err(Error::Unavailable(anyhow::anyhow!(
                     "voucher {voucher_id}'s sale in Redis still carries another sale token"
@@ -219,11 +232,18 @@ mod tests {
             ]
             .map(|rejection| Some(Admission::Refused(rejection)))
         );
-        assert_eq!(Admission::from_reply(&Value::Int(6)), Some(Admission::Stale));
+        assert_eq!(
+            Admission::from_reply(&Value::Int(6)),
+            Some(Admission::Stale)
+        );
+        assert_eq!(
+            Admission::from_reply(&Value::Int(7)),
+            Some(Admission::Reopening)
+        );
         for unknown in [
             Value::Int(0),
             Value::Int(-1),
-            Value::Int(7),
+            Value::Int(8),
             Value::BulkString(b"-5".to_vec()),
             Value::BulkString(b"12x".to_vec()),
             Value::Nil,

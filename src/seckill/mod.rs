@@ -46,7 +46,7 @@ pub use admission::Admission;
 use catalog::Catalog;
 pub use in_flight::DeadLetter;
 use queue::OrderQueue;
-pub use sale_state::{PendingOrder, RedisSale, SaleState};
+pub use sale_state::{PendingOrder, Readmit, RedisSale, SaleState};
 
 /// Where an admitted order goes on its way to MySQL.
 enum Handoff {

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
 
 use chrono::{Local, NaiveDateTime, TimeZone};
 use hmdp_lock::Connection as RedisConnection;
@@ -27,6 +28,31 @@ use crate::store::{NewOrder, SaleSnapshot, Store};
 
 static LOAD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/seckill_load.lua")));
+static READMIT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/seckill_readmit.lua")));
+
+/// What `lua/seckill_readmit.lua` did with an order about to be committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readmit {
+    /// Redis had lost it: counted again in the reloaded sale.
+    Counted,
+    /// Redis never lost it.
+    Pending,
+    /// No sale in Redis: the reload, after the commit, counts it.
+    NoSale,
+    /// Its buyer was admitted again after the reload, with another order.
+    UserAgain,
+    /// No unit left: the reloaded sale sold it to a later buyer.
+    NoUnit,
+}
+
+impl Readmit {
+    /// Whether the order may be committed: its unit and buyer are its own
+    /// in Redis, or will be once the sale is reloaded.
+    pub fn may_commit(self) -> bool {
+        matches!(self, Readmit::Counted | Readmit::Pending | Readmit::NoSale)
+    }
+}
 
 /// A voucher's sale as Redis holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,14 +127,34 @@ impl SaleState {
     /// Loads one voucher's sale from MySQL unless Redis has this very sale
     /// (same sale token); `true` when this call loaded it, or replaced an
     /// earlier voucher's sale under the same id (logged and counted),
-    /// `false` when it was there or MySQL has no such seckill voucher.
+    /// `false` when it was there or MySQL has no such seckill voucher. The
+    /// sale admits at once: a voucher just created, a node starting, a sale
+    /// of a reused id.
     ///
     /// Gives up (503) after the backend timeout, the wait for another
     /// load of the same voucher included: a frozen MySQL must not hold the
     /// purchases waiting on it for ever.
     pub async fn load(&self, voucher_id: VoucherId) -> Result<bool, Error> {
+        self.load_within_deadline(voucher_id, false).await
+    }
+
+    /// [`SaleState::load`] for a sale a purchase found missing: Redis lost
+    /// it, maybe with orders still in writers' hands, admitted before the
+    /// loss. The sale admits nobody for the backend timeout, the longest
+    /// such a writer takes to reach the voucher's stock row and count its
+    /// orders again (`lua/seckill_readmit.lua`), so that no unit they hold
+    /// goes to a later buyer.
+    pub async fn reload_lost(&self, voucher_id: VoucherId) -> Result<bool, Error> {
+        self.load_within_deadline(voucher_id, true).await
+    }
+
+    async fn load_within_deadline(
+        &self,
+        voucher_id: VoucherId,
+        reopening: bool,
+    ) -> Result<bool, Error> {
         let deadline = self.store.backend_timeout();
-        tokio::time::timeout(deadline, self.load_now(voucher_id))
+        tokio::time::timeout(deadline, self.load_now(voucher_id, reopening))
             .await
             .map_err(|_| {
                 Error::Unavailable(anyhow::anyhow!(
@@ -117,7 +163,7 @@ impl SaleState {
             })?
     }
 
-    async fn load_now(&self, voucher_id: VoucherId) -> Result<bool, Error> {
+    async fn load_now(&self, voucher_id: VoucherId, reopening: bool) -> Result<bool, Error> {
         let voucher_loads = self
             .loading
             .lock()
@@ -134,14 +180,25 @@ impl SaleState {
         if self.token(voucher_id).await? == Some(row.sale_token) {
             return Ok(false);
         }
-        let Some(sale) = self.store.sale_snapshot(voucher_id).await? else {
+        let Some((tx, sale)) = self.store.lock_sale(voucher_id).await? else {
             return Ok(false);
         };
-        let put = self.put(voucher_id, &sale).await?;
+        // Stored while the stock row is held: see `Store::lock_sale`. A sale
+        // Redis lost opens once writers holding orders admitted before the
+        // loss have had time to count them again; a new voucher has none.
+        let opens_in = if reopening {
+            self.store.backend_timeout()
+        } else {
+            Duration::ZERO
+        };
+        let put = self.put(voucher_id, &sale, opens_in).await?;
+        tx.commit().await?;
         match put {
             Put::Kept => {}
-            Put::Loaded => tracing::info!(%voucher_id, initial = sale.initial(), stock = sale.stock,
-                buyers = sale.buyers.len(), "seckill sale loaded into Redis from MySQL"),
+            Put::Loaded => {
+                tracing::info!(%voucher_id, initial = sale.initial(), stock = sale.stock,
+                buyers = sale.buyers.len(), "seckill sale loaded into Redis from MySQL")
+            }
             Put::Replaced => {
                 metrics::STALE_SALES_REPLACED.inc();
                 tracing::warn!(%voucher_id, initial = sale.initial(), stock = sale.stock,
@@ -163,7 +220,12 @@ impl SaleState {
         Ok(exists.then_some(token.unwrap_or(0)))
     }
 
-    async fn put(&self, voucher_id: VoucherId, sale: &SaleSnapshot) -> Result<Put, Error> {
+    async fn put(
+        &self,
+        voucher_id: VoucherId,
+        sale: &SaleSnapshot,
+        opens_in: Duration,
+    ) -> Result<Put, Error> {
         let mut load = LOAD.prepare_invoke();
         load.key(self.keys.seckill_voucher(voucher_id))
             .key(self.keys.seckill_buyers(voucher_id))
@@ -171,7 +233,8 @@ impl SaleState {
             .arg(sale.stock)
             .arg(epoch_ms(sale.begin_time))
             .arg(epoch_ms(sale.end_time))
-            .arg(sale.token);
+            .arg(sale.token)
+            .arg(opens_in.as_millis() as u64);
         for buyer in &sale.buyers {
             load.arg(buyer.get());
         }
@@ -238,6 +301,52 @@ impl SaleState {
             voucher_id: order.voucher_id,
             pending: true,
         }))
+    }
+
+    /// Of `orders`, those not in the pending hash: Redis lost them (their
+    /// writer read them before it restarted empty).
+    pub async fn not_pending(&self, orders: &[NewOrder]) -> Result<Vec<NewOrder>, Error> {
+        if orders.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = orders.iter().map(|order| order.id.get()).collect();
+        let found: Vec<Option<String>> = redis::cmd("HMGET")
+            .arg(self.keys.pending_orders())
+            .arg(&ids)
+            .query_async(&mut self.redis.clone())
+            .await?;
+        Ok(orders
+            .iter()
+            .zip(found)
+            .filter(|(_, found)| found.is_none())
+            .map(|(order, _)| *order)
+            .collect())
+    }
+
+    /// Counts `order`, which Redis lost, again in its voucher's sale (see
+    /// `lua/seckill_readmit.lua`); run while its writer holds the stock row.
+    pub async fn readmit(&self, order: NewOrder, append_to_stream: bool) -> Result<Readmit, Error> {
+        let code: i64 = READMIT
+            .key(self.keys.seckill_voucher(order.voucher_id))
+            .key(self.keys.seckill_buyers(order.voucher_id))
+            .key(self.keys.pending_orders())
+            .key(self.keys.order_stream())
+            .arg(order.id.get())
+            .arg(order.user_id.get())
+            .arg(order.voucher_id.get())
+            .arg(u8::from(append_to_stream))
+            .invoke_async(&mut self.redis.clone())
+            .await?;
+        match code {
+            0 => Ok(Readmit::Counted),
+            1 => Ok(Readmit::Pending),
+            2 => Ok(Readmit::NoSale),
+            3 => Ok(Readmit::UserAgain),
+            4 => Ok(Readmit::NoUnit),
+            other => Err(Error::Internal(anyhow::anyhow!(
+                "lua/seckill_readmit.lua answered {other}"
+            ))),
+        }
     }
 
     /// Marks orders as written (or as never to be written): they leave the

@@ -3,7 +3,7 @@
 
 use chrono::NaiveDateTime;
 
-use super::Store;
+use super::{Store, Tx};
 use crate::ids::{UserId, VoucherId};
 
 /// One seckill voucher's sale as MySQL has it.
@@ -38,44 +38,53 @@ impl Store {
         .await
     }
 
-    /// The voucher's sale, `None` when it is no seckill voucher. Stock,
-    /// orders and buyers are read in one transaction, so they come from one
-    /// snapshot (InnoDB's repeatable read) even while orders are written:
+    /// The voucher's sale, `None` when it is no seckill voucher, read in a
+    /// transaction left open for the caller to end: it holds the voucher's
+    /// stock row (`FOR UPDATE`), so no writer can commit an order of the
+    /// voucher until it ends. The caller stores the sale in Redis before
+    /// ending it; a writer whose commit was in flight is waited for and
+    /// counted here, and a writer that commits afterwards finds the sale
+    /// stored, and counts its orders in it (`lua/seckill_readmit.lua`).
+    ///
+    /// Orders and buyers are read after the row lock is taken, in one
+    /// snapshot (InnoDB's repeatable read, set at the first plain read), so
     /// `initial` computed from them is the true initial stock.
-    pub async fn sale_snapshot(
+    pub async fn lock_sale(
         &self,
         voucher_id: VoucherId,
-    ) -> Result<Option<SaleSnapshot>, sqlx::Error> {
+    ) -> Result<Option<(Tx, SaleSnapshot)>, sqlx::Error> {
         let mut tx = self.begin().await?;
-        let sale: Option<(i32, i64, NaiveDateTime, NaiveDateTime, u64)> = sqlx::query_as(
-            "SELECT stock, \
-                    (SELECT CAST(COUNT(*) AS SIGNED) FROM tb_voucher_order WHERE voucher_id = ?), \
-                    CAST(begin_time AS DATETIME), CAST(end_time AS DATETIME), sale_token \
-             FROM tb_seckill_voucher WHERE voucher_id = ?",
+        let sale: Option<(i32, NaiveDateTime, NaiveDateTime, u64)> = sqlx::query_as(
+            "SELECT stock, CAST(begin_time AS DATETIME), CAST(end_time AS DATETIME), sale_token \
+             FROM tb_seckill_voucher WHERE voucher_id = ? FOR UPDATE",
         )
-        .bind(voucher_id)
         .bind(voucher_id)
         .fetch_optional(&mut *tx)
         .await?;
-        let Some((stock, orders, begin_time, end_time, token)) = sale else {
+        let Some((stock, begin_time, end_time, token)) = sale else {
             tx.rollback().await?;
             return Ok(None);
         };
+        let orders: i64 = sqlx::query_scalar(
+            "SELECT CAST(COUNT(*) AS SIGNED) FROM tb_voucher_order WHERE voucher_id = ?",
+        )
+        .bind(voucher_id)
+        .fetch_one(&mut *tx)
+        .await?;
         let buyers = sqlx::query_scalar(
             "SELECT DISTINCT user_id FROM tb_voucher_order WHERE voucher_id = ? ORDER BY user_id",
         )
         .bind(voucher_id)
         .fetch_all(&mut *tx)
         .await?;
-        // Read only: the commit just ends the snapshot.
-        tx.commit().await?;
-        Ok(Some(SaleSnapshot {
+        let sale = SaleSnapshot {
             stock: stock.into(),
             orders,
             begin_time,
             end_time,
             buyers,
             token,
-        }))
+        };
+        Ok(Some((tx, sale)))
     }
 }

@@ -167,7 +167,11 @@ async fn a_voucher_missing_in_redis_is_an_answer_not_a_script_error() {
 
 #[tokio::test]
 async fn a_sale_redis_lost_is_reloaded_from_mysql_by_the_next_purchase() {
-    let app = queue_app(0).await;
+    let app = spawn_app(|s| {
+        s.seckill = SeckillMode::Queue;
+        s.store.timeout.backend_timeout_ms = 2000;
+    })
+    .await;
     let voucher = app.create_open_seckill(5).await;
     let tokens = app.login_many(3).await;
     for token in &tokens[..2] {
@@ -190,7 +194,21 @@ async fn a_sale_redis_lost_is_reloaded_from_mysql_by_the_next_purchase() {
         .unwrap();
     assert_eq!(app.redis_sale(voucher).await, None);
 
-    let again = app.purchase(voucher, &tokens[0]).await;
+    // The reloaded sale opens once writers that held orders admitted
+    // before the loss could count them again: until then, 503.
+    let again = std::sync::Mutex::new(Value::Null);
+    wait_until(
+        "the reloaded sale open",
+        Duration::from_secs(30),
+        || async {
+            let answer = app.purchase(voucher, &tokens[0]).await;
+            let open = error_code(&answer) != "UNAVAILABLE";
+            *again.lock().unwrap() = answer;
+            open
+        },
+    )
+    .await;
+    let again = again.into_inner().unwrap();
     assert_eq!(error_code(&again), "ALREADY_ORDERED", "{again}");
     let sale = app.redis_sale(voucher).await.expect("reloaded");
     assert_eq!((sale.initial, sale.stock), (5, 3));

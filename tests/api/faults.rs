@@ -551,8 +551,18 @@ async fn a_frozen_mysql_makes_sale_reloads_give_up_not_pile_up() {
         assert_eq!(answer["errorCode"], "UNAVAILABLE", "{answer}");
     }
 
+    // Once MySQL is back, each sale loads again, and opens after the
+    // backend timeout (writers holding orders admitted before the loss
+    // count them again meanwhile).
     for voucher in vouchers {
-        let answer = app.purchase(voucher, &tokens[1]).await;
-        assert_eq!(answer["success"], true, "{answer}");
+        hmdp_test_support::wait_until("the sale sells again", Duration::from_secs(30), || async {
+            let answer = app.purchase(voucher, &tokens[1]).await;
+            assert!(
+                answer["success"] == true || answer["errorCode"] == "UNAVAILABLE",
+                "{answer}"
+            );
+            answer["success"] == true
+        })
+        .await;
     }
 }

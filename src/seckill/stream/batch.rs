@@ -17,9 +17,9 @@ use hmdp_lock::{HeldLock, LockError};
 use super::entry::Entry;
 use super::group::OrderStream;
 use crate::error::{Error, Rejection};
-use crate::ids::{UserId, VoucherId};
+use crate::ids::{OrderId, UserId, VoucherId};
 use crate::metrics;
-use crate::seckill::Seckill;
+use crate::seckill::{Readmit, Seckill};
 use crate::store::{self, NewOrder, Tx};
 
 /// What became of one order of a batch.
@@ -35,6 +35,10 @@ pub(super) enum Outcome {
     /// The order id belongs to another order (the id counter in Redis
     /// started over): it can never be written under this id.
     IdTaken,
+    /// Admitted before Redis lost the sale, and its unit (or its buyer's
+    /// turn) went to a buyer admitted after the reload, who keeps it: the
+    /// order cannot be written without selling a unit twice.
+    Resold,
     /// Not written this time (lock busy, no stock left in MySQL, a stale
     /// fencing token); left pending, to be claimed and tried again. Only
     /// [`NO_STOCK_IN_MYSQL`] ever ends in the dead letters.
@@ -49,8 +53,15 @@ impl Outcome {
             Outcome::AlreadyWritten => "already_written",
             Outcome::DuplicateUser => "duplicate_user",
             Outcome::IdTaken => "id_taken",
+            Outcome::Resold => "resold",
             Outcome::Deferred(_) => "deferred",
         }
+    }
+
+    /// Left pending for a reason not the order's own: another holder has
+    /// the user's lock, the lock could not be asked, or it passed on.
+    fn waits_on_others(self) -> bool {
+        matches!(self, Outcome::Deferred(why) if why != NO_STOCK_IN_MYSQL)
     }
 
     /// Settled in MySQL for good: the entry is acknowledged and its order
@@ -75,24 +86,27 @@ pub(super) const OUTCOMES: &[&str] = &[
     "already_written",
     "duplicate_user",
     "id_taken",
+    "resold",
     "deferred",
 ];
 
 /// Why an entry went to the dead letters: the `reason` label of
 /// `hmdp_stream_dead_letters_total`.
-pub(super) const DEAD_LETTER_REASONS: &[&str] = &["malformed", "max_deliveries", "id_taken"];
+pub(super) const DEAD_LETTER_REASONS: &[&str] =
+    &["malformed", "max_deliveries", "id_taken", "resold"];
 
 /// Settles `entries`: dead-letters the malformed ones, writes the others in
 /// one transaction and acknowledges what it settled; an entry delivered
 /// more than `max_deliveries` times gets a last attempt of its own first.
-/// `Err` when the transaction or the acknowledgement failed: the entries
-/// concerned stay pending and are claimed again later.
+/// Returns the entries left pending for a reason not their own (a lock
+/// busy or lost), to be claimed again later. `Err` when the transaction or
+/// the acknowledgement failed: the entries concerned stay pending.
 pub(super) async fn settle(
     seckill: &Seckill,
     stream: &OrderStream,
     entries: Vec<Entry>,
     max_deliveries: usize,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<Entry>> {
     let mut orders = Vec::with_capacity(entries.len());
     let mut last_chances = Vec::new();
     for entry in entries {
@@ -102,13 +116,19 @@ pub(super) async fn settle(
             Err(why) => dead_letter(stream, &entry, "malformed", &why).await?,
         }
     }
+    let mut waiting = Vec::new();
     if !orders.is_empty() {
-        settle_orders(seckill, stream, &orders).await?;
+        let outcomes = settle_orders(seckill, stream, &orders).await?;
+        for ((entry, _), outcome) in orders.into_iter().zip(outcomes) {
+            if outcome.waits_on_others() {
+                waiting.push(entry);
+            }
+        }
     }
     for (entry, order) in last_chances {
         last_chance(seckill, stream, entry, order, max_deliveries).await?;
     }
-    Ok(())
+    Ok(waiting)
 }
 
 /// One more attempt, alone, at an entry delivered more than
@@ -284,18 +304,60 @@ async fn lock_users(seckill: &Seckill, orders: &[NewOrder]) -> Locks {
     locks
 }
 
+/// How a batch's transaction ended.
+enum Ended {
+    Committed(Vec<Outcome>),
+    /// Rolled back: a voucher's stock did not cover its orders.
+    NoStock,
+    /// Rolled back: these orders' units went to buyers admitted after Redis
+    /// lost the sale.
+    Resold(Vec<OrderId>),
+}
+
 /// Writes `orders`, whose users' locks are held, in one transaction; the
-/// outcome of each, in order. Should a voucher's stock not cover its orders
-/// (MySQL and Redis disagree), the batch is rolled back and each order is
-/// written alone, so the orders that have stock are written and only those
-/// without wait: no oversell, nothing written twice.
+/// outcome of each, in order. Orders whose units were sold again after a
+/// Redis loss are left out, and the rest written without them. Should a
+/// voucher's stock not cover its orders (MySQL and Redis disagree), the
+/// batch is rolled back and each order is written alone, so the orders that
+/// have stock are written and only those without wait: no oversell,
+/// nothing written twice.
 async fn write(
     seckill: &Seckill,
     orders: &[NewOrder],
     locks: &Locks,
 ) -> anyhow::Result<Vec<Outcome>> {
-    if let Some(outcomes) = transaction(seckill, orders, locks).await? {
-        return Ok(outcomes);
+    if orders.is_empty() {
+        // Every user's lock refused: nothing to write, no transaction.
+        return Ok(Vec::new());
+    }
+    let mut resold: HashSet<OrderId> = HashSet::new();
+    let outcome_of = |resold: &HashSet<OrderId>,
+                      order: &NewOrder,
+                      written: &mut dyn Iterator<Item = Outcome>| {
+        if resold.contains(&order.id) {
+            Outcome::Resold
+        } else {
+            written.next().expect("an outcome per order written")
+        }
+    };
+    loop {
+        let rest: Vec<NewOrder> = orders
+            .iter()
+            .filter(|order| !resold.contains(&order.id))
+            .copied()
+            .collect();
+        match transaction(seckill, &rest, locks).await? {
+            Ended::Committed(outcomes) => {
+                let mut written = outcomes.into_iter();
+                return Ok(orders
+                    .iter()
+                    .map(|order| outcome_of(&resold, order, &mut written))
+                    .collect());
+            }
+            // Each round leaves out at least one order: it ends.
+            Ended::Resold(ids) => resold.extend(ids),
+            Ended::NoStock => break,
+        }
     }
     tracing::warn!(
         orders = orders.len(),
@@ -303,39 +365,66 @@ async fn write(
     );
     let mut outcomes = Vec::with_capacity(orders.len());
     for order in orders {
-        let alone = transaction(seckill, std::slice::from_ref(order), locks).await?;
-        outcomes.push(alone.map_or(Outcome::Deferred(NO_STOCK_IN_MYSQL), |alone| alone[0]));
+        if resold.contains(&order.id) {
+            outcomes.push(Outcome::Resold);
+            continue;
+        }
+        outcomes.push(
+            match transaction(seckill, std::slice::from_ref(order), locks).await? {
+                Ended::Committed(alone) => alone[0],
+                Ended::NoStock => Outcome::Deferred(NO_STOCK_IN_MYSQL),
+                Ended::Resold(_) => Outcome::Resold,
+            },
+        );
     }
     Ok(outcomes)
 }
 
-/// One transaction over `orders`: `None` (rolled back) when a voucher's
-/// stock does not cover its orders. Its end is known before this returns,
+/// One transaction over `orders`. Its end is known before this returns,
 /// so that the locks are released only after it (see
 /// [`Seckill::order_transaction`]).
 async fn transaction(
     seckill: &Seckill,
     orders: &[NewOrder],
     locks: &Locks,
-) -> anyhow::Result<Option<Vec<Outcome>>> {
+) -> anyhow::Result<Ended> {
     let mut tx = seckill.store.begin().await?;
     // On an error, the transaction is dropped with its end unseen, which
     // closes its connection: MySQL rolls it back.
-    match statements(seckill, &mut tx, orders, locks).await? {
-        Some(outcomes) => {
+    let ended = statements(seckill, &mut tx, orders, locks).await?;
+    match &ended {
+        Ended::Committed(outcomes) => {
             tx.commit().await?;
             let written = outcomes.iter().filter(|o| **o == Outcome::Written).count();
             if written > 0 {
                 metrics::STREAM_BATCH_ORDERS.observe(written as f64);
             }
             tracing::debug!(orders = orders.len(), written, "batch committed");
-            Ok(Some(outcomes))
         }
-        None => {
-            tx.rollback().await?;
-            Ok(None)
+        Ended::NoStock | Ended::Resold(_) => tx.rollback().await?,
+    }
+    Ok(ended)
+}
+
+/// Of `new`, inserted with their stock taken and the stock rows held: the
+/// orders whose units went to later buyers after Redis lost them. The rest
+/// are counted again in Redis if it lost them, before the commit: a reload
+/// of the sale either waited for this transaction (it holds the stock row)
+/// and counts them from MySQL, or stored the sale before this transaction
+/// took the row, and they are counted in it here.
+async fn counted_again(seckill: &Seckill, new: &[NewOrder]) -> anyhow::Result<Vec<OrderId>> {
+    let mut resold = Vec::new();
+    for order in seckill.sale_state.not_pending(new).await? {
+        let readmit = seckill.sale_state.readmit(order, true).await?;
+        if readmit != Readmit::Pending {
+            tracing::warn!(order_id = %order.id, user_id = %order.user_id, ?readmit,
+                "order admitted before Redis lost it, counted again before its commit");
+        }
+        if !readmit.may_commit() {
+            resold.push(order.id);
         }
     }
+    Ok(resold)
 }
 
 /// The statements of a batch: the purchase's (fence, count, insert, take
@@ -345,7 +434,7 @@ async fn statements(
     tx: &mut Tx,
     orders: &[NewOrder],
     locks: &Locks,
-) -> anyhow::Result<Option<Vec<Outcome>>> {
+) -> anyhow::Result<Ended> {
     let mut outcomes: Vec<Option<Outcome>> = vec![None; orders.len()];
 
     // Fencing first, as in the purchase: a newer holder's token means this
@@ -419,8 +508,12 @@ async fn statements(
     }
     for (voucher, units) in units {
         if !store::take_stock_units(tx, voucher, units).await? {
-            return Ok(None);
+            return Ok(Ended::NoStock);
         }
+    }
+    let resold = counted_again(seckill, &new).await?;
+    if !resold.is_empty() {
+        return Ok(Ended::Resold(resold));
     }
 
     // A holder that learnt it lost a lock rolls the whole batch back.
@@ -439,7 +532,7 @@ async fn statements(
             anyhow::Error::new(lost).context("a user's lock was lost; batch rolled back")
         })?;
 
-    Ok(Some(
+    Ok(Ended::Committed(
         outcomes
             .into_iter()
             .map(|outcome| outcome.unwrap_or(Outcome::Written))
@@ -477,6 +570,11 @@ async fn acknowledge(
                 let reason = format!("order id {} belongs to another order", order.id);
                 dead_letter(stream, entry, "id_taken", &reason).await?;
             }
+            Outcome::Resold => {
+                let reason = "admitted before Redis lost the sale; its unit or its buyer's \
+                              turn went to a buyer admitted after the reload";
+                dead_letter(stream, entry, "resold", reason).await?;
+            }
             _ => {}
         }
     }
@@ -510,7 +608,7 @@ fn report(entry: &Entry, order: &NewOrder, outcome: Outcome) {
         .inc();
     let (order_id, user_id, voucher_id) = (order.id, order.user_id, order.voucher_id);
     match outcome {
-        Outcome::Written | Outcome::IdTaken => {}
+        Outcome::Written | Outcome::IdTaken | Outcome::Resold => {}
         Outcome::AlreadyWritten => tracing::info!(
             %order_id, entry = %entry.id,
             "order already written (a redelivery): acknowledged, not written again"

@@ -155,7 +155,7 @@ impl Inner {
                 next_claim = Instant::now() + claim_every;
                 self.claim_round(&stopped).await
             } else {
-                self.read_round(block).await
+                self.read_round(block, &stopped).await
             };
             match round {
                 Ok(()) => failures_in_a_row = 0,
@@ -182,13 +182,17 @@ impl Inner {
     }
 
     /// New entries, settled as one batch.
-    async fn read_round(self: &Arc<Self>, block: Duration) -> anyhow::Result<()> {
+    async fn read_round(
+        self: &Arc<Self>,
+        block: Duration,
+        stopped: &watch::Receiver<bool>,
+    ) -> anyhow::Result<()> {
         let entries = self
             .stream
             .read(self.batch, block)
             .await
             .context("XREADGROUP")?;
-        self.settle(entries).await
+        self.settle(entries, stopped).await
     }
 
     /// Every entry pending too long, a page (one batch) at a time, then the
@@ -217,7 +221,7 @@ impl Inner {
                     entries = claimed.entries.len(),
                     "claimed entries pending too long"
                 );
-                self.settle(claimed.entries).await?;
+                self.settle(claimed.entries, stopped).await?;
             }
             if claimed.next == "0-0" || *stopped.borrow() {
                 break;
@@ -239,19 +243,54 @@ impl Inner {
     }
 
     /// Settles `entries` in a task of its own and waits for it: whatever
-    /// happens to this future, the batch ends as a whole.
-    async fn settle(self: &Arc<Self>, entries: Vec<Entry>) -> anyhow::Result<()> {
+    /// happens to this future, the batch ends as a whole. A batch that
+    /// fails for a reason not its orders' own (MySQL or Redis failing, a
+    /// lock lost) is tried again from memory, backing off, until it is
+    /// settled or the consumer is stopped: Redis may have lost its entries
+    /// (restarted empty), and then nothing else would ever write them. For
+    /// the same reason, entries the batch left pending (a user's lock busy)
+    /// whose orders Redis no longer holds are tried again from memory.
+    async fn settle(
+        self: &Arc<Self>,
+        mut entries: Vec<Entry>,
+        stopped: &watch::Receiver<bool>,
+    ) -> anyhow::Result<()> {
         if entries.is_empty() {
             return Ok(());
         }
-        let inner = self.clone();
-        let batch = tokio::spawn(
-            async move {
-                batch::settle(&inner.seckill, &inner.stream, entries, inner.max_deliveries).await
+        let mut stopped = stopped.clone();
+        let mut failures_in_a_row = 0;
+        loop {
+            let (inner, batch) = (self.clone(), entries.clone());
+            let batch = tokio::spawn(
+                async move {
+                    batch::settle(&inner.seckill, &inner.stream, batch, inner.max_deliveries).await
+                }
+                .in_current_span(),
+            );
+            let error = match batch.await.context("the batch task failed")? {
+                Ok(waiting) => {
+                    // Entries left for a claim to retry: unless Redis lost
+                    // them meanwhile, and no claim ever will.
+                    let orders: Vec<_> = waiting.iter().filter_map(|e| e.order().ok()).collect();
+                    let lost = self.seckill.sale_state.not_pending(&orders).await?;
+                    if lost.is_empty() {
+                        return Ok(());
+                    }
+                    entries.retain(|entry| entry.order().is_ok_and(|order| lost.contains(&order)));
+                    anyhow::anyhow!("{} order(s) Redis lost are still to be written", lost.len())
+                }
+                Err(error) if Blame::of(&error) == Blame::Surroundings => error,
+                Err(error) => return Err(error),
+            };
+            failures_in_a_row += 1;
+            metrics::STREAM_ROUND_FAILURES.inc();
+            tracing::warn!(error = ?error, failures_in_a_row,
+                "batch not written; trying its entries again");
+            if self.recover(&error, failures_in_a_row, &mut stopped).await {
+                return Err(error);
             }
-            .in_current_span(),
-        );
-        batch.await.context("the batch task failed")?
+        }
     }
 
     /// After the `failures_in_a_row`th failed round: waits (longer after

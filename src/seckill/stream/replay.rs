@@ -75,6 +75,10 @@ pub async fn replay(seckill: &Seckill, letter: &DeadLetter) -> anyhow::Result<Re
             "order id {} belongs to another order in MySQL",
             order.id
         )),
+        Outcome::Resold => Replay::Refused(
+            "its unit or its buyer's turn went to a buyer admitted after Redis lost the sale"
+                .to_owned(),
+        ),
         Outcome::Deferred(why) if why == super::batch::NO_STOCK_IN_MYSQL => {
             Replay::Refused(format!("voucher {}: {why}", order.voucher_id))
         }
