@@ -162,7 +162,7 @@ impl Seckill {
             // empty, or the node that created it could not store it. The
             // load is set-if-absent from MySQL (this task's or a concurrent
             // one's), so asking once more is safe.
-            self.sale_state.reload_lost(voucher_id).await?;
+            self.sale_state.load(voucher_id).await?;
             admission = admit(sale.token()).await?;
         }
         metrics::ADMISSIONS

@@ -127,34 +127,21 @@ impl SaleState {
     /// Loads one voucher's sale from MySQL unless Redis has this very sale
     /// (same sale token); `true` when this call loaded it, or replaced an
     /// earlier voucher's sale under the same id (logged and counted),
-    /// `false` when it was there or MySQL has no such seckill voucher. The
-    /// sale admits at once: a voucher just created, a node starting, a sale
-    /// of a reused id.
+    /// `false` when it was there or MySQL has no such seckill voucher.
+    ///
+    /// A sale loaded before (Redis lost it) may have orders admitted before
+    /// the loss still in writers' hands: it admits nobody for the backend
+    /// timeout, the longest such a writer takes to reach the voucher's
+    /// stock row and count its orders again (`lua/seckill_readmit.lua`), so
+    /// that no unit they hold goes to a later buyer. A sale loaded for the
+    /// first time admits at once.
     ///
     /// Gives up (503) after the backend timeout, the wait for another
     /// load of the same voucher included: a frozen MySQL must not hold the
     /// purchases waiting on it for ever.
     pub async fn load(&self, voucher_id: VoucherId) -> Result<bool, Error> {
-        self.load_within_deadline(voucher_id, false).await
-    }
-
-    /// [`SaleState::load`] for a sale a purchase found missing: Redis lost
-    /// it, maybe with orders still in writers' hands, admitted before the
-    /// loss. The sale admits nobody for the backend timeout, the longest
-    /// such a writer takes to reach the voucher's stock row and count its
-    /// orders again (`lua/seckill_readmit.lua`), so that no unit they hold
-    /// goes to a later buyer.
-    pub async fn reload_lost(&self, voucher_id: VoucherId) -> Result<bool, Error> {
-        self.load_within_deadline(voucher_id, true).await
-    }
-
-    async fn load_within_deadline(
-        &self,
-        voucher_id: VoucherId,
-        reopening: bool,
-    ) -> Result<bool, Error> {
         let deadline = self.store.backend_timeout();
-        tokio::time::timeout(deadline, self.load_now(voucher_id, reopening))
+        tokio::time::timeout(deadline, self.load_now(voucher_id))
             .await
             .map_err(|_| {
                 Error::Unavailable(anyhow::anyhow!(
@@ -163,7 +150,7 @@ impl SaleState {
             })?
     }
 
-    async fn load_now(&self, voucher_id: VoucherId, reopening: bool) -> Result<bool, Error> {
+    async fn load_now(&self, voucher_id: VoucherId) -> Result<bool, Error> {
         let voucher_loads = self
             .loading
             .lock()
@@ -183,10 +170,8 @@ impl SaleState {
         let Some((tx, sale)) = self.store.lock_sale(voucher_id).await? else {
             return Ok(false);
         };
-        // Stored while the stock row is held: see `Store::lock_sale`. A sale
-        // Redis lost opens once writers holding orders admitted before the
-        // loss have had time to count them again; a new voucher has none.
-        let opens_in = if reopening {
+        // Stored while the stock row is held: see `Store::lock_sale`.
+        let opens_in = if sale.loaded_before {
             self.store.backend_timeout()
         } else {
             Duration::ZERO

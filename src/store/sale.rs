@@ -19,6 +19,9 @@ pub struct SaleSnapshot {
     pub buyers: Vec<UserId>,
     /// The voucher's sale token (`tb_seckill_voucher.sale_token`).
     pub token: u64,
+    /// Whether the sale was loaded into Redis before: loading it again
+    /// means Redis lost it.
+    pub loaded_before: bool,
 }
 
 impl SaleSnapshot {
@@ -46,6 +49,8 @@ impl Store {
     /// counted here, and a writer that commits afterwards finds the sale
     /// stored, and counts its orders in it (`lua/seckill_readmit.lua`).
     ///
+    /// The sale is marked as loaded (committed with the caller's end).
+    ///
     /// Orders and buyers are read after the row lock is taken, in one
     /// snapshot (InnoDB's repeatable read, set at the first plain read), so
     /// `initial` computed from them is the true initial stock.
@@ -54,17 +59,24 @@ impl Store {
         voucher_id: VoucherId,
     ) -> Result<Option<(Tx, SaleSnapshot)>, sqlx::Error> {
         let mut tx = self.begin().await?;
-        let sale: Option<(i32, NaiveDateTime, NaiveDateTime, u64)> = sqlx::query_as(
-            "SELECT stock, CAST(begin_time AS DATETIME), CAST(end_time AS DATETIME), sale_token \
+        let sale: Option<(i32, NaiveDateTime, NaiveDateTime, u64, bool)> = sqlx::query_as(
+            "SELECT stock, CAST(begin_time AS DATETIME), CAST(end_time AS DATETIME), sale_token, \
+                    sale_loaded \
              FROM tb_seckill_voucher WHERE voucher_id = ? FOR UPDATE",
         )
         .bind(voucher_id)
         .fetch_optional(&mut *tx)
         .await?;
-        let Some((stock, begin_time, end_time, token)) = sale else {
+        let Some((stock, begin_time, end_time, token, loaded_before)) = sale else {
             tx.rollback().await?;
             return Ok(None);
         };
+        if !loaded_before {
+            sqlx::query("UPDATE tb_seckill_voucher SET sale_loaded = 1 WHERE voucher_id = ?")
+                .bind(voucher_id)
+                .execute(&mut *tx)
+                .await?;
+        }
         let orders: i64 = sqlx::query_scalar(
             "SELECT CAST(COUNT(*) AS SIGNED) FROM tb_voucher_order WHERE voucher_id = ?",
         )
@@ -84,6 +96,7 @@ impl Store {
             end_time,
             buyers,
             token,
+            loaded_before,
         };
         Ok(Some((tx, sale)))
     }

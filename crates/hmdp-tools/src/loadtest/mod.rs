@@ -174,6 +174,21 @@ pub struct Measured {
     pub outcomes: BTreeMap<String, u64>,
     /// Answers by the node named in `x-served-by` (`-` when none answered).
     pub served_by: BTreeMap<String, u64>,
+    /// Every success answer: who was told which order, by which node, when.
+    pub told: Vec<Told>,
+}
+
+/// A success answer: what a buyer was told. A run is judged by these, the
+/// way Jepsen judges one: each must end as exactly that order in MySQL.
+#[derive(Debug, Clone)]
+pub struct Told {
+    /// The buyer: an index into the plan's tokens.
+    pub user: usize,
+    pub order_id: i64,
+    /// The node named in `x-served-by`.
+    pub node: String,
+    /// When the answer was read.
+    pub at: Instant,
 }
 
 /// What one purchase request came back with.
@@ -181,6 +196,9 @@ struct Shot {
     latency: Duration,
     outcome: String,
     node: String,
+    /// The order id of a success answer.
+    order_id: Option<i64>,
+    answered_at: Instant,
 }
 
 /// The parts of hmdp's `Result` body the outcome needs.
@@ -189,6 +207,8 @@ struct ResultBody {
     success: bool,
     #[serde(rename = "errorCode")]
     error_code: Option<String>,
+    /// The order id (as a string) of a purchase's success answer.
+    data: Option<serde_json::Value>,
 }
 
 /// Runs the plan: every user's purchases fire together once enough of the
@@ -204,14 +224,14 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Measured> {
     let burst = plan.per_user.min(plan.concurrency.max(1)) as u32;
     let started = Instant::now();
     let mut users = JoinSet::new();
-    for token in &plan.tokens {
+    for (user, token) in plan.tokens.iter().enumerate() {
         let token = HeaderValue::from_str(token)
             .with_context(|| format!("token {token:?} is not a header value"))?;
         let (lanes, per_user, bar) = (lanes.clone(), plan.per_user, plan.progress.clone());
         users.spawn(async move {
             let _permits = lanes.reserve(burst).await;
             let shots = (0..per_user).map(|_| shoot(&lanes, &token, &bar));
-            join_all(shots).await
+            (user, join_all(shots).await)
         });
     }
 
@@ -220,10 +240,20 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Measured> {
     let mut outcomes = BTreeMap::new();
     let mut served_by = BTreeMap::new();
     let mut requests = 0;
-    while let Some(shots) = users.join_next().await {
-        for shot in shots.expect("a user task does not panic") {
+    let mut told = Vec::new();
+    while let Some(joined) = users.join_next().await {
+        let (user, shots) = joined.expect("a user task does not panic");
+        for shot in shots {
             requests += 1;
             latency_us.saturating_record(shot.latency.as_micros().max(1) as u64);
+            if let Some(order_id) = shot.order_id {
+                told.push(Told {
+                    user,
+                    order_id,
+                    node: shot.node.clone(),
+                    at: shot.answered_at,
+                });
+            }
             *outcomes.entry(shot.outcome).or_insert(0) += 1;
             *served_by.entry(shot.node).or_insert(0) += 1;
         }
@@ -235,6 +265,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Measured> {
         latency_us,
         outcomes,
         served_by,
+        told,
     })
 }
 
@@ -243,10 +274,22 @@ async fn shoot(lanes: &Lanes, token: &HeaderValue, bar: &ProgressBar) -> Shot {
     let answer = lanes.post(token).await;
     let latency = started.elapsed();
     bar.inc(1);
+    let answered_at = Instant::now();
+    let mut order_id = None;
     let (outcome, node) = match answer {
         Ok(answer) => {
             let outcome = match serde_json::from_slice::<ResultBody>(&answer.body) {
-                Ok(ResultBody { success: true, .. }) => "OK".to_owned(),
+                Ok(ResultBody {
+                    success: true,
+                    data,
+                    ..
+                }) => {
+                    order_id = data.as_ref().and_then(|data| match data {
+                        serde_json::Value::String(id) => id.parse().ok(),
+                        other => other.as_i64(),
+                    });
+                    "OK".to_owned()
+                }
                 Ok(ResultBody {
                     error_code: Some(code),
                     ..
@@ -264,6 +307,8 @@ async fn shoot(lanes: &Lanes, token: &HeaderValue, bar: &ProgressBar) -> Shot {
         latency,
         outcome,
         node,
+        order_id,
+        answered_at,
     }
 }
 

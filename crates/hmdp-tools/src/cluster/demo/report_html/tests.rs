@@ -85,6 +85,8 @@ fn ran(figures: Figures) -> ModeRun {
             ("node2".to_owned(), requests - figures.node1),
         ]
         .into(),
+        // The page draws counts; who was told which order is the soak's.
+        told: Vec::new(),
     };
     let mut report = Report::new(&plan, &measured);
     report.add_audit(
