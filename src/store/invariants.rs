@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::Store;
-use crate::ids::{UserId, VoucherId};
+use crate::ids::{OrderId, UserId, VoucherId};
 
 /// What a voucher's sale left behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -102,6 +102,15 @@ impl Store {
         .bind(voucher_id)
         .fetch_all(&self.pool)
         .await
+    }
+
+    /// The ids of every order of the voucher: what a run's success answers
+    /// are checked against.
+    pub async fn order_ids_of(&self, voucher_id: VoucherId) -> Result<Vec<OrderId>, sqlx::Error> {
+        sqlx::query_scalar("SELECT id FROM tb_voucher_order WHERE voucher_id = ?")
+            .bind(voucher_id)
+            .fetch_all(&self.pool)
+            .await
     }
 }
 

@@ -1,11 +1,18 @@
 //! `hmdp soak`: the two-node cluster under mixed load for minutes on end,
-//! with a fault every interval — a node SIGKILLed and restarted, or Redis
-//! killed and restarted empty — and the invariants verified for every sale.
+//! with a fault every interval — a node SIGKILLed and restarted, Redis
+//! killed and restarted (empty, or from its AOF), the voucher's stock row
+//! held by another MySQL session for longer than the stream's claim time —
+//! and every sale judged by what its buyers were told: each success
+//! answer's order in MySQL exactly once after the drain, nobody told
+//! success twice, no user with two orders, no unit sold twice. Orders that
+//! Redis's persistence setting lost (admitted before a restart, never
+//! written) are counted apart, and must be none with `appendfsync always`;
+//! so are the orders a SIGKILLed `queue` node took with it.
 //!
 //! Redis is a private `redis-server` of the soak's own, so that restarting
 //! it disturbs nothing else on the machine.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,11 +24,12 @@ use tokio::sync::Mutex;
 
 use super::{node_flags, until_signal};
 use super::{Cluster, ClusterSpec, Sandbox, NODE_IDS};
-use crate::loadtest::{self, tokens::Login, Plan};
+use crate::loadtest::{self, tokens::Login, Plan, Told};
 use hmdp::config::{DatabaseSettings, RedisSettings, SeckillMode};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
-use hmdp::store::{Store, VoucherAudit};
+use hmdp::seckill::SaleState;
+use hmdp::store::Store;
 use hmdp_test_support::RedisServer;
 
 /// `hmdp soak`.
@@ -66,16 +74,44 @@ pub struct SoakSettings {
     #[arg(long, default_value_t = 5)]
     pub chaos_hold_ms: u64,
 
+    /// How purchases are placed (`sync`, `queue`, `stream`).
+    #[arg(long, value_enum, default_value_t = SeckillMode::Sync)]
+    pub seckill: SeckillMode,
+
+    /// Run Redis with an append-only file synced this often (`always`,
+    /// `everysec`), so that a restart reloads it; without it, Redis
+    /// restarts empty.
+    #[arg(long, value_parser = ["always", "everysec"])]
+    pub redis_appendfsync: Option<String>,
+
+    /// How long a MySQL stall holds the current voucher's stock row, in
+    /// seconds: longer than the stream's claim time (2 s in the soak).
+    #[arg(long, default_value_t = 8)]
+    pub stall_secs: u64,
+
+    /// After the load: how long to wait for every admitted order to reach
+    /// MySQL before judging.
+    #[arg(long, default_value_t = 120)]
+    pub drain_timeout_secs: u64,
+
     /// MySQL server (the soak creates and drops its own database on it; it
     /// runs a Redis server of its own, to restart it).
     #[command(flatten)]
     pub database: DatabaseSettings,
 }
 
+/// One sale: its voucher, and what its buyers were told.
+struct Sale {
+    voucher: i64,
+    told: Vec<Told>,
+}
+
 /// Everything the load side saw, summed over the sales.
 #[derive(Default)]
 struct Tally {
-    sales: Vec<(i64, VoucherAudit)>,
+    sales: Vec<Sale>,
+    /// The sale running now: the one a MySQL stall holds.
+    current: Option<i64>,
     requests: u64,
     outcomes: BTreeMap<String, u64>,
     served_by: BTreeMap<String, u64>,
@@ -86,7 +122,12 @@ struct Tally {
 
 pub async fn run(settings: SoakSettings) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find the hmdp executable")?;
-    let redis = RedisServer::start().await?;
+    let redis = match &settings.redis_appendfsync {
+        Some(every) => {
+            RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", every]).await?
+        }
+        None => RedisServer::start().await?,
+    };
     let sandbox = Sandbox::create(
         &settings.database.url,
         &RedisSettings::at(redis.url()),
@@ -110,9 +151,12 @@ async fn soak(
     sandbox: &Sandbox,
     mut redis: RedisServer,
 ) -> anyhow::Result<()> {
-    let mut flags = node_flags(settings.lock, SeckillMode::Sync, settings.chaos_hold_ms);
+    let mut flags = node_flags(settings.lock, settings.seckill, settings.chaos_hold_ms);
     // Every round logs its users in again: Redis restarts drop the sessions.
     flags.push("--code-interval-secs=0".into());
+    // A stall outlasts the claim time and the delivery limit many times.
+    flags.push("--stream-claim-idle-ms=2000".into());
+    flags.push("--stream-max-deliveries=3".into());
     if settings.fencing {
         flags.push("--fencing".into());
     }
@@ -121,8 +165,9 @@ async fn soak(
     let started = Instant::now();
     let until = started + Duration::from_secs(settings.minutes * 60);
     eprintln!(
-        "soak: {} min, a fault every {} s, lock {}{}, database {}",
+        "soak: {} min, --seckill {}, a fault every {} s, lock {}{}, database {}",
         settings.minutes,
+        settings.seckill,
         settings.fault_every_secs,
         settings.lock,
         if settings.fencing {
@@ -143,39 +188,191 @@ async fn soak(
     let load = tokio::spawn(load_loop(
         settings.clone(),
         front_door,
-        sandbox.store(4)?,
         until,
         tally.clone(),
     ));
 
-    let mut faults = Vec::new();
+    let mut faults = Faults::default();
     let every = Duration::from_secs(settings.fault_every_secs.max(1));
     let mut next = started + every;
+    let stall = Duration::from_secs(settings.stall_secs);
     while next + Duration::from_secs(5) < until {
         tokio::time::sleep_until(next.into()).await;
         let at = started.elapsed().as_secs();
-        let fault = match faults.len() % 3 {
-            // Two node kills for every Redis restart: node 1, Redis, node 2.
-            0 | 2 => {
-                let index = if faults.len() % 3 == 0 { 0 } else { 1 };
+        let fault = match faults.log.len() % 4 {
+            // node 1, Redis, a MySQL stall, node 2.
+            kill @ (0 | 3) => {
+                let index = usize::from(kill == 3);
                 cluster.kill_node(index).await;
+                faults.node_kills.push((NODE_IDS[index].to_owned(), Instant::now()));
                 tokio::time::sleep(Duration::from_secs(3)).await;
                 cluster.start_node(index, &flags).await?;
                 format!("t={at}s SIGKILL {} (restarted 3 s later)", NODE_IDS[index])
             }
-            _ => {
+            1 => {
                 redis.restart().await?;
-                format!("t={at}s Redis killed and restarted empty")
+                faults.redis_restarts.push(Instant::now());
+                match &settings.redis_appendfsync {
+                    Some(every) => format!("t={at}s Redis killed, restarted from its AOF ({every})"),
+                    None => format!("t={at}s Redis killed and restarted empty"),
+                }
+            }
+            _ => {
+                let voucher = tally.lock().await.current;
+                match voucher {
+                    Some(voucher) => {
+                        hold_stock_row(&sandbox.database.url, voucher, stall).await?;
+                        format!("t={at}s voucher {voucher}'s stock row held by another session for {stall:?}")
+                    }
+                    None => format!("t={at}s no sale running: no MySQL stall"),
+                }
             }
         };
         eprintln!("soak: {fault}");
-        faults.push(fault);
+        faults.log.push(fault);
         next += every;
     }
     load.await.context("the load loop panicked")??;
 
+    let drain = Duration::from_secs(settings.drain_timeout_secs);
+    let drained = drain_all(sandbox, drain).await?;
     let tally = tally.lock().await;
-    report(settings, &tally, &faults, started.elapsed())
+    let store = sandbox.store(2)?;
+    let verdict = judge(settings, &store, &tally, &faults).await?;
+    report(settings, &tally, &faults, &verdict, drained, started.elapsed())
+}
+
+/// The faults injected, and when the ones that can lose orders happened.
+#[derive(Default)]
+struct Faults {
+    log: Vec<String>,
+    /// `(node id, when)` of each SIGKILL.
+    node_kills: Vec<(String, Instant)>,
+    redis_restarts: Vec<Instant>,
+}
+
+/// Holds `voucher`'s stock row `FOR UPDATE` from a session of its own for
+/// `how_long`, as a report, a backup or an admin's open transaction would:
+/// MySQL answers, and every write of the voucher waits, then times out.
+async fn hold_stock_row(database_url: &str, voucher: i64, how_long: Duration) -> anyhow::Result<()> {
+    use sqlx::{Connection, MySqlConnection};
+    let mut session = MySqlConnection::connect(database_url).await?;
+    let mut tx = session.begin().await?;
+    sqlx::query("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ? FOR UPDATE")
+        .bind(voucher)
+        .execute(&mut *tx)
+        .await?;
+    tokio::time::sleep(how_long).await;
+    tx.rollback().await?;
+    Ok(())
+}
+
+/// Waits until no admitted order is left on its way to MySQL (the pending
+/// hash and the order stream empty), or `deadline`; `Some(took)` once drained.
+async fn drain_all(sandbox: &Sandbox, deadline: Duration) -> anyhow::Result<Option<Duration>> {
+    let redis = hmdp::startup::connect_redis(&sandbox.redis.redis_url, Duration::from_secs(2))?;
+    let sale_state = SaleState::new(
+        redis,
+        Keys::new(sandbox.redis.prefix.clone()),
+        sandbox.store(1)?,
+    );
+    let started = Instant::now();
+    while started.elapsed() < deadline {
+        if let Ok((0, 0)) = sale_state.orders_on_their_way().await {
+            return Ok(Some(started.elapsed()));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(None)
+}
+
+/// What the sales came to, judged by what their buyers were told.
+#[derive(Default)]
+struct Verdict {
+    told: usize,
+    orders: i64,
+    /// Success answers whose order is not in MySQL, admitted before a
+    /// Redis restart that lost them (no AOF, or AOF not synced).
+    lost_by_persistence: usize,
+    /// `queue`: success answers whose order was queued in a node that was
+    /// SIGKILLed after answering.
+    lost_with_a_node: usize,
+    /// Success answers whose order is not in MySQL, and nothing explains it.
+    lost: Vec<String>,
+    /// Users told success for two different orders of one voucher.
+    told_twice: Vec<String>,
+    /// MySQL's own invariants broken: oversold, stock not balancing, a user
+    /// with two orders.
+    mysql_broken: Vec<String>,
+}
+
+impl Verdict {
+    fn kept(&self, settings: &SoakSettings) -> bool {
+        let persistence_allowed = settings.redis_appendfsync.as_deref() != Some("always");
+        self.lost.is_empty()
+            && self.told_twice.is_empty()
+            && self.mysql_broken.is_empty()
+            && (persistence_allowed || self.lost_by_persistence == 0)
+            && (settings.seckill == SeckillMode::Queue || self.lost_with_a_node == 0)
+    }
+}
+
+/// Judges every sale: each success answer against MySQL, then MySQL's own
+/// invariants.
+async fn judge(
+    settings: &SoakSettings,
+    store: &Store,
+    tally: &Tally,
+    faults: &Faults,
+) -> anyhow::Result<Verdict> {
+    let initial = i64::from(settings.stock);
+    let mut verdict = Verdict::default();
+    for sale in &tally.sales {
+        let voucher = VoucherId::new(sale.voucher);
+        let audit = store.audit_voucher(voucher).await?;
+        verdict.orders += audit.orders;
+        verdict.told += sale.told.len();
+        for broken in audit.violations(initial, true) {
+            verdict
+                .mysql_broken
+                .push(format!("voucher {}: {broken}", sale.voucher));
+        }
+        let written: BTreeSet<i64> = store
+            .order_ids_of(voucher)
+            .await?
+            .into_iter()
+            .map(|id| id.get())
+            .collect();
+        let mut by_user: BTreeMap<usize, BTreeSet<i64>> = BTreeMap::new();
+        for told in &sale.told {
+            by_user.entry(told.user).or_default().insert(told.order_id);
+            if written.contains(&told.order_id) {
+                continue;
+            }
+            let redis_lost_it = faults.redis_restarts.iter().any(|at| *at > told.at);
+            let node_took_it = faults
+                .node_kills
+                .iter()
+                .any(|(node, at)| *node == told.node && *at > told.at);
+            if redis_lost_it {
+                verdict.lost_by_persistence += 1;
+            } else if settings.seckill == SeckillMode::Queue && node_took_it {
+                verdict.lost_with_a_node += 1;
+            } else {
+                verdict.lost.push(format!(
+                    "voucher {}: order {} told to user #{} by {} is not in MySQL",
+                    sale.voucher, told.order_id, told.user, told.node
+                ));
+            }
+        }
+        for (user, ids) in by_user.iter().filter(|(_, ids)| ids.len() > 1) {
+            verdict.told_twice.push(format!(
+                "voucher {}: user #{user} told success for orders {ids:?}",
+                sale.voucher
+            ));
+        }
+    }
+    Ok(verdict)
 }
 
 /// How the load side reaches the cluster: as a user and an admin would,
@@ -192,7 +389,6 @@ struct FrontDoor {
 async fn load_loop(
     settings: SoakSettings,
     door: FrontDoor,
-    store: Store,
     until: Instant,
     tally: Arc<Mutex<Tally>>,
 ) -> anyhow::Result<()> {
@@ -206,6 +402,7 @@ async fn load_loop(
             let voucher =
                 loadtest::create_voucher(&client, &target, &door.admin_token, settings.stock)
                     .await?;
+            tally.lock().await.current = Some(voucher);
             let plan = Plan {
                 target: target.clone(),
                 voucher,
@@ -219,9 +416,7 @@ async fn load_loop(
         };
         match round.await {
             Ok((voucher, measured)) => {
-                let audit = store.audit_voucher(VoucherId::new(voucher)).await?;
                 let mut tally = tally.lock().await;
-                tally.sales.push((voucher, audit));
                 tally.requests += measured.requests;
                 for (outcome, count) in measured.outcomes {
                     *tally.outcomes.entry(outcome).or_default() += count;
@@ -229,6 +424,10 @@ async fn load_loop(
                 for (node, count) in measured.served_by {
                     *tally.served_by.entry(node).or_default() += count;
                 }
+                tally.sales.push(Sale {
+                    voucher,
+                    told: measured.told,
+                });
             }
             Err(error) => {
                 tally.lock().await.failed_rounds.push(format!("{error:#}"));
@@ -239,58 +438,76 @@ async fn load_loop(
     Ok(())
 }
 
-/// Prints the summary; fails when any sale broke an invariant.
+/// Prints the summary table; fails when the promise broke.
 fn report(
     settings: &SoakSettings,
     tally: &Tally,
-    faults: &[String],
+    faults: &Faults,
+    verdict: &Verdict,
+    drained: Option<Duration>,
     elapsed: Duration,
 ) -> anyhow::Result<()> {
-    let initial = i64::from(settings.stock);
-    let broken: Vec<String> = tally
-        .sales
-        .iter()
-        .filter(|(_, audit)| {
-            !audit.stock_balances(initial)
-                || audit.oversold(initial) > 0
-                || audit.duplicate_users > 0
-        })
-        .map(|(voucher, audit)| format!("voucher {voucher}: {audit:?}"))
-        .collect();
-    let orders: i64 = tally.sales.iter().map(|(_, audit)| audit.orders).sum();
+    let persistence = match &settings.redis_appendfsync {
+        Some(every) => format!("AOF, appendfsync {every}"),
+        None => "no persistence".to_owned(),
+    };
     println!();
     println!(
-        "soak: {:.1} min, {} sales, {} requests, {} orders, {} faults, {} rounds failed during faults",
+        "soak: --seckill {}, {:.1} min, Redis {persistence}, lock {}",
+        settings.seckill,
         elapsed.as_secs_f64() / 60.0,
-        tally.sales.len(),
-        tally.requests,
-        orders,
-        faults.len(),
-        tally.failed_rounds.len()
+        settings.lock
     );
-    for fault in faults {
-        println!("  fault {fault}");
+    println!("  faults                  {}", faults.log.len());
+    for fault in &faults.log {
+        println!("    {fault}");
     }
-    println!("  outcomes {:?}", tally.outcomes);
-    println!("  served by {:?}", tally.served_by);
+    println!("  sales                   {}", tally.sales.len());
+    println!("  requests                {}", tally.requests);
+    println!("  success answers         {}", verdict.told);
+    println!("  orders in MySQL         {}", verdict.orders);
+    match drained {
+        Some(took) => println!("  drained                 {:.1} s after the load", took.as_secs_f64()),
+        None => println!(
+            "  drained                 NO: orders still on their way after {} s",
+            settings.drain_timeout_secs
+        ),
+    }
+    println!("  lost by persistence     {}", verdict.lost_by_persistence);
+    if settings.seckill == SeckillMode::Queue {
+        println!("  lost with a killed node {}", verdict.lost_with_a_node);
+    }
+    println!("  lost otherwise          {}", verdict.lost.len());
+    println!("  told success twice      {}", verdict.told_twice.len());
+    println!("  MySQL broken            {}", verdict.mysql_broken.len());
+    println!("  rounds failed in faults {}", tally.failed_rounds.len());
+    println!("  outcomes                {:?}", tally.outcomes);
+    println!("  served by               {:?}", tally.served_by);
     if tally.sales.is_empty() {
         bail!("no sale completed");
     }
-    if !broken.is_empty() {
-        println!(
-            "verdict: BROKEN in {} of {} sales",
-            broken.len(),
-            tally.sales.len()
-        );
-        for line in &broken {
-            println!("  {line}");
-        }
-        bail!("invariants broken");
+    for line in verdict
+        .lost
+        .iter()
+        .chain(&verdict.told_twice)
+        .chain(&verdict.mysql_broken)
+        .take(20)
+    {
+        println!("    {line}");
+    }
+    if !verdict.kept(settings) {
+        println!("verdict: BROKEN");
+        bail!("the promise broke: see the table above");
     }
     println!(
-        "verdict: KEPT — in all {} sales one order per user, orders + stock == {}, no oversell",
-        tally.sales.len(),
-        initial
+        "verdict: KEPT — every success answer is one order in MySQL{}, nobody told success \
+         twice, one order per user, no oversell in {} sales",
+        if verdict.lost_by_persistence + verdict.lost_with_a_node > 0 {
+            " (but those lost as counted above)"
+        } else {
+            ""
+        },
+        tally.sales.len()
     );
     Ok(())
 }
