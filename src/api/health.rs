@@ -56,6 +56,7 @@ async fn ready(state: web::Data<AppState>) -> Result<HttpResponse, Error> {
         // that stalls the writes leaves the node ready to admit, with its
         // orders pending and their age growing here.
         ready["orderStream"] = serde_json::json!({
+            "length": metrics::STREAM_LENGTH.get(),
             "pending": metrics::STREAM_PENDING.get(),
             "oldestPendingSeconds": metrics::STREAM_OLDEST_PENDING.get(),
             "failedRounds": metrics::STREAM_ROUND_FAILURES.get(),

@@ -287,6 +287,10 @@ impl Inner {
             metrics::STREAM_ROUND_FAILURES.inc();
             tracing::warn!(error = ?error, failures_in_a_row,
                 "batch not written; trying its entries again");
+            // No claim round runs meanwhile: the lag shows from here.
+            if let Err(gauges) = self.stream.record_gauges().await {
+                tracing::debug!(error = %gauges, "stream gauges not read");
+            }
             if self.recover(&error, failures_in_a_row, &mut stopped).await {
                 return Err(error);
             }
