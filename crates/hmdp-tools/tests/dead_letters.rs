@@ -198,7 +198,7 @@ async fn dead_letters_are_listed_and_replayed_once_or_left_listed_with_the_reaso
         "{out}"
     );
     assert!(
-        out.contains("3 dead letter(s) replayed, 2 left listed"),
+        out.contains("3 dead letter(s) tried: 1 settled, 2 left listed; 2 dead letter(s) in all"),
         "{out}"
     );
     assert_eq!(orders_of(&store, 7).await, [93]);
