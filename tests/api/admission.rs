@@ -16,7 +16,7 @@ use hmdp_test_support::{wait_until, RedisServer};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 
-use crate::helpers::{command_calls, metric, phone, spawn_app, NodeProcess, TestApp};
+use crate::helpers::{buy_at, command_calls, metric, phone, spawn_app, NodeProcess, TestApp};
 
 async fn queue_app(chaos_hold_ms: u64) -> TestApp {
     spawn_app(|s| {
@@ -45,18 +45,6 @@ async fn wait_until_written(app: &TestApp) {
         || async { app.pending_orders().await == 0 },
     )
     .await;
-}
-
-async fn buy_at(address: &str, voucher: i64, token: &str) -> Value {
-    reqwest::Client::new()
-        .post(format!("{address}/voucher-order/seckill/{voucher}"))
-        .header("authorization", token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
 }
 
 /// User ids in ascending order, as [`RedisSale::buyers`] lists them.

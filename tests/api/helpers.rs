@@ -431,6 +431,20 @@ impl NodeProcess {
     }
 }
 
+/// A purchase of `voucher` by `token`'s user at the node at `address`; the
+/// answer's body.
+pub async fn buy_at(address: &str, voucher: i64, token: &str) -> Value {
+    reqwest::Client::new()
+        .post(format!("{address}/voucher-order/seckill/{voucher}"))
+        .header("authorization", token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// Sends a request on a connection of its own and resets that connection
 /// (RST, not FIN: `SO_LINGER` 0) `after` it was sent.
 pub async fn send_then_reset(address: SocketAddr, request: &str, after: Duration) {

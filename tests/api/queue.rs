@@ -4,29 +4,19 @@
 
 use std::time::Duration;
 
+use crate::helpers::{buy_at, NodeProcess, TestApp};
 use futures::future::join_all;
 use hmdp::ids::UserId;
 use hmdp_test_support::wait_until;
-use serde_json::Value;
 
-use crate::helpers::{NodeProcess, TestApp};
-
-/// Buys `voucher` for each token through `node`; the order ids its buyers
-/// were told.
+/// Buys `voucher` for each token through `node`, all at once; the order ids
+/// its buyers were told.
 async fn buy(node: &NodeProcess, voucher: i64, tokens: &[String]) -> Vec<i64> {
-    let client = &reqwest::Client::new();
-    let answers = join_all(tokens.iter().map(|token| async move {
-        let answer: Value = client
-            .post(format!("{}/voucher-order/seckill/{voucher}", node.address))
-            .header("authorization", token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        answer
-    }))
+    let answers = join_all(
+        tokens
+            .iter()
+            .map(|token| buy_at(&node.address, voucher, token)),
+    )
     .await;
     answers
         .iter()

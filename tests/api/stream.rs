@@ -76,6 +76,15 @@ async fn stream_length(app: &TestApp) -> usize {
         .unwrap()
 }
 
+/// Entries in the dead-letter stream.
+async fn dead_letters(app: &TestApp) -> usize {
+    app.redis
+        .clone()
+        .xlen(app.keys().dead_letters())
+        .await
+        .unwrap()
+}
+
 /// The names of the group's consumers; none before a node has created the
 /// stream and the group.
 async fn consumers(app: &TestApp) -> Vec<String> {
@@ -245,8 +254,9 @@ async fn poison_entries_go_to_the_dead_letters_and_do_not_block_the_rest() {
         "two dead letters, nothing pending",
         Duration::from_secs(30),
         || async {
-            let dead: usize = app.redis.clone().xlen(&dead).await.unwrap();
-            dead == 2 && pending(&app).await == 0 && stream_length(&app).await == 0
+            dead_letters(&app).await == 2
+                && pending(&app).await == 0
+                && stream_length(&app).await == 0
         },
     )
     .await;
@@ -449,13 +459,11 @@ async fn an_order_waiting_for_a_busy_lock_is_not_dead_lettered() {
     // Claimed every few hundred milliseconds while the lock is busy: far
     // more deliveries than the limit, and yet it waits, then is written.
     wait_drained(&app, voucher, 1).await;
-    let dead: usize = app
-        .redis
-        .clone()
-        .xlen(app.keys().dead_letters())
-        .await
-        .unwrap();
-    assert_eq!(dead, 0, "no dead letter for an order that only waited");
+    assert_eq!(
+        dead_letters(&app).await,
+        0,
+        "no dead letter for an order that only waited"
+    );
     assert!(metric(&node.address, "hmdp_stream_claimed_total").await > 2.0);
     assert_eq!(app.pending_orders().await, 0);
 }
@@ -485,35 +493,26 @@ async fn a_stock_row_held_by_another_session_delays_orders_and_never_dead_letter
     .await;
     add_orders(&app, voucher, [21, 22, 23]).await;
 
-    // Far more deliveries than the limit while the row stays held (or the
-    // orders given up on: the failure this test exists for).
-    let dead_letters = || async {
-        let dead: usize = app
-            .redis
-            .clone()
-            .xlen(app.keys().dead_letters())
-            .await
-            .unwrap();
-        dead
-    };
+    // Far more failed writes than the delivery limit while the row stays
+    // held (or the orders given up on: the failure this test exists for).
     wait_until(
         "the entries delivered beyond the limit",
         Duration::from_secs(60),
         || async {
             metric(&node.address, "hmdp_stream_round_failures_total").await >= 5.0
-                || dead_letters().await > 0
+                || dead_letters(&app).await > 0
         },
     )
     .await;
     assert_eq!(
-        dead_letters().await,
+        dead_letters(&app).await,
         0,
         "no dead letter for orders that only waited for MySQL"
     );
     holder.rollback().await.unwrap();
 
     wait_drained(&app, voucher, 3).await;
-    assert_eq!(dead_letters().await, 0);
+    assert_eq!(dead_letters(&app).await, 0);
     assert_eq!(app.pending_orders().await, 0);
 }
 
@@ -619,11 +618,5 @@ async fn a_batch_in_flight_when_redis_restarts_is_counted_in_the_reloaded_sale()
     assert_eq!(audit.orders, told.len() as i64, "{audit:?} {told:?}");
     assert!(audit.stock_balances(STOCK), "{audit:?}");
     assert_eq!(audit.duplicate_users, 0);
-    let dead: usize = app
-        .redis
-        .clone()
-        .xlen(app.keys().dead_letters())
-        .await
-        .unwrap();
-    assert_eq!(dead, 0);
+    assert_eq!(dead_letters(&app).await, 0);
 }

@@ -5,38 +5,23 @@
 //! deleted by hand broke; a voucher Redis holds no sale for gets the MySQL
 //! checks only. And `hmdp bench-drain` on the same nodes.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
-use chrono::{Local, TimeDelta, Utc};
+use std::path::PathBuf;
+
+use chrono::{TimeDelta, Utc};
 use hmdp::config::{RedisSettings, SeckillMode};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
-use hmdp::store::{NewSeckillVoucher, NewVoucher};
 use hmdp_lock::LockMode;
 use hmdp_test_support::{mysql_server_url, redis_url};
 use hmdp_tools::cluster::{node_flags, Cluster, ClusterSpec, Sandbox};
 use redis::AsyncCommands;
 
-/// Runs `hmdp` with `args` against the sandbox; returns its exit code and
-/// standard output.
-fn hmdp(sandbox: &Sandbox, args: &[&str]) -> (i32, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_hmdp"))
-        .args(args)
-        .env("DATABASE_URL", &sandbox.database.url)
-        .env("REDIS_URL", &sandbox.redis.redis_url)
-        .env("HMDP_REDIS_PREFIX", &sandbox.redis.prefix)
-        .output()
-        .expect("hmdp runs");
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    let stderr = String::from_utf8(output.stderr).unwrap();
-    (output.status.code().expect("exited"), stdout + &stderr)
-}
+use common::{hmdp, seckill_voucher_in_mysql};
 
 fn audit(sandbox: &Sandbox, voucher: i64) -> (i32, String) {
-    let (code, out) = hmdp(sandbox, &["audit", "--voucher", &voucher.to_string()]);
-    println!("{out}");
-    (code, out)
+    hmdp(sandbox, &["audit", "--voucher", &voucher.to_string()])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -137,27 +122,7 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
     );
 
     // A voucher only MySQL knows (a sync sale): the MySQL checks alone.
-    let now = Local::now().naive_local();
-    let sync_voucher = store
-        .insert_seckill_voucher(
-            &NewVoucher {
-                shop_id: 1,
-                title: "sync".into(),
-                sub_title: None,
-                rules: None,
-                pay_value: 100,
-                actual_value: 200,
-                voucher_type: 1,
-                status: 1,
-            },
-            &NewSeckillVoucher {
-                stock: 5,
-                begin_time: now,
-                end_time: now + TimeDelta::hours(1),
-            },
-        )
-        .await
-        .unwrap();
+    let sync_voucher = seckill_voucher_in_mysql(&store, 5).await;
     let sync_audit = [
         "audit",
         "--voucher",

@@ -2,56 +2,16 @@
 //! consumer's own format: a malformed entry, an order that can be written,
 //! an order whose buyer already holds another, an order written already.
 
-use std::process::Command;
+mod common;
 
-use chrono::{Local, TimeDelta};
 use hmdp::config::RedisSettings;
 use hmdp::keys::Keys;
-use hmdp::store::{NewSeckillVoucher, NewVoucher, Store};
+use hmdp::store::Store;
 use hmdp_test_support::{mysql_server_url, redis_url};
 use hmdp_tools::cluster::Sandbox;
 use redis::AsyncCommands;
 
-/// Runs `hmdp` with `args` against the sandbox; its exit code and output.
-fn hmdp(sandbox: &Sandbox, args: &[&str]) -> (i32, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_hmdp"))
-        .args(args)
-        .env("DATABASE_URL", &sandbox.database.url)
-        .env("REDIS_URL", &sandbox.redis.redis_url)
-        .env("HMDP_REDIS_PREFIX", &sandbox.redis.prefix)
-        .output()
-        .expect("hmdp runs");
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    let stderr = String::from_utf8(output.stderr).unwrap();
-    let out = stdout + &stderr;
-    println!("$ hmdp {}\n{out}", args.join(" "));
-    (output.status.code().expect("exited"), out)
-}
-
-async fn seckill_voucher(store: &Store, stock: i32) -> i64 {
-    let now = Local::now().naive_local();
-    store
-        .insert_seckill_voucher(
-            &NewVoucher {
-                shop_id: 1,
-                title: "dead letters".into(),
-                sub_title: None,
-                rules: None,
-                pay_value: 100,
-                actual_value: 200,
-                voucher_type: 1,
-                status: 1,
-            },
-            &NewSeckillVoucher {
-                stock,
-                begin_time: now,
-                end_time: now + TimeDelta::hours(1),
-            },
-        )
-        .await
-        .unwrap()
-        .get()
-}
+use common::{hmdp, seckill_voucher_in_mysql};
 
 async fn orders_of(store: &Store, user: u64) -> Vec<i64> {
     sqlx::query_scalar("SELECT id FROM tb_voucher_order WHERE user_id = ? ORDER BY id")
@@ -71,7 +31,7 @@ async fn dead_letters_are_listed_and_replayed_once_or_left_listed_with_the_reaso
     .await
     .expect("MySQL is reachable");
     let store = sandbox.store(2).unwrap();
-    let voucher = seckill_voucher(&store, 10).await;
+    let voucher = seckill_voucher_in_mysql(&store, 10).await;
     let voucher_text = voucher.to_string();
     // User 6 holds an order already; so does order 93's user 7.
     for (id, user) in [(90_i64, 6_u64), (93, 7)] {

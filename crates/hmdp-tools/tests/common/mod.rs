@@ -1,0 +1,53 @@
+//! What the command tests share: running `hmdp` against a sandbox, and a
+//! seckill voucher put straight into MySQL (a `sync` sale, or a database
+//! restored behind the nodes' back).
+
+use std::process::Command;
+
+use chrono::{Local, TimeDelta};
+use hmdp::store::{NewSeckillVoucher, NewVoucher, Store};
+use hmdp_tools::cluster::Sandbox;
+
+/// Runs `hmdp` with `args` against the sandbox's database and Redis
+/// prefix; returns its exit code and its output (stdout, then stderr).
+pub fn hmdp(sandbox: &Sandbox, args: &[&str]) -> (i32, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_hmdp"))
+        .args(args)
+        .env("DATABASE_URL", &sandbox.database.url)
+        .env("REDIS_URL", &sandbox.redis.redis_url)
+        .env("HMDP_REDIS_PREFIX", &sandbox.redis.prefix)
+        .output()
+        .expect("hmdp runs");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    let out = stdout + &stderr;
+    println!("$ hmdp {}\n{out}", args.join(" "));
+    (output.status.code().expect("exited"), out)
+}
+
+/// A seckill voucher of `stock` on sale for the next hour, inserted in
+/// MySQL without any node knowing; its id.
+pub async fn seckill_voucher_in_mysql(store: &Store, stock: i32) -> i64 {
+    let now = Local::now().naive_local();
+    store
+        .insert_seckill_voucher(
+            &NewVoucher {
+                shop_id: 1,
+                title: "in MySQL only".into(),
+                sub_title: None,
+                rules: None,
+                pay_value: 100,
+                actual_value: 200,
+                voucher_type: 1,
+                status: 1,
+            },
+            &NewSeckillVoucher {
+                stock,
+                begin_time: now,
+                end_time: now + TimeDelta::hours(1),
+            },
+        )
+        .await
+        .unwrap()
+        .get()
+}
