@@ -399,10 +399,13 @@ async fn judge(
                 .node_kills
                 .iter()
                 .any(|(node, at)| *node == told.node && *at > told.at);
-            if redis_lost_it {
-                verdict.lost_by_persistence += 1;
-            } else if settings.seckill == SeckillMode::Queue && node_took_it {
+            // A `queue` node's orders live in its memory: a kill loses them
+            // whatever Redis keeps. Any other order lives in Redis until
+            // written: only a Redis restart can lose it.
+            if settings.seckill == SeckillMode::Queue && node_took_it {
                 verdict.lost_with_a_node += 1;
+            } else if redis_lost_it {
+                verdict.lost_by_persistence += 1;
             } else {
                 verdict.lost.push(format!(
                     "voucher {}: order {} told to user #{} by {} is not in MySQL",
