@@ -306,6 +306,41 @@ async fn the_tokens_and_loadtest_commands_log_in_fire_verify_and_write_json() {
     for node in NODE_IDS {
         assert!(result["served_by"][node].as_u64().unwrap() > 0, "{result}");
     }
+
+    // A user holding two orders of the voucher (the second written by
+    // hand: no lock here lets one through) fails a verified run of this
+    // synchronous sale, even with the stock balancing.
+    let user: u64 =
+        sqlx::query_scalar("SELECT user_id FROM tb_voucher_order WHERE voucher_id = ? LIMIT 1")
+            .bind(voucher)
+            .fetch_one(test.store.pool())
+            .await
+            .unwrap();
+    // Id 1: far below any id the id worker mints (seconds since 2022 << 32).
+    sqlx::query("INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES (1, ?, ?)")
+        .bind(user)
+        .bind(voucher)
+        .execute(test.store.pool())
+        .await
+        .unwrap();
+    let mut args = common("loadtest");
+    args.extend([
+        format!("--voucher={voucher}"),
+        "--users=30".into(),
+        format!("--tokens={}", tokens.display()),
+        "--verify".into(),
+    ]);
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_hmdp"))
+        .args(&args)
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("1 users hold more than one order (1 extra orders)"),
+        "{stderr}"
+    );
 }
 
 /// A load test started again at once, as anyone does after changing a
