@@ -160,7 +160,13 @@ async fn soak(
     if settings.fencing {
         flags.push("--fencing".into());
     }
-    let spec = ClusterSpec::in_sandbox(exe, sandbox);
+    // The nodes connect as a user of their own, without READ ONLY ADMIN,
+    // so that `read_only` stops their writes as it stops an application's.
+    let node_user = NodeUser::create(&sandbox.database.url).await?;
+    let spec = ClusterSpec {
+        database_url: node_user.url.clone(),
+        ..ClusterSpec::in_sandbox(exe, sandbox)
+    };
     let mut cluster = Cluster::start(spec, &flags).await?;
     let started = Instant::now();
     let until = started + Duration::from_secs(settings.minutes * 60);
@@ -200,10 +206,10 @@ async fn soak(
     while next + Duration::from_secs(5) < until {
         tokio::time::sleep_until(next.into()).await;
         let at = started.elapsed().as_secs();
-        let fault = match faults.log.len() % 4 {
-            // node 1, Redis, a MySQL stall, node 2.
-            kill @ (0 | 3) => {
-                let index = usize::from(kill == 3);
+        let fault = match faults.log.len() % 5 {
+            // node 1, Redis, the stock row held, read_only, node 2.
+            kill @ (0 | 4) => {
+                let index = usize::from(kill == 4);
                 cluster.kill_node(index).await;
                 faults
                     .node_kills
@@ -221,6 +227,12 @@ async fn soak(
                     }
                     None => format!("t={at}s Redis killed and restarted empty"),
                 }
+            }
+            3 => {
+                let read_only = ReadOnly::on(&sandbox.database.url).await?;
+                tokio::time::sleep(stall).await;
+                drop(read_only);
+                format!("t={at}s MySQL read_only for {stall:?} (a failover's old primary)")
             }
             _ => {
                 let voucher = tally.lock().await.current;
@@ -252,6 +264,8 @@ async fn soak(
     let tally = tally.lock().await;
     let store = sandbox.store(2)?;
     let verdict = judge(settings, &store, &tally, &faults).await?;
+    drop(cluster);
+    node_user.drop_user(&sandbox.database.url).await?;
     report(
         settings,
         &tally,
@@ -274,6 +288,103 @@ struct Faults {
     /// `(node id, when)` of each SIGKILL.
     node_kills: Vec<(String, Instant)>,
     redis_restarts: Vec<Instant>,
+}
+
+/// A MySQL user for the nodes, with every privilege on the soak's database
+/// and none on the server: `read_only` applies to it.
+struct NodeUser {
+    name: String,
+    /// The soak's database URL, as this user.
+    url: String,
+}
+
+impl NodeUser {
+    async fn create(database_url: &str) -> anyhow::Result<NodeUser> {
+        use sqlx::{Connection, MySqlConnection};
+        let mut url = url::Url::parse(database_url).context("invalid MySQL URL")?;
+        let database = url.path().trim_start_matches('/').to_owned();
+        let name = format!("soak_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let password = uuid::Uuid::new_v4().simple().to_string();
+        let mut root = MySqlConnection::connect(database_url).await?;
+        for host in ["%", "localhost", "127.0.0.1"] {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "CREATE USER '{name}'@'{host}' IDENTIFIED BY '{password}'; \
+                 GRANT ALL PRIVILEGES ON `{database}`.* TO '{name}'@'{host}'"
+            )))
+            .execute(&mut root)
+            .await
+            .with_context(|| format!("creating the nodes' MySQL user {name}@{host}"))?;
+        }
+        url.set_username(&name)
+            .and_then(|()| url.set_password(Some(&password)))
+            .map_err(|()| anyhow!("cannot put a user in the MySQL URL"))?;
+        Ok(NodeUser {
+            name,
+            url: url.to_string(),
+        })
+    }
+
+    async fn drop_user(&self, database_url: &str) -> anyhow::Result<()> {
+        use sqlx::{Connection, MySqlConnection};
+        let mut root = MySqlConnection::connect(database_url).await?;
+        for host in ["%", "localhost", "127.0.0.1"] {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "DROP USER IF EXISTS '{}'@'{host}'",
+                self.name
+            )))
+            .execute(&mut root)
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+/// MySQL's `read_only` on, as on a primary demoted in a failover: every
+/// write of a user without READ ONLY ADMIN fails (1290). Turned off again
+/// when dropped, whatever ended the fault (an error, Ctrl-C): the server
+/// is the machine's, and must not stay read-only.
+struct ReadOnly {
+    database_url: String,
+}
+
+impl ReadOnly {
+    async fn on(database_url: &str) -> anyhow::Result<ReadOnly> {
+        set_read_only(database_url, true).await?;
+        Ok(ReadOnly {
+            database_url: database_url.to_owned(),
+        })
+    }
+}
+
+impl Drop for ReadOnly {
+    fn drop(&mut self) {
+        let url = self.database_url.clone();
+        // A runtime of its own on a thread of its own: a `Drop` cannot
+        // await, and this one must finish before the soak goes on.
+        let turned_off = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(anyhow::Error::from)
+                .and_then(|runtime| runtime.block_on(set_read_only(&url, false)))
+        })
+        .join();
+        if !matches!(turned_off, Ok(Ok(()))) {
+            eprintln!("soak: could not turn MySQL's read_only off again: SET GLOBAL read_only = OFF by hand");
+        }
+    }
+}
+
+async fn set_read_only(database_url: &str, on: bool) -> anyhow::Result<()> {
+    use sqlx::{Connection, MySqlConnection};
+    let mut root = MySqlConnection::connect(database_url).await?;
+    let statement = if on {
+        "SET GLOBAL read_only = ON"
+    } else {
+        "SET GLOBAL read_only = OFF"
+    };
+    sqlx::raw_sql(statement).execute(&mut root).await?;
+    Ok(())
 }
 
 /// Holds `voucher`'s stock row `FOR UPDATE` from a session of its own for
