@@ -135,9 +135,7 @@ impl Catalog {
         let row = tokio::time::timeout(deadline, self.store.seckill_voucher(voucher_id))
             .await
             .map_err(|_| {
-                Error::Unavailable(anyhow::anyhow!(
-                    "reading voucher {voucher_id} took longer than {deadline:?}"
-                ))
+                super::over_budget(&format!("reading voucher {voucher_id}"), deadline)
             })??;
         let Some(row) = row else {
             self.forget(voucher_id);

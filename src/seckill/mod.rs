@@ -69,7 +69,7 @@ pub enum OrderStatus {
 /// purchase's time is up: a healthy Redis answers within a millisecond.
 const RELEASE_GRACE: Duration = Duration::from_millis(200);
 
-/// A purchase step given up on at the end of its time.
+/// A purchase step (or a read it needs) given up on at the end of its time.
 fn over_budget(step: &str, budget: Duration) -> Error {
     Error::Unavailable(anyhow::anyhow!("{step} took longer than {budget:?}"))
 }

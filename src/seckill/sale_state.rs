@@ -144,9 +144,7 @@ impl SaleState {
         tokio::time::timeout(deadline, self.load_now(voucher_id))
             .await
             .map_err(|_| {
-                Error::Unavailable(anyhow::anyhow!(
-                    "loading voucher {voucher_id}'s sale took longer than {deadline:?}"
-                ))
+                super::over_budget(&format!("loading voucher {voucher_id}'s sale"), deadline)
             })?
     }
 
