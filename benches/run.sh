@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The performance figures of the README, measured side by side in one run and
+# The performance figures of docs/performance.md, measured side by side in one run and
 # compared as ratios (absolute numbers move with the machine and its load):
 #
 #   redis-benchmark -c 1 / -c 50   EVALSHA of crates/hmdp-lock/lua/unlock.lua: the Redis ceiling

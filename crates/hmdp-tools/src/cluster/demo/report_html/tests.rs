@@ -1,4 +1,4 @@
-//! The picture rendered from fixed, realistic results (the README's demo run,
+//! The picture rendered from fixed, realistic results (the demo run of docs/demo.md,
 //! and the same lock modes on the stream path), read as text, then opened in
 //! headless Chromium as a reader opens it: no console message, every run and
 //! its verdict on the page, a screenshot taken.
@@ -130,7 +130,7 @@ fn histogram(requests: u64, ms: [f64; 5]) -> Histogram<u64> {
     histogram
 }
 
-/// The README's run: `none` and `local` let users buy twice, the Redis
+/// docs/demo.md's run: `none` and `local` let users buy twice, the Redis
 /// locks hold.
 fn sync_runs() -> Vec<ModeRun> {
     let sync = |mode, duplicates, extra, rps, latency| Figures {
