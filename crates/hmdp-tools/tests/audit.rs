@@ -77,11 +77,7 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
     // A buyer Redis admitted who has no order and none on its way.
     let keys = Keys::new(sandbox.redis.prefix.clone());
     let buyers = keys.seckill_buyers(VoucherId::new(voucher));
-    let mut redis = redis::Client::open(redis_url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut redis = common::redis().await;
     let _: () = redis.sadd(&buyers, 424_242).await.unwrap();
     let (code, out) = audit(&sandbox, voucher);
     assert_eq!(code, 1, "{out}");

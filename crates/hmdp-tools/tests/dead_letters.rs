@@ -50,11 +50,7 @@ async fn dead_letters_are_listed_and_replayed_once_or_left_listed_with_the_reaso
         .unwrap();
 
     let keys = Keys::new(sandbox.redis.prefix.clone());
-    let mut redis = redis::Client::open(redis_url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut redis = common::redis().await;
     let mut letters = Vec::new();
     for (id, user, reason) in [
         ("1", "abc", "field `userId` is not a positive id: \"abc\""),

@@ -1,11 +1,12 @@
-//! What the command tests share: running `hmdp` against a sandbox, and a
-//! seckill voucher put straight into MySQL (a `sync` sale, or a database
-//! restored behind the nodes' back).
+//! What the command tests share: running `hmdp` against a sandbox, a
+//! connection to the machine's Redis, and a seckill voucher put straight
+//! into MySQL (a `sync` sale, or a database restored behind the nodes' back).
 
 use std::process::Command;
 
 use chrono::{Local, TimeDelta};
 use hmdp::store::{NewSeckillVoucher, NewVoucher, Store};
+use hmdp_test_support::redis_url;
 use hmdp_tools::cluster::Sandbox;
 
 /// Runs `hmdp` with `args` against the sandbox's database and Redis
@@ -50,4 +51,14 @@ pub async fn seckill_voucher_in_mysql(store: &Store, stock: i32) -> i64 {
         .await
         .unwrap()
         .get()
+}
+
+/// A connection to the Redis the sandboxes' prefixes live on, to read and
+/// change what the nodes keep there.
+pub async fn redis() -> redis::aio::MultiplexedConnection {
+    redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
 }
