@@ -128,4 +128,12 @@ impl Keys {
     pub fn pending_orders(&self) -> String {
         format!("{}{{seckill}}:pending", self.prefix)
     }
+
+    /// `{seckill}:attempt:<attempt>`: the order id one admission attempt was
+    /// answered with, kept for a while (`seckill/admission.rs`), so that the
+    /// same attempt sent again (a cluster connection re-sends a request whose
+    /// reply it lost) is answered with it.
+    pub fn admission_attempt(&self, attempt: u128) -> String {
+        format!("{}{{seckill}}:attempt:{attempt:032x}", self.prefix)
+    }
 }

@@ -7,9 +7,13 @@
 //!
 //! One call is also what makes it cancellation-safe: Redis runs a script to
 //! its end or not at all, so a client hanging up may lose the answer, never
-//! half an admission.
+//! half an admission. A reply lost on the way is what redis-rs's cluster
+//! connection answers by sending the call again: each call carries a random
+//! attempt id, and the script answers an attempt it admitted already with the
+//! id it gave, instead of refusing its own buyer as one who ordered.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use redis::Script;
 
@@ -51,6 +55,12 @@ pub enum Admission {
     /// have counted them again. The buyer hears 503: try again shortly.
     Reopening,
 }
+
+/// How long an admitted attempt's answer is kept for the same attempt sent
+/// again: redis-rs's cluster connection re-sends a request whose connection
+/// dropped before its reply, up to 3 times, each after at most a reply's
+/// timeout (the backend timeout) and 200 ms — far within this.
+const ATTEMPT_ANSWER_KEPT: Duration = Duration::from_secs(600);
 
 /// `lua/seckill.lua`'s code for a sale of another token.
 const STALE: i64 = 6;
@@ -106,16 +116,19 @@ impl SaleState {
         append_to_stream: bool,
     ) -> Result<Admission, Error> {
         let keys = &self.keys;
+        let attempt: u128 = rand::random();
         let reply: redis::Value = ADMIT
             .key(keys.seckill_voucher(voucher_id))
             .key(keys.seckill_buyers(voucher_id))
             .key(keys.order_stream())
             .key(keys.pending_orders())
             .key(keys.admission_sequence())
+            .key(keys.admission_attempt(attempt))
             .arg(user_id.get())
             .arg(voucher_id.get())
             .arg(u8::from(append_to_stream))
             .arg(token)
+            .arg(ATTEMPT_ANSWER_KEPT.as_millis() as u64)
             .invoke_async(&mut self.redis.clone())
             .await?;
         Admission::from_reply(&reply)

@@ -9,6 +9,7 @@ mod health;
 mod helpers;
 mod locks;
 mod logs;
+mod lost_reply;
 mod queue;
 mod redis_cluster;
 mod shop;

@@ -620,3 +620,46 @@ async fn a_batch_in_flight_when_redis_restarts_is_counted_in_the_reloaded_sale()
     assert_eq!(audit.duplicate_users, 0);
     assert_eq!(dead_letters(&app).await, 0);
 }
+
+/// `--fencing` with two consumers: each batch records its users' fencing
+/// tokens in `tb_lock_fence` inside its transaction. Two batches never hold
+/// one user (each holds its users' locks), and record their fences in user-id
+/// order, so they do not deadlock on fence rows: no round of either node fails,
+/// and every order is written once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_batches_of_two_consumers_write_every_order_without_a_failed_round() {
+    const ORDERS: u64 = 300;
+    let app = spawn_app(|_| {}).await;
+    let voucher = app.create_open_seckill(ORDERS as i64).await;
+    let flags = [STREAM, "--fencing", "--stream-batch=20"];
+    let first = NodeProcess::start(&app, &flags).await;
+    let second = NodeProcess::start(&app, &flags).await;
+    wait_until(
+        "both consumers in the group",
+        Duration::from_secs(10),
+        || async { consumers(&app).await.len() == 2 },
+    )
+    .await;
+
+    // Users from both ends at once, so that batches' users interleave.
+    let users = (1..=ORDERS / 2).flat_map(|user| [user, ORDERS + 1 - user]);
+    add_orders(&app, voucher, users).await;
+    wait_drained(&app, voucher, ORDERS as i64).await;
+
+    let audit = app.audit(voucher).await;
+    assert_eq!((audit.orders, audit.duplicate_users), (ORDERS as i64, 0));
+    let fences: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tb_lock_fence")
+        .fetch_one(app.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(fences, ORDERS as i64, "one fence per user");
+    for node in [&first, &second] {
+        assert_eq!(
+            metric(&node.address, "hmdp_stream_round_failures_total").await,
+            0.0,
+            "{}",
+            node.log()
+        );
+    }
+    assert_eq!(dead_letters(&app).await, 0);
+}

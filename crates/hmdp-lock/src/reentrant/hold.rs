@@ -43,11 +43,42 @@ pub(super) struct Landed<'a> {
 
 /// Whether `holder` has a live hold of `key` in this process.
 pub(super) fn is_held(registry: &Registry, key: &str, holder: Holder) -> bool {
+    holds_of(registry, key, holder) > 0
+}
+
+/// How many holds of `key` `holder`'s guards in this process have.
+pub(super) fn holds_of(registry: &Registry, key: &str, holder: Holder) -> u32 {
     registry
         .lock()
         .expect("registry poisoned")
         .get(&(key.to_owned(), holder))
-        .is_some_and(|hold| hold.strong_count() > 0)
+        .and_then(Weak::upgrade)
+        .map_or(0, |hold| {
+            u32::try_from(hold.guards.load(Ordering::SeqCst)).unwrap_or(u32::MAX)
+        })
+}
+
+/// Gives back `extra` holds of `key` that a take counted more than once:
+/// redis-rs's cluster connection sends a command again when its connection
+/// drops before the reply, and a take sent twice counts two holds, of which
+/// the caller's guard gives back one. Each goes back as a release of its
+/// own, retried as any release is.
+pub(super) async fn give_back_extra(
+    redis: &Connection,
+    key: &str,
+    owner: &str,
+    lease: Duration,
+    extra: u32,
+) -> Result<(), LockError> {
+    for _ in 0..extra {
+        let release_id = owner::unique_name(owner);
+        let mut progress = ReleaseProgress {
+            lease_running: true,
+            ..ReleaseProgress::default()
+        };
+        release(redis, key, owner, lease, &release_id, &mut progress).await?;
+    }
+    Ok(())
 }
 
 /// The live holds of this process by (key, holder), so that a re-entry joins

@@ -157,10 +157,27 @@ impl ReentrantLock {
         // A lost reply leaves it open whether the script ran: undo it too.
         undo.armed &= matches!(&reply, Err(error) if is_transient(error));
         drop(undo);
-        Ok(Attempt {
-            taken: reply?,
-            sent,
-        })
+        let taken = reply?;
+        if let Taken::Yes { count } = taken {
+            // More holds than this holder's guards plus this one: the take
+            // ran more than once (a re-sent command), and the holds it
+            // counted too many would outlive every guard.
+            let expected = if reentry {
+                hold::holds_of(&self.inner.holds, key, holder) + 1
+            } else {
+                1
+            };
+            if count > expected {
+                tracing::debug!(%key, count, expected, "a take counted twice; giving back the extra");
+                hold::give_back_extra(&self.inner.redis, key, owner, lease, count - expected)
+                    .await?;
+                return Ok(Attempt {
+                    taken: Taken::Yes { count: expected },
+                    sent,
+                });
+            }
+        }
+        Ok(Attempt { taken, sent })
     }
 
     fn guard(

@@ -1,0 +1,245 @@
+//! An admission whose reply is lost on a Redis Cluster: redis-rs's cluster
+//! connection sends a request again when its connection drops before the
+//! reply (`RetryMethod::Reconnect`). The admission script has then run once
+//! already, and must answer the re-sent attempt as it answered the first —
+//! not refuse the buyer it has just admitted as `ALREADY_ORDERED`.
+//!
+//! The cluster is one private master holding every slot, announcing the port
+//! of a proxy in front of it, so that every connection the node opens goes
+//! through the proxy; the proxy, once armed, forwards a script call and then
+//! closes the connection instead of passing its reply on.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hmdp::config::SeckillMode;
+use hmdp_lock::LockMode;
+use hmdp_test_support::redis_cluster::cluster_state;
+use hmdp_test_support::{free_ports, wait_until, RedisServer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::helpers::spawn_app;
+
+/// A one-master Redis Cluster whose clients all go through a proxy that can
+/// lose one reply.
+struct OneMasterBehindProxy {
+    proxy_port: u16,
+    /// Scripts to let through before the one whose reply is dropped, plus
+    /// one; 0: drop none.
+    countdown: Arc<AtomicU32>,
+    _master: RedisServer,
+}
+
+impl OneMasterBehindProxy {
+    async fn start() -> OneMasterBehindProxy {
+        let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy_port = proxy.local_addr().unwrap().port();
+        let [bus] = free_ports().unwrap();
+        let (proxy_port_arg, bus_arg) = (proxy_port.to_string(), bus.to_string());
+        let master = RedisServer::start_with(&[
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-port",
+            &bus_arg,
+            "--cluster-announce-ip",
+            "127.0.0.1",
+            "--cluster-announce-port",
+            &proxy_port_arg,
+        ])
+        .await
+        .expect("a cluster-enabled redis-server starts");
+        let _: () = redis::cmd("CLUSTER")
+            .arg(&["ADDSLOTSRANGE", "0", "16383"])
+            .query_async(&mut master.connect().await.unwrap())
+            .await
+            .unwrap();
+        wait_until(
+            "the one-master cluster",
+            Duration::from_secs(20),
+            || async { cluster_state(&master).await.ok().as_deref() == Some("ok") },
+        )
+        .await;
+        let countdown = Arc::new(AtomicU32::new(0));
+        tokio::spawn(run_proxy(proxy, master.port(), countdown.clone()));
+        OneMasterBehindProxy {
+            proxy_port,
+            countdown,
+            _master: master,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis+cluster://127.0.0.1:{}", self.proxy_port)
+    }
+
+    /// Drops the reply of the `nth` script call from now (1: the next).
+    fn drop_script_reply(&self, nth: u32) {
+        self.countdown.store(nth, Ordering::SeqCst);
+    }
+
+    /// Whether the reply the proxy was told to drop has been dropped.
+    fn dropped(&self) -> bool {
+        self.countdown.load(Ordering::SeqCst) == 0
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buyer_whose_admission_reply_was_lost_is_told_the_order_the_retry_finds() {
+    let cluster = OneMasterBehindProxy::start().await;
+    let app = spawn_app(|s| {
+        s.store.redis.url = cluster.url();
+        s.seckill = SeckillMode::Stream;
+    })
+    .await;
+    let voucher = app.create_open_seckill(5).await;
+    let tokens = app.login_many(2).await;
+    // A first buyer loads the sale and has their order written, so that the
+    // next script the node runs is the second buyer's admission.
+    let first = app.purchase(voucher, &tokens[0]).await;
+    assert_eq!(first["success"], true, "{first}");
+    wait_until(
+        "the first order written",
+        Duration::from_secs(20),
+        || async { app.audit(voucher).await.orders == 1 && app.pending_orders().await == 0 },
+    )
+    .await;
+
+    cluster.drop_script_reply(1);
+    let answer = app.purchase(voucher, &tokens[1]).await;
+    assert!(cluster.dropped(), "the proxy dropped no reply: {answer}");
+    assert_eq!(
+        answer["success"], true,
+        "an admitted buyer, told whether they got the unit: {answer}"
+    );
+    let told = answer["data"].as_str().expect("an order id").to_owned();
+    wait_until(
+        "the second order written",
+        Duration::from_secs(20),
+        || async { app.audit(voucher).await.orders == 2 },
+    )
+    .await;
+    let written: Vec<(i64,)> =
+        sqlx::query_as("SELECT id FROM tb_voucher_order WHERE voucher_id = ? AND user_id = ?")
+            .bind(voucher)
+            .bind(app.user_id(&tokens[1]).await)
+            .fetch_all(app.store.pool())
+            .await
+            .unwrap();
+    assert_eq!(written, [(told.parse::<i64>().unwrap(),)]);
+    let audit = app.audit(voucher).await;
+    assert!(audit.stock_balances(5), "{audit:?}");
+}
+
+/// Forwards every connection to the Redis at `upstream`. While `countdown`
+/// is above 0, each script call (`EVAL`, `EVALSHA`) counts it down, and the
+/// connection of the call that brings it to 0 is closed as soon as a reply
+/// comes back on it.
+async fn run_proxy(listener: TcpListener, upstream: u16, countdown: Arc<AtomicU32>) {
+    loop {
+        let Ok((client, _)) = listener.accept().await else {
+            return;
+        };
+        let countdown = countdown.clone();
+        tokio::spawn(async move {
+            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
+                return;
+            };
+            let (mut client_read, mut client_write) = client.into_split();
+            let (mut server_read, mut server_write) = server.into_split();
+            let doomed = Arc::new(AtomicBool::new(false));
+            let requests = {
+                let doomed = doomed.clone();
+                async move {
+                    let mut buffer = vec![0; 64 * 1024];
+                    while let Ok(read @ 1..) = client_read.read(&mut buffer).await {
+                        let chunk = &buffer[..read];
+                        if chunk.windows(4).any(|window| window == b"EVAL")
+                            && countdown.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                                left.checked_sub(1)
+                            }) == Ok(1)
+                        {
+                            doomed.store(true, Ordering::SeqCst);
+                        }
+                        if server_write.write_all(chunk).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            };
+            let replies = async move {
+                let mut buffer = vec![0; 64 * 1024];
+                while let Ok(read @ 1..) = server_read.read(&mut buffer).await {
+                    if doomed.load(Ordering::SeqCst) {
+                        // The reply is lost with the connection.
+                        return;
+                    }
+                    if client_write.write_all(&buffer[..read]).await.is_err() {
+                        return;
+                    }
+                }
+            };
+            // Either direction ending closes both.
+            tokio::select! {
+                () = requests => {}
+                () = replies => {}
+            }
+        });
+    }
+}
+/// The same lost reply for a reentrant lock's take: the take sent again must
+/// not count a second hold, or the purchase's release leaves the user's lock
+/// held until its lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_take_whose_reply_was_lost_is_not_counted_twice() {
+    let cluster = OneMasterBehindProxy::start().await;
+    let app = spawn_app(|s| {
+        s.store.redis.url = cluster.url();
+        s.lock.mode = LockMode::Reentrant;
+    })
+    .await;
+    let voucher = app.create_open_seckill(5).await;
+    let tokens = app.login_many(2).await;
+    // A first purchase has Redis learn the lock's scripts: the next take
+    // runs at its first `EVALSHA`, not after a `NOSCRIPT`.
+    let first = app.purchase(voucher, &tokens[0]).await;
+    assert_eq!(first["success"], true, "{first}");
+
+    cluster.drop_script_reply(1);
+    let answer = app.purchase(voucher, &tokens[1]).await;
+    assert!(cluster.dropped(), "the proxy dropped no reply: {answer}");
+    assert_eq!(answer["success"], true, "{answer}");
+    assert_eq!(
+        app.lock_keys().await,
+        Vec::<String>::new(),
+        "the lock is free once the purchase answered"
+    );
+}
+
+/// And for its release: the release sent again finds the key gone (its first
+/// attempt deleted it); the purchase still answers, and the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_release_whose_reply_was_lost_leaves_the_lock_free() {
+    let cluster = OneMasterBehindProxy::start().await;
+    let app = spawn_app(|s| {
+        s.store.redis.url = cluster.url();
+        s.lock.mode = LockMode::Reentrant;
+    })
+    .await;
+    let voucher = app.create_open_seckill(5).await;
+    let tokens = app.login_many(2).await;
+    let first = app.purchase(voucher, &tokens[0]).await;
+    assert_eq!(first["success"], true, "{first}");
+
+    // The purchase's scripts: the take, then the release.
+    cluster.drop_script_reply(2);
+    let answer = app.purchase(voucher, &tokens[1]).await;
+    assert!(cluster.dropped(), "the proxy dropped no reply: {answer}");
+    assert_eq!(answer["success"], true, "{answer}");
+    assert_eq!(app.lock_keys().await, Vec::<String>::new());
+    let audit = app.audit(voucher).await;
+    assert_eq!((audit.orders, audit.duplicate_users), (2, 0), "{audit:?}");
+}
