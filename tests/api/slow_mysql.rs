@@ -5,106 +5,57 @@
 //! that delivers every reply of the machine's MySQL a few milliseconds late
 //! (a statement such as `BEGIN` then stays in flight that long).
 
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use hmdp_test_support::{free_ports, ChildProcess, Stdout};
-use sqlx::Connection;
+use hmdp_test_support::MariaDbServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// How long the server holds each commit back.
 pub const COMMIT_DELAY: Duration = Duration::from_millis(20);
 
-/// A `mariadbd` of the test's own on a free port, killed and its files
-/// removed when dropped.
-pub struct SlowCommitMariaDb {
-    process: ChildProcess,
-    port: u16,
-    /// Declared last: removed after the server is gone.
-    _dir: tempfile::TempDir,
-}
+/// A `mariadbd` of the test's own on a free port whose commits wait
+/// [`COMMIT_DELAY`]; killed and its files removed when dropped.
+pub struct SlowCommitMariaDb(MariaDbServer);
 
 impl SlowCommitMariaDb {
     pub async fn start() -> SlowCommitMariaDb {
-        let dir = tempfile::tempdir().expect("a directory for the server");
-        let data = dir.path().join("data");
-        let installed = Command::new("mariadb-install-db")
-            .args(["--no-defaults", "--user=root", "--skip-test-db"])
-            .arg("--auth-root-authentication-method=normal")
-            .arg(format!("--datadir={}", data.display()))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("mariadb-install-db runs");
-        assert!(installed.success(), "mariadb-install-db failed");
-        let [port] = free_ports().unwrap();
-        let mut command = tokio::process::Command::new("mariadbd");
-        command.args(server_args(dir.path(), &data, port));
-        let log = dir.path().join("mariadbd.log");
-        let process =
-            ChildProcess::spawn("mariadbd", command, &log, Stdout::Log).expect("mariadbd runs");
-        let server = SlowCommitMariaDb {
-            process,
-            port,
-            _dir: dir,
-        };
-        let started = Instant::now();
-        while sqlx::MySqlConnection::connect(&server.url()).await.is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "the slow-commit MariaDB did not come up"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        server
+        let wait_usec = format!("--binlog-commit-wait-usec={}", COMMIT_DELAY.as_micros());
+        let server = MariaDbServer::start_with(&[
+            "--log-bin=binlog",
+            "--server-id=1",
+            // A group commit waits for this many commits or this long: the
+            // count is never reached, so each commit waits the whole time.
+            "--binlog-commit-wait-count=1000",
+            &wait_usec,
+            // The last 40 statements of each session, for a test to tell
+            // what a transaction left open was doing.
+            "--performance-schema=ON",
+            "--performance-schema-instrument=statement/%=ON",
+            "--performance-schema-consumer-events-statements-current=ON",
+            "--performance-schema-consumer-events-statements-history=ON",
+            "--performance-schema-events-statements-history-size=40",
+        ])
+        .await
+        .expect("a private mariadbd starts (scripts/services.sh installs it)");
+        SlowCommitMariaDb(server)
     }
 
     /// Freezes the server (SIGSTOP): connections stay open, nothing is
     /// answered, as with a stalled machine or a network that drops packets.
     pub fn pause(&self) {
-        self.process.pause().expect("mariadbd stops");
+        self.0.pause().expect("mariadbd stops");
     }
 
     /// Thaws a paused server (SIGCONT).
     pub fn resume(&self) {
-        self.process.resume().expect("mariadbd continues");
+        self.0.resume().expect("mariadbd continues");
     }
 
     /// `mysql://root@127.0.0.1:{port}`, without a database.
     pub fn url(&self) -> String {
-        format!("mysql://root@127.0.0.1:{}", self.port)
+        self.0.url()
     }
-}
-
-fn server_args(dir: &Path, data: &Path, port: u16) -> Vec<String> {
-    let wait_usec = COMMIT_DELAY.as_micros();
-    vec![
-        "--no-defaults".into(),
-        "--user=root".into(),
-        format!("--datadir={}", data.display()),
-        format!("--port={port}"),
-        "--bind-address=127.0.0.1".into(),
-        format!("--socket={}", dir.join("sock").display()),
-        format!("--pid-file={}", dir.join("pid").display()),
-        format!("--log-bin={}", dir.join("binlog").display()),
-        "--server-id=1".into(),
-        // A group commit waits for this many commits or this long: the
-        // count is never reached, so each commit waits the whole time.
-        "--binlog-commit-wait-count=1000".into(),
-        format!("--binlog-commit-wait-usec={wait_usec}"),
-        "--innodb-buffer-pool-size=32M".into(),
-        "--skip-name-resolve".into(),
-        "--max-connections=500".into(),
-        // The last 40 statements of each session, for a test to tell what a
-        // transaction left open was doing.
-        "--performance-schema=ON".into(),
-        "--performance-schema-instrument=statement/%=ON".into(),
-        "--performance-schema-consumer-events-statements-current=ON".into(),
-        "--performance-schema-consumer-events-statements-history=ON".into(),
-        "--performance-schema-events-statements-history-size=40".into(),
-    ]
 }
 
 /// A TCP proxy in front of a MySQL server that holds back every chunk of

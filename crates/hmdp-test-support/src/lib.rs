@@ -11,6 +11,8 @@ use std::time::Duration;
 pub mod binary;
 /// A uniquely named database of its own on a MySQL server, dropped with it.
 pub mod database;
+/// Private `mariadbd` processes on free ports, to freeze, crash and restart.
+pub mod mariadb_server;
 /// Child processes that log to a file and are killed when dropped.
 pub mod process;
 /// A real Redis Cluster of private servers: three masters, three replicas.
@@ -22,6 +24,7 @@ pub mod redis_server;
 
 pub use binary::hmdp_binary;
 pub use database::TestDatabase;
+pub use mariadb_server::MariaDbServer;
 pub use process::{ChildProcess, Stdout};
 pub use redis_cluster::RedisCluster;
 pub use redis_keys::{remove_keys_with_prefix, RedisNamespace};

@@ -275,7 +275,7 @@ mod tests {
                 ],
             ),
             (&["cluster"], &["database-url", "redis-url", "redis-prefix"]),
-            (&["soak"], &["database-url"]),
+            (&["soak"], &[]),
             (
                 &["bench-lock"],
                 &["redis-url", "redis-prefix", "backend-timeout-ms"],

@@ -1,16 +1,16 @@
 //! `hmdp soak`: the two-node cluster under mixed load for minutes on end,
 //! with a fault every interval — a node SIGKILLed and restarted, Redis
 //! killed and restarted (empty, or from its AOF), the voucher's stock row
-//! held by another MySQL session for longer than the stream's claim time —
-//! and every sale judged by what its buyers were told: each success
+//! held by another MySQL session for longer than the stream's claim time,
+//! MySQL read-only, MySQL SIGKILLed and restarted — and every sale judged by what its buyers were told: each success
 //! answer's order in MySQL exactly once after the drain, nobody told
 //! success twice, no user with two orders, no unit sold twice. Orders that
 //! Redis's persistence setting lost (admitted before a restart, never
 //! written) are counted apart, and must be none with `appendfsync always`;
 //! so are the orders a SIGKILLed `queue` node took with it.
 //!
-//! Redis is a private `redis-server` of the soak's own, so that restarting
-//! it disturbs nothing else on the machine.
+//! Redis and MySQL are a private `redis-server` and `mariadbd` of the soak's
+//! own, so that restarting them disturbs nothing else on the machine.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -25,12 +25,12 @@ use tokio::sync::Mutex;
 use super::{node_flags, until_signal};
 use super::{Cluster, ClusterSpec, Sandbox, NODE_IDS};
 use crate::loadtest::{self, tokens::Login, Plan, Told};
-use hmdp::config::{DatabaseSettings, RedisSettings, SeckillMode};
+use hmdp::config::{RedisSettings, SeckillMode};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
 use hmdp::seckill::SaleState;
 use hmdp::store::Store;
-use hmdp_test_support::RedisServer;
+use hmdp_test_support::{MariaDbServer, RedisServer};
 
 /// `hmdp soak`.
 #[derive(Debug, Clone, Args)]
@@ -39,8 +39,9 @@ pub struct SoakSettings {
     #[arg(long, default_value_t = 10)]
     pub minutes: u64,
 
-    /// Seconds between two faults; faults alternate between killing a node
-    /// (restarted a few seconds later) and restarting Redis.
+    /// Seconds between two faults; they take turns: node 1 killed (and
+    /// restarted 3 s later), Redis restarted, the sale's stock row held,
+    /// MySQL read-only, MySQL killed and restarted, node 2 killed.
     #[arg(long, default_value_t = 60)]
     pub fault_every_secs: u64,
 
@@ -93,11 +94,6 @@ pub struct SoakSettings {
     /// MySQL before judging.
     #[arg(long, default_value_t = 120)]
     pub drain_timeout_secs: u64,
-
-    /// MySQL server (the soak creates and drops its own database on it; it
-    /// runs a Redis server of its own, to restart it).
-    #[command(flatten)]
-    pub database: DatabaseSettings,
 }
 
 /// One sale: its voucher, and what its buyers were told.
@@ -128,28 +124,31 @@ pub async fn run(settings: SoakSettings) -> anyhow::Result<()> {
         }
         None => RedisServer::start().await?,
     };
-    let sandbox = Sandbox::create(
-        &settings.database.url,
-        &RedisSettings::at(redis.url()),
-        "soak",
-    )
-    .await?;
-    let outcome = until_signal(soak(&settings, exe, &sandbox, redis))
+    let mysql = MariaDbServer::start_with(&[]).await?;
+    let sandbox = Sandbox::create(&mysql.url(), &RedisSettings::at(redis.url()), "soak").await?;
+    let mut servers = Servers { redis, mysql };
+    let outcome = until_signal(soak(&settings, exe, &sandbox, &mut servers))
         .await
         .unwrap_or_else(|signal| {
             Err(anyhow!(
-                "interrupted by {signal}: nodes, nginx and Redis stopped"
+                "interrupted by {signal}: nodes, nginx, Redis and MySQL stopped"
             ))
         });
     drop(sandbox);
     outcome
 }
 
+/// The soak's own servers, to restart.
+struct Servers {
+    redis: RedisServer,
+    mysql: MariaDbServer,
+}
+
 async fn soak(
     settings: &SoakSettings,
     exe: PathBuf,
     sandbox: &Sandbox,
-    mut redis: RedisServer,
+    servers: &mut Servers,
 ) -> anyhow::Result<()> {
     let mut flags = node_flags(settings.lock, settings.seckill, settings.chaos_hold_ms);
     // Every round logs its users in again: Redis restarts drop the sessions.
@@ -206,10 +205,10 @@ async fn soak(
     while next + Duration::from_secs(5) < until {
         tokio::time::sleep_until(next.into()).await;
         let at = started.elapsed().as_secs();
-        let fault = match faults.log.len() % 5 {
-            // node 1, Redis, the stock row held, read_only, node 2.
-            kill @ (0 | 4) => {
-                let index = usize::from(kill == 4);
+        let fault = match faults.log.len() % 6 {
+            // node 1, Redis, the stock row held, read_only, MySQL, node 2.
+            kill @ (0 | 5) => {
+                let index = usize::from(kill == 5);
                 cluster.kill_node(index).await;
                 faults
                     .node_kills
@@ -219,7 +218,7 @@ async fn soak(
                 format!("t={at}s SIGKILL {} (restarted 3 s later)", NODE_IDS[index])
             }
             1 => {
-                redis.restart().await?;
+                servers.redis.restart().await?;
                 faults.redis_restarts.push(Instant::now());
                 match &settings.redis_appendfsync {
                     Some(every) => {
@@ -233,6 +232,14 @@ async fn soak(
                 tokio::time::sleep(stall).await;
                 drop(read_only);
                 format!("t={at}s MySQL read_only for {stall:?} (a failover's old primary)")
+            }
+            4 => {
+                let down = Instant::now();
+                servers.mysql.crash_and_restart().await?;
+                format!(
+                    "t={at}s MySQL SIGKILLed and restarted (back after {:.1?})",
+                    down.elapsed()
+                )
             }
             _ => {
                 let voucher = tally.lock().await.current;
@@ -341,8 +348,7 @@ impl NodeUser {
 
 /// MySQL's `read_only` on, as on a primary demoted in a failover: every
 /// write of a user without READ ONLY ADMIN fails (1290). Turned off again
-/// when dropped, whatever ended the fault (an error, Ctrl-C): the server
-/// is the machine's, and must not stay read-only.
+/// when dropped, whatever ended the fault (an error, Ctrl-C).
 struct ReadOnly {
     database_url: String,
 }
