@@ -7,7 +7,7 @@
 #   cluster+WAIT  the same cluster, each lock handed out once a replica
 #            acknowledged it,
 # alternated ROUNDS times, with each round's cluster/single ratio and the
-# median. All servers run on this machine, on free loopback ports, and are
+# median. All servers run on the local machine, on free loopback ports, and are
 # removed afterwards; on a machine with fewer cores than servers plus client,
 # they share the cores, so the ratio says where the CPU went, not what three
 # machines would do.

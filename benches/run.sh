@@ -322,7 +322,7 @@ row() { # label, name, op, target
     "$(verdict "$value" "$3" "$4")" "${R[$2]}" "${D[$2]}"
 }
 
-say "ratios, median of $ROUNDS rounds (targets of the performance issue; results in $OUT)"
+say "ratios, median of $ROUNDS rounds (results in $OUT)"
 row "1a redis-lua pairs/s, 50 tasks / redis-benchmark -c 50" "1 redis-lua" ">=" 1
 row "1b reentrant pairs/s, 50 tasks / redis-benchmark -c 50" "1 reentrant" ">=" 1
 row "2a redis-lua pair p50, 1 task / redis-benchmark -c 1 p50" "2 redis-lua" "<=" 2.5

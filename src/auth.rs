@@ -2,22 +2,17 @@
 //! [`CurrentUser`] (header `authorization: <token>`) and [`Admin`]
 //! (header `x-admin-token`).
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use actix_web::{web, FromRequest, HttpRequest};
 use hmdp_lock::Connection as RedisConnection;
 use moka::future::Cache;
 use rand::RngExt;
 use redis::{AsyncCommands, Script};
-use subtle::ConstantTimeEq;
 
 use crate::error::{Error, Rejection};
 use crate::ids::UserId;
 use crate::keys::Keys;
-use crate::startup::AppState;
 use crate::store::User;
 
 /// How long a login code stays valid (hmdp: `LOGIN_CODE_TTL`).
@@ -97,9 +92,9 @@ const CLOSED_LONGER_BY: Duration = Duration::from_secs(60);
 enum NoUser {
     /// No such session (never opened, expired or closed).
     Closed,
-    /// Redis did not answer; counted once, shared by every request that
-    /// waited for this read.
-    Unreadable(Error),
+    /// Redis did not answer; every request that waited for this read is
+    /// answered with it.
+    Unreadable(redis::RedisError),
 }
 
 impl Sessions {
@@ -223,7 +218,7 @@ impl Sessions {
             match self.read(token).await {
                 Ok(Some(user)) => Ok(user),
                 Ok(None) => Err(NoUser::Closed),
-                Err(error) => Err(NoUser::Unreadable(error.into())),
+                Err(error) => Err(NoUser::Unreadable(error)),
             }
         };
         match memory.recent.try_get_with_by_ref(token, read).await {
@@ -235,7 +230,7 @@ impl Sessions {
             Ok(user) => Ok(Some(user)),
             Err(no_user) => match &*no_user {
                 NoUser::Closed => Ok(None),
-                NoUser::Unreadable(error) => Err(error.shared()),
+                NoUser::Unreadable(error) => Err(error.clone().into()),
             },
         }
     }
@@ -282,103 +277,6 @@ pub struct CurrentUser {
     pub since: std::time::Instant,
 }
 
-impl FromRequest for CurrentUser {
-    type Error = Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self, Error>>>>;
-
-    fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
-        let state = req.app_data::<web::Data<AppState>>().cloned();
-        let token = req
-            .headers()
-            .get("authorization")
-            .and_then(|value| value.to_str().ok())
-            .map(str::trim)
-            .filter(|token| !token.is_empty() && token.len() <= 64)
-            .map(str::to_owned);
-        let since = std::time::Instant::now();
-        Box::pin(async move {
-            let state = state.ok_or_else(|| Error::Internal(anyhow::anyhow!("no app state")))?;
-            let token = token.ok_or(Error::Unauthorized)?;
-            let user = state
-                .sessions
-                .touch(&token)
-                .await?
-                .ok_or(Error::Unauthorized)?;
-            Ok(CurrentUser { user, token, since })
-        })
-    }
-}
-
-/// The secret that `x-admin-token` must carry, long enough that it cannot be
-/// guessed (an empty one would let an empty header in).
-#[derive(Clone)]
-pub struct AdminToken(String);
-
-impl AdminToken {
-    pub const MIN_CHARS: usize = 16;
-
-    pub fn parse(raw: &str) -> Result<AdminToken, String> {
-        if raw.chars().count() < Self::MIN_CHARS {
-            return Err(format!(
-                "the admin token (HMDP_ADMIN_TOKEN / --admin-token) must be at least {} \
-                 characters, this one has {}; leave it unset to have a random one \
-                 generated and logged",
-                Self::MIN_CHARS,
-                raw.chars().count()
-            ));
-        }
-        Ok(AdminToken(raw.to_owned()))
-    }
-
-    /// 128 random bits, hex.
-    pub fn generate() -> AdminToken {
-        AdminToken(format!("{:032x}", rand::rng().random::<u128>()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// Compares in constant time, so the answer's timing tells nothing of
-    /// how much of a guess was right.
-    fn matches(&self, given: &[u8]) -> bool {
-        self.0.as_bytes().ct_eq(given).into()
-    }
-}
-
-impl std::fmt::Debug for AdminToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("AdminToken(***)")
-    }
-}
-
-/// Proof that the request carried the admin token.
-pub struct Admin;
-
-impl FromRequest for Admin {
-    type Error = Error;
-    type Future = std::future::Ready<Result<Self, Error>>;
-
-    fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
-        let expected = req
-            .app_data::<web::Data<AppState>>()
-            .map(|state| &state.admin_token);
-        let given = req
-            .headers()
-            .get("x-admin-token")
-            .map(|value| value.as_bytes());
-        let allowed = match (expected, given) {
-            (Some(expected), Some(given)) => expected.matches(given),
-            _ => false,
-        };
-        std::future::ready(if allowed {
-            Ok(Admin)
-        } else {
-            Err(Error::Forbidden)
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -412,22 +310,6 @@ mod tests {
             "１３８１２３４５６７８",
         ] {
             assert_eq!(Phone::parse(bad), Err(Rejection::PhoneInvalid), "{bad}");
-        }
-    }
-
-    #[test]
-    fn admin_token_counts_characters_not_bytes() {
-        assert!(AdminToken::parse("口令口令口令口令口令口令口令口令").is_ok());
-        assert!(AdminToken::parse("口令口令口令").is_err());
-        assert_eq!(AdminToken::generate().as_str().len(), 32);
-    }
-
-    #[test]
-    fn admin_token_matches_only_itself() {
-        let token = AdminToken::parse("sixteen-chars!!!").unwrap();
-        assert!(token.matches(b"sixteen-chars!!!"));
-        for wrong in [&b""[..], b"sixteen-chars!!", b"sixteen-chars!!!!"] {
-            assert!(!token.matches(wrong));
         }
     }
 }

@@ -1,14 +1,16 @@
-//! Settings shared by the commands: flags, then environment, then defaults (DESIGN.md).
+//! Settings shared by the commands: flags, then environment, then defaults (docs/design.md).
 
 use std::ffi::OsStr;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::builder::TypedValueParser;
 use clap::error::ErrorKind;
 use clap::Args;
-use hmdp_lock::LockMode;
+use hmdp_lock::{Connection as RedisConnection, LockMode};
 
-use crate::auth::AdminToken;
+use rand::RngExt;
+use subtle::ConstantTimeEq;
 
 /// MySQL: users, vouchers and orders.
 #[derive(Debug, Clone, Args)]
@@ -104,6 +106,13 @@ impl StoreSettings {
     pub fn backend_timeout(&self) -> Duration {
         self.timeout.backend_timeout()
     }
+}
+
+/// A Redis connection that reconnects by itself and never waits longer than
+/// `timeout` for a reply, so a dead Redis turns into fast 503s, not hangs.
+pub fn connect_redis(url: &str, timeout: Duration) -> anyhow::Result<RedisConnection> {
+    hmdp_lock::connect(url, timeout)
+        .with_context(|| format!("invalid REDIS_URL `{}`", redact_url(url)))
 }
 
 /// `mysql://root:secret@host/db` → `mysql://root:***@host/db`: a database or
@@ -385,6 +394,49 @@ pub struct ServeSettings {
     pub workers: Option<usize>,
 }
 
+/// The secret that `x-admin-token` must carry, long enough that it cannot be
+/// guessed (an empty one would let an empty header in).
+#[derive(Clone)]
+pub struct AdminToken(String);
+
+impl AdminToken {
+    pub const MIN_CHARS: usize = 16;
+
+    pub fn parse(raw: &str) -> Result<AdminToken, String> {
+        if raw.chars().count() < Self::MIN_CHARS {
+            return Err(format!(
+                "the admin token (HMDP_ADMIN_TOKEN / --admin-token) must be at least {} \
+                 characters, this one has {}; leave it unset to have a random one \
+                 generated and logged",
+                Self::MIN_CHARS,
+                raw.chars().count()
+            ));
+        }
+        Ok(AdminToken(raw.to_owned()))
+    }
+
+    /// 128 random bits, hex.
+    pub fn generate() -> AdminToken {
+        AdminToken(format!("{:032x}", rand::rng().random::<u128>()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Compares in constant time, so the answer's timing tells nothing of
+    /// how much of a guess was right.
+    pub fn matches(&self, given: &[u8]) -> bool {
+        self.0.as_bytes().ct_eq(given).into()
+    }
+}
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminToken(***)")
+    }
+}
+
 /// Parses `--admin-token` without quoting the refused value, as clap's own
 /// message would: a secret, even a refused one, has no place in a log.
 #[derive(Clone)]
@@ -413,7 +465,7 @@ impl TypedValueParser for AdminTokenParser {
 mod tests {
     use clap::Parser;
 
-    use super::{redact_url, LockSettings, SeckillMode, ServeSettings};
+    use super::{redact_url, AdminToken, LockSettings, SeckillMode, ServeSettings};
 
     #[derive(Parser)]
     struct Flags {
@@ -545,6 +597,22 @@ mod tests {
             ("", ""),
         ] {
             assert_eq!(redact_url(url), shown, "{url}");
+        }
+    }
+
+    #[test]
+    fn admin_token_counts_characters_not_bytes() {
+        assert!(AdminToken::parse("口令口令口令口令口令口令口令口令").is_ok());
+        assert!(AdminToken::parse("口令口令口令").is_err());
+        assert_eq!(AdminToken::generate().as_str().len(), 32);
+    }
+
+    #[test]
+    fn admin_token_matches_only_itself() {
+        let token = AdminToken::parse("sixteen-chars!!!").unwrap();
+        assert!(token.matches(b"sixteen-chars!!!"));
+        for wrong in [&b""[..], b"sixteen-chars!!", b"sixteen-chars!!!!"] {
+            assert!(!token.matches(wrong));
         }
     }
 }

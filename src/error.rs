@@ -2,13 +2,10 @@
 //! its HTTP status, stable `errorCode` and hmdp's Chinese message.
 //!
 //! Infrastructure errors are logged with their whole cause chain and shown to
-//! the client only as 503 `UNAVAILABLE` or 500 `INTERNAL`, never in detail.
+//! the client only as 503 `UNAVAILABLE` or 500 `INTERNAL`, never in detail
+//! (the HTTP side of it is `api/response.rs`).
 
-use actix_web::http::StatusCode;
-use actix_web::{HttpResponse, ResponseError};
 use hmdp_lock::LockError;
-
-use crate::api::response::ApiResult;
 
 /// A business "no": HTTP 200 with `success:false` (hmdp's front end relies on it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,22 +97,6 @@ impl Error {
             Error::Internal(_) => "INTERNAL",
         }
     }
-
-    /// The same failure again, for another request that shared the work
-    /// that failed (a session read): counted once, where it happened.
-    pub fn shared(&self) -> Error {
-        match self {
-            Error::Rejected(rejection) => Error::Rejected(*rejection),
-            Error::BadRequest(message) => Error::BadRequest(message.clone()),
-            Error::Unauthorized => Error::Unauthorized,
-            Error::Forbidden => Error::Forbidden,
-            Error::NotFound => Error::NotFound,
-            Error::PayloadTooLarge => Error::PayloadTooLarge,
-            Error::RequestTimeout => Error::RequestTimeout,
-            Error::Unavailable(cause) => Error::Unavailable(anyhow::anyhow!("{cause:#}")),
-            Error::Internal(cause) => Error::Internal(anyhow::anyhow!("{cause:#}")),
-        }
-    }
 }
 
 impl From<crate::ids::InvalidId> for Error {
@@ -158,14 +139,15 @@ impl From<sqlx::Error> for Error {
     }
 }
 
-/// The `kind` label of `redis_errors_total`: every kind but `other` is a
+/// The `kind` label of `redis_errors_total` (counted where a request is
+/// answered, `api/response.rs`): every kind but `other` is a
 /// Redis unavailable for now, not broken. A server that is loading,
 /// read-only after a failover, or without its master or its cluster; a
 /// Redis Cluster in a failover, which answers MOVED, ASK, TRYAGAIN or
 /// CLUSTERDOWN, or has no connection to a slot's new master yet, until its
 /// slot map settles; a connection refused, dropped or timed out. The request
 /// may be retried, as after a restart.
-fn redis_error_kind(error: &redis::RedisError) -> &'static str {
+pub fn redis_error_kind(error: &redis::RedisError) -> &'static str {
     use redis::ServerErrorKind as Server;
     match error.kind() {
         redis::ErrorKind::Server(Server::Moved) => "moved",
@@ -189,11 +171,7 @@ fn redis_error_kind(error: &redis::RedisError) -> &'static str {
 
 impl From<redis::RedisError> for Error {
     fn from(error: redis::RedisError) -> Self {
-        let kind = redis_error_kind(&error);
-        crate::metrics::REDIS_ERRORS
-            .with_label_values(&[kind])
-            .inc();
-        if kind != "other" || error.is_unrecoverable_error() {
+        if redis_error_kind(&error) != "other" || error.is_unrecoverable_error() {
             Error::Unavailable(error.into())
         } else {
             Error::Internal(error.into())
@@ -226,35 +204,5 @@ impl std::fmt::Debug for Error {
             current = cause.source();
         }
         Ok(())
-    }
-}
-
-impl ResponseError for Error {
-    fn status_code(&self) -> StatusCode {
-        match self {
-            Error::Rejected(_) => StatusCode::OK,
-            Error::BadRequest(_) => StatusCode::BAD_REQUEST,
-            Error::Unauthorized => StatusCode::UNAUTHORIZED,
-            Error::Forbidden => StatusCode::FORBIDDEN,
-            Error::NotFound => StatusCode::NOT_FOUND,
-            Error::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Error::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        }
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        match self {
-            Error::Unavailable(_) => tracing::warn!(error = ?self, "backend unavailable"),
-            Error::Internal(_) => tracing::error!(error = ?self, "request failed"),
-            // Someone without the token tried an admin route: worth seeing.
-            Error::Forbidden => {
-                tracing::warn!("admin request refused: wrong or missing x-admin-token")
-            }
-            _ => {}
-        }
-        HttpResponse::build(self.status_code())
-            .json(ApiResult::<()>::fail(self.to_string(), self.error_code()))
     }
 }

@@ -68,7 +68,7 @@ metric!(FENCING_REJECTIONS: IntCounter = register_int_counter_with_registry(
     "fencing_rejections_total", "Stale holders turned away by a newer fencing token"));
 metric!(REDIS_ERRORS: IntCounterVec = register_int_counter_vec_with_registry(
     "redis_errors_total",
-    "Redis calls of a request that failed, by kind: connection (refused, dropped, timed out), \
+    "Requests answered with a Redis error, by kind: connection (refused, dropped, timed out), \
      moved, ask, tryagain, clusterdown (a Redis Cluster's redirections and failover answers \
      the client could not settle by itself), loading, readonly, masterdown, other",
     &["kind"]));

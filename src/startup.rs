@@ -9,40 +9,20 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::middleware::{from_fn, DefaultHeaders};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
-use hmdp_lock::Connection as RedisConnection;
 use hmdp_lock::{Faults, OrderLock};
 use tracing_actix_web::TracingLogger;
 
-use crate::auth::{AdminToken, Sessions};
+use crate::api::{self, AppState};
+use crate::auth::Sessions;
 use crate::cache::ShopCache;
-use crate::config::{redact_url, LockSettings, SeckillMode, ServeSettings};
+use crate::config::AdminToken;
+use crate::config::{connect_redis, LockSettings, SeckillMode, ServeSettings};
 use crate::keys::Keys;
+use crate::metrics;
 use crate::seckill::stream::StreamConsumer;
 use crate::seckill::Seckill;
 use crate::store::{self, Store};
 use crate::telemetry::RequestIdSpan;
-use crate::{api, metrics};
-
-/// Everything a request handler may need, shared by all workers.
-pub struct AppState {
-    pub node_id: String,
-    pub store: Store,
-    pub redis: RedisConnection,
-    pub sessions: Sessions,
-    pub seckill: Arc<Seckill>,
-    /// Shops and shop categories, read through Redis.
-    pub shops: ShopCache,
-    pub admin_token: AdminToken,
-    /// Upper bound on one backend call before answering 503.
-    pub backend_timeout: Duration,
-}
-
-/// A Redis connection that reconnects by itself and never waits longer than
-/// `timeout` for a reply, so a dead Redis turns into fast 503s, not hangs.
-pub fn connect_redis(url: &str, timeout: Duration) -> anyhow::Result<RedisConnection> {
-    hmdp_lock::connect(url, timeout)
-        .with_context(|| format!("invalid REDIS_URL `{}`", redact_url(url)))
-}
 
 /// The lock `settings` configure, on `redis` (see [`hmdp_lock::build`]), with
 /// `faults` injected, counting its events into the node's metrics.

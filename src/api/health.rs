@@ -7,9 +7,9 @@ use redis::AsyncCommands;
 use hmdp_lock::Connection as RedisConnection;
 
 use super::response::ok_data;
+use super::AppState;
 use crate::error::Error;
 use crate::metrics;
-use crate::startup::AppState;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/health", web::get().to(health))

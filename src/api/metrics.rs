@@ -2,8 +2,8 @@
 
 use actix_web::{web, HttpResponse};
 
+use super::AppState;
 use crate::metrics::{render, DB_POOL};
-use crate::startup::AppState;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/metrics", web::get().to(metrics));

@@ -1,14 +1,16 @@
-//! The HTTP API of DESIGN.md, one file per resource, plus the extractor
+//! The HTTP API of docs/design.md, one file per resource, plus the extractor
 //! settings that turn malformed or slow input into hmdp-shaped 400/408/413
 //! answers.
 
 pub mod blog;
 pub mod body_deadline;
+pub mod guards;
 pub mod health;
 pub mod metrics;
 pub mod response;
 pub mod shop;
 pub mod shop_type;
+mod state;
 pub mod user;
 pub mod voucher;
 pub mod voucher_order;
@@ -17,6 +19,8 @@ use actix_web::error::{JsonPayloadError, PayloadError};
 use actix_web::web;
 
 use crate::error::Error;
+
+pub use state::AppState;
 
 /// Largest JSON body accepted; hmdp's bodies are a few hundred bytes.
 pub const MAX_JSON_BYTES: usize = 16 * 1024;

@@ -1,8 +1,12 @@
 //! hmdp's `Result` body: `{"success":true,"data":...,"total":N}` or
 //! `{"success":false,"errorMsg":"...","errorCode":"..."}`, null fields left out.
 
-use actix_web::HttpResponse;
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
+
+use crate::error::{redis_error_kind, Error};
+use crate::metrics;
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -59,5 +63,49 @@ pub mod id_string {
 
     pub fn serialize<S: Serializer>(id: &i64, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(id)
+    }
+}
+
+/// An [`Error`] as hmdp answers it: the status, and the `Result` body with
+/// the message and `errorCode`. Infrastructure errors are logged here, once
+/// per request, with their whole cause chain, and a Redis error among the
+/// causes counted in `redis_errors_total` by kind.
+impl ResponseError for Error {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Error::Rejected(_) => StatusCode::OK,
+            Error::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Error::Unauthorized => StatusCode::UNAUTHORIZED,
+            Error::Forbidden => StatusCode::FORBIDDEN,
+            Error::NotFound => StatusCode::NOT_FOUND,
+            Error::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        match self {
+            Error::Unavailable(cause) | Error::Internal(cause) => {
+                if let Some(redis) = cause.downcast_ref::<redis::RedisError>() {
+                    metrics::REDIS_ERRORS
+                        .with_label_values(&[redis_error_kind(redis)])
+                        .inc();
+                }
+                if matches!(self, Error::Unavailable(_)) {
+                    tracing::warn!(error = ?self, "backend unavailable");
+                } else {
+                    tracing::error!(error = ?self, "request failed");
+                }
+            }
+            // Someone without the token tried an admin route: worth seeing.
+            Error::Forbidden => {
+                tracing::warn!("admin request refused: wrong or missing x-admin-token")
+            }
+            _ => {}
+        }
+        HttpResponse::build(self.status_code())
+            .json(ApiResult::<()>::fail(self.to_string(), self.error_code()))
     }
 }

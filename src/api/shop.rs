@@ -7,9 +7,9 @@ use serde::Deserialize;
 
 use super::page_number;
 use super::response::ok_data;
+use super::AppState;
 use crate::error::{Error, Rejection};
 use crate::ids::{positive_id, ShopId};
-use crate::startup::AppState;
 
 /// Shops per page of `/shop/of/type`: hmdp's `SystemConstants.DEFAULT_PAGE_SIZE`.
 pub const SHOPS_PER_PAGE: u64 = 5;

@@ -4,8 +4,8 @@
 use actix_web::{web, HttpResponse};
 
 use super::response::ok_data;
+use super::AppState;
 use crate::error::Error;
-use crate::startup::AppState;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/shop-type/list", web::get().to(list));

@@ -5,10 +5,10 @@ use rand::distr::{Alphanumeric, SampleString};
 use serde::Deserialize;
 
 use super::response::{ok, ok_data};
+use super::AppState;
 use crate::auth::{CurrentUser, Phone};
 use crate::error::Error;
 use crate::ids::UserId;
-use crate::startup::AppState;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/user/code", web::post().to(send_code))

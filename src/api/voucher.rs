@@ -4,11 +4,11 @@ use actix_web::{web, HttpResponse};
 use chrono::{NaiveDate, NaiveDateTime};
 use serde::Deserialize;
 
+use super::guards::Admin;
 use super::response::ok_data;
-use crate::auth::Admin;
+use super::AppState;
 use crate::error::Error;
 use crate::ids::ShopId;
-use crate::startup::AppState;
 use crate::store::{NewSeckillVoucher, NewVoucher};
 
 pub fn routes(cfg: &mut web::ServiceConfig) {

@@ -4,10 +4,10 @@
 use actix_web::{web, HttpResponse};
 
 use super::response::ok_data;
+use super::AppState;
 use crate::auth::CurrentUser;
 use crate::error::{Error, Rejection};
 use crate::ids::{OrderId, VoucherId};
-use crate::startup::AppState;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route(

@@ -1,4 +1,4 @@
-//! The invariants of DESIGN.md, read from the database: the one check shared
+//! The invariants of docs/design.md, read from the database: the one check shared
 //! by the tests, `loadtest --verify` and `demo`.
 
 use serde::Serialize;
@@ -36,7 +36,7 @@ impl VoucherAudit {
         self.orders + self.stock_left
     }
 
-    /// The invariants of DESIGN.md that this audit breaks, in words; empty
+    /// The invariants of docs/design.md that this audit breaks, in words; empty
     /// when all hold. `one_order_per_user` is false for the setups expected
     /// to let duplicates through (no lock, a local lock on two nodes).
     pub fn violations(&self, initial_stock: i64, one_order_per_user: bool) -> Vec<String> {

@@ -35,7 +35,7 @@ async fn storm(app: &TestApp) -> hmdp::store::VoucherAudit {
     audit
 }
 
-/// Asserts the one-order-per-user invariants of DESIGN.md.
+/// Asserts the one-order-per-user invariants of docs/design.md.
 pub fn assert_one_order_per_user(audit: hmdp::store::VoucherAudit) {
     assert!(
         audit.stock_balances(STOCK),

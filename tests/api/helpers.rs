@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use futures::future::join_all;
-use hmdp::auth::AdminToken;
+use hmdp::config::AdminToken;
 use hmdp::config::ServeSettings;
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
@@ -88,7 +88,7 @@ pub async fn spawn_app_on(
     namespace.redis_url = settings.store.redis.url.clone();
 
     let redis =
-        hmdp::startup::connect_redis(&settings.store.redis.url, Duration::from_secs(10)).unwrap();
+        hmdp::config::connect_redis(&settings.store.redis.url, Duration::from_secs(10)).unwrap();
     let app = Application::build(settings).await.expect("node starts");
     let address = format!("http://127.0.0.1:{}", app.port());
     tokio::spawn(app.run_until_stopped());

@@ -516,7 +516,7 @@ fn listed(users: &[UserId]) -> String {
 /// Connects to MySQL and Redis as `settings` say.
 pub fn connect(settings: &StoreSettings) -> anyhow::Result<(Store, SaleState)> {
     let store = Store::connect_lazy(&settings.database.url, 2, settings.backend_timeout())?;
-    let redis = hmdp::startup::connect_redis(&settings.redis.url, settings.backend_timeout())?;
+    let redis = hmdp::config::connect_redis(&settings.redis.url, settings.backend_timeout())?;
     let keys = Keys::new(settings.redis.prefix.clone());
     Ok((store.clone(), SaleState::new(redis, keys, store)))
 }

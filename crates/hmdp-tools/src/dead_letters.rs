@@ -91,7 +91,7 @@ pub async fn run(settings: &DeadLettersSettings) -> anyhow::Result<i32> {
                 letters
             };
             let url = &settings.store.redis.url;
-            let redis = hmdp::startup::connect_redis(url, settings.store.backend_timeout())?;
+            let redis = hmdp::config::connect_redis(url, settings.store.backend_timeout())?;
             let lock =
                 hmdp::startup::build_lock(&settings.lock, redis.clone(), url, Faults::none())?;
             let keys = hmdp::keys::Keys::new(settings.store.redis.prefix.clone());

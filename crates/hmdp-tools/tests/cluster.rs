@@ -54,8 +54,8 @@ impl TestCluster {
             .await
             .unwrap_or_else(|error| panic!("cluster did not start: {error:#}"));
         let client = loadtest::http_client(200).unwrap();
-        let redis = hmdp::startup::connect_redis(&sandbox.redis.redis_url, Duration::from_secs(10))
-            .unwrap();
+        let redis =
+            hmdp::config::connect_redis(&sandbox.redis.redis_url, Duration::from_secs(10)).unwrap();
         let tokens = Login::new(
             client.clone(),
             &cluster.url(),
@@ -474,7 +474,7 @@ async fn a_redis_cluster_master_killed_under_load_fails_over_and_the_sale_holds(
 
     // Once the replica took over, the same nodes serve a new buyer.
     redis.wait_until_ok().await.unwrap();
-    let redis_conn = hmdp::startup::connect_redis(&redis.url(), Duration::from_secs(5)).unwrap();
+    let redis_conn = hmdp::config::connect_redis(&redis.url(), Duration::from_secs(5)).unwrap();
     let login = Login::new(
         test.client.clone(),
         &test.cluster.url(),

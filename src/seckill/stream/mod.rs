@@ -92,7 +92,7 @@ impl StreamConsumer {
         settings: &StreamSettings,
         node_id: &str,
     ) -> anyhow::Result<StreamConsumer> {
-        let reader = crate::startup::connect_redis(redis_url, timeout + MAX_BLOCK)?;
+        let reader = crate::config::connect_redis(redis_url, timeout + MAX_BLOCK)?;
         let consumer = format!("{node_id}:{}", uuid::Uuid::new_v4().simple());
         let stream = OrderStream::new(redis, reader, &seckill.keys, consumer);
         Ok(StreamConsumer {

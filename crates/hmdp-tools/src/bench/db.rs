@@ -11,11 +11,11 @@ use clap::Args;
 use serde::Serialize;
 
 use super::{timed_loop, write_json, Latency, RunShape};
+use hmdp::config::connect_redis;
 use hmdp::config::StoreSettings;
 use hmdp::ids::{OrderId, UserId};
 use hmdp::keys::Keys;
 use hmdp::seckill::Seckill;
-use hmdp::startup::connect_redis;
 use hmdp::store::{self, NewSeckillVoucher, NewVoucher, Store};
 use hmdp_lock::{NoLock, OrderLock};
 

@@ -19,11 +19,11 @@ use serde::Serialize;
 
 use super::db::{bench_voucher, unlimited_sale};
 use super::write_json;
+use hmdp::config::connect_redis;
 use hmdp::config::StoreSettings;
 use hmdp::ids::{UserId, VoucherId};
 use hmdp::keys::Keys;
 use hmdp::seckill::{Admission, SaleState};
-use hmdp::startup::connect_redis;
 use hmdp::store::Store;
 
 #[derive(Debug, Clone, Args)]

@@ -21,8 +21,8 @@ use redis::Script;
 use serde::Serialize;
 
 use super::{new_histogram, timed_loop, write_json, RunShape};
+use hmdp::config::connect_redis;
 use hmdp::config::{LockSettings, RedisSettings, TimeoutSettings};
-use hmdp::startup::connect_redis;
 
 /// Hand-offs measured after a hot-key run.
 const HANDOFF_ROUNDS: usize = 500;

@@ -270,7 +270,7 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
     .await?;
     let client = loadtest::http_client(settings.concurrency)?;
     let redis =
-        hmdp::startup::connect_redis(&sandbox.redis.redis_url, settings.store.backend_timeout())?;
+        hmdp::config::connect_redis(&sandbox.redis.redis_url, settings.store.backend_timeout())?;
     let keys = Keys::new(sandbox.redis.prefix.clone());
     // Sessions live in Redis, so one login serves every mode's nodes.
     eprintln!("logging {} users in through nginx", settings.users);

@@ -444,7 +444,7 @@ async fn settle_down(
 
 /// The sale state of the soak's Redis, read by the load side.
 fn sale_state_of(sandbox_redis_url: &str, keys: Keys, store: Store) -> anyhow::Result<SaleState> {
-    let redis = hmdp::startup::connect_redis(sandbox_redis_url, Duration::from_secs(2))?;
+    let redis = hmdp::config::connect_redis(sandbox_redis_url, Duration::from_secs(2))?;
     Ok(SaleState::new(redis, keys, store))
 }
 
@@ -560,7 +560,7 @@ async fn load_loop(
     tally: Arc<Mutex<Tally>>,
 ) -> anyhow::Result<()> {
     let client = loadtest::http_client(settings.concurrency)?;
-    let redis = hmdp::startup::connect_redis(&door.redis_url, Duration::from_secs(2))?;
+    let redis = hmdp::config::connect_redis(&door.redis_url, Duration::from_secs(2))?;
     let login = Login::new(client.clone(), &door.url, redis, door.keys.clone());
     let sale_state = sale_state_of(&door.redis_url, door.keys, door.store)?;
     let target = door.url;

@@ -151,7 +151,7 @@ impl Lab {
         lease: Duration,
         wait: Duration,
     ) -> anyhow::Result<Arc<dyn OrderLock>> {
-        let redis = hmdp::startup::connect_redis(redis_url, Duration::from_secs(1))?;
+        let redis = hmdp::config::connect_redis(redis_url, Duration::from_secs(1))?;
         self.build_lock(&redis, redis_url, nodes, lease, wait, 0)
     }
 
@@ -163,7 +163,7 @@ impl Lab {
         lease: Duration,
         sync_replicas: u32,
     ) -> anyhow::Result<Arc<dyn OrderLock>> {
-        let redis = hmdp::startup::connect_redis(redis_url, Duration::from_secs(1))?;
+        let redis = hmdp::config::connect_redis(redis_url, Duration::from_secs(1))?;
         self.build_lock(&redis, redis_url, &[], lease, Duration::ZERO, sync_replicas)
     }
 

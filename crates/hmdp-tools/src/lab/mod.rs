@@ -34,7 +34,6 @@ use clap::{Args, Subcommand};
 use hmdp_lock::LockMode;
 
 use hmdp::config::{redact_url, DatabaseSettings, RedisSettings};
-use hmdp::startup;
 
 pub use cluster_failover::ClusterFailoverArgs;
 use harness::Lab;
@@ -277,7 +276,7 @@ const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
 pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
     let args = scenario.args();
     let mode = args.mode.unwrap_or_else(|| scenario.default_mode());
-    let redis = startup::connect_redis(&args.redis.url, REDIS_TIMEOUT)?;
+    let redis = hmdp::config::connect_redis(&args.redis.url, REDIS_TIMEOUT)?;
     // Connect before the clock starts, so the first step is not late.
     let _: String = redis::cmd("PING")
         .query_async(&mut redis.clone())

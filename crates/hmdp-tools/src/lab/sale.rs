@@ -63,7 +63,7 @@ impl SaleStage {
                 Node::new(&id, ports[index], log)
             })
             .collect();
-        let redis = hmdp::startup::connect_redis(redis_url, Duration::from_secs(2))?;
+        let redis = hmdp::config::connect_redis(redis_url, Duration::from_secs(2))?;
         let store = sandbox.store(4)?;
         let keys = Keys::new(sandbox.redis.prefix.clone());
         Ok(SaleStage {

@@ -419,7 +419,7 @@ pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
             tokens
         }
         None => {
-            let redis = hmdp::startup::connect_redis(
+            let redis = hmdp::config::connect_redis(
                 &settings.store.redis.url,
                 settings.store.backend_timeout(),
             )?;

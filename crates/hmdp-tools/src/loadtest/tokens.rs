@@ -222,7 +222,7 @@ impl Login {
 /// `hmdp tokens`.
 pub async fn run(settings: TokensSettings) -> anyhow::Result<()> {
     let redis =
-        hmdp::startup::connect_redis(&settings.redis.url, settings.timeout.backend_timeout())?;
+        hmdp::config::connect_redis(&settings.redis.url, settings.timeout.backend_timeout())?;
     let login = Login::new(
         super::http_client(settings.concurrency)?,
         &settings.target,

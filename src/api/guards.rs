@@ -1,0 +1,66 @@
+//! The request guards: who is asking. A handler that names [`CurrentUser`]
+//! runs only for a request with a live session, one that names [`Admin`]
+//! only for one carrying the admin token.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use actix_web::{web, FromRequest, HttpRequest};
+
+use super::AppState;
+use crate::auth::CurrentUser;
+use crate::error::Error;
+
+impl FromRequest for CurrentUser {
+    type Error = Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, Error>>>>;
+
+    fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        let state = req.app_data::<web::Data<AppState>>().cloned();
+        let token = req
+            .headers()
+            .get("authorization")
+            .and_then(|value| value.to_str().ok())
+            .map(str::trim)
+            .filter(|token| !token.is_empty() && token.len() <= 64)
+            .map(str::to_owned);
+        let since = std::time::Instant::now();
+        Box::pin(async move {
+            let state = state.ok_or_else(|| Error::Internal(anyhow::anyhow!("no app state")))?;
+            let token = token.ok_or(Error::Unauthorized)?;
+            let user = state
+                .sessions
+                .touch(&token)
+                .await?
+                .ok_or(Error::Unauthorized)?;
+            Ok(CurrentUser { user, token, since })
+        })
+    }
+}
+
+/// Proof that the request carried the admin token.
+pub struct Admin;
+
+impl FromRequest for Admin {
+    type Error = Error;
+    type Future = std::future::Ready<Result<Self, Error>>;
+
+    fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        let expected = req
+            .app_data::<web::Data<AppState>>()
+            .map(|state| &state.admin_token);
+        let given = req
+            .headers()
+            .get("x-admin-token")
+            .map(|value| value.as_bytes());
+        let allowed = match (expected, given) {
+            (Some(expected), Some(given)) => expected.matches(given),
+            _ => false,
+        };
+        std::future::ready(if allowed {
+            Ok(Admin)
+        } else {
+            Err(Error::Forbidden)
+        })
+    }
+}

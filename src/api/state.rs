@@ -1,0 +1,27 @@
+//! What every request handler may need, built once by `startup.rs` and shared
+//! by all workers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hmdp_lock::Connection as RedisConnection;
+
+use crate::auth::Sessions;
+use crate::cache::ShopCache;
+use crate::config::AdminToken;
+use crate::seckill::Seckill;
+use crate::store::Store;
+
+/// Everything a request handler may need, shared by all workers.
+pub struct AppState {
+    pub node_id: String,
+    pub store: Store,
+    pub redis: RedisConnection,
+    pub sessions: Sessions,
+    pub seckill: Arc<Seckill>,
+    /// Shops and shop categories, read through Redis.
+    pub shops: ShopCache,
+    pub admin_token: AdminToken,
+    /// Upper bound on one backend call before answering 503.
+    pub backend_timeout: Duration,
+}
