@@ -1,14 +1,15 @@
 # The hmdp node image: built in a full Rust image, run from a slim one that
-# holds only the binary (migrations and Lua scripts are compiled into it).
+# holds only the node's binary, `hmdp-server` (serve and migrate; migrations
+# and Lua scripts are compiled into it; no tools, no test kit).
 
 FROM rust:1-slim-bookworm AS build
 WORKDIR /src
 # The whole source tree (less .dockerignore): cargo reads every target the
 # manifest declares (benches included) even to build one binary, the
-# workspace's crates/ included, and the binary embeds migrations/, lua/,
-# crates/hmdp-lock/lua/ and nginx.conf.
+# workspace's crates/ included, and the binary embeds migrations/, lua/ and
+# crates/hmdp-lock/lua/.
 COPY . .
-RUN cargo build --release --locked -p hmdp-tools --bin hmdp
+RUN cargo build --release --locked -p hmdp --bin hmdp-server
 
 FROM debian:bookworm-slim
 # curl: the compose health check asks the node's /ready.
@@ -16,10 +17,10 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates curl \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --no-create-home hmdp
-COPY --from=build /src/target/release/hmdp /usr/local/bin/hmdp
+COPY --from=build /src/target/release/hmdp-server /usr/local/bin/hmdp-server
 USER hmdp
 # Inside a container the node must listen on every interface, not loopback.
 ENV HMDP_HOST=0.0.0.0 HMDP_PORT=8081
 EXPOSE 8081
-ENTRYPOINT ["hmdp"]
+ENTRYPOINT ["hmdp-server"]
 CMD ["serve"]

@@ -1,17 +1,18 @@
 //! hmdp-rs: the Heima Dianping flash-sale backend, with a gallery of
 //! distributed locks that each fail (or hold) the way the course shows. The
 //! tools that exercise it (lab, demo, load generator, benchmarks) live in
-//! `hmdp-tools`, on top of this library.
+//! `hmdp-tools`, on top of this library; the node's own binary is
+//! `hmdp-server` (`src/main.rs`).
 
 /// hmdp's HTTP API: routes, handlers, the `Result` body.
 pub mod api;
-/// Login codes, Redis sessions, the user and admin guards.
+/// Login codes and Redis sessions.
 pub mod auth;
 /// The Redis cache of shops and shop categories in front of MySQL.
 pub mod cache;
 /// Flags, environment and defaults of every command.
 pub mod config;
-/// The crate-wide error and its HTTP mapping.
+/// The crate-wide error (its HTTP answer is `api/response.rs`).
 pub mod error;
 /// hmdp's Redis id worker.
 pub mod id_worker;
@@ -23,6 +24,8 @@ pub mod keys;
 pub mod metrics;
 /// The purchase use case.
 pub mod seckill;
+/// The node's commands, `serve` and `migrate`, shared by both binaries.
+pub mod server_command;
 /// Wiring a node together.
 pub mod startup;
 /// All SQL.

@@ -15,8 +15,8 @@ use hmdp::seckill::{RedisSale, SaleState};
 use hmdp::startup::Application;
 use hmdp::store::{Store, VoucherAudit};
 use hmdp_test_support::{
-    free_ports, hmdp_binary, mysql_server_url, redis_url, ChildProcess, RedisNamespace,
-    RedisServer, Stdout, TestDatabase,
+    free_ports, mysql_server_url, redis_url, ChildProcess, RedisNamespace, RedisServer, Stdout,
+    TestDatabase,
 };
 use redis::AsyncCommands;
 use serde_json::{json, Value};
@@ -345,19 +345,22 @@ pub fn seckill_body(stock: i64, begin: &str, end: &str) -> Value {
     })
 }
 
-/// Runs `hmdp serve` (on a free port, no migrations) with `flags` and
+/// The node's binary, built by Cargo for this package's tests.
+pub const NODE_BINARY: &str = env!("CARGO_BIN_EXE_hmdp-server");
+
+/// Runs `hmdp-server serve` (on a free port, no migrations) with `flags` and
 /// `env` on top, expecting it to refuse to start; returns what it logged.
 /// `refusal` names the setting, for the failure message of a node that
 /// served instead.
 pub async fn serve_refusal(flags: &[&str], env: &[(&str, &str)], refusal: &str) -> String {
     let log = NamedTempFile::new().unwrap();
-    let mut command = tokio::process::Command::new(hmdp_binary());
+    let mut command = tokio::process::Command::new(NODE_BINARY);
     command
         .args(["serve", "--host=127.0.0.1", "--port=0", "--no-migrate"])
         .args(flags)
         .envs(env.iter().copied());
-    let mut node =
-        ChildProcess::spawn("hmdp serve", command, log.path(), Stdout::Discard).expect("hmdp runs");
+    let mut node = ChildProcess::spawn("hmdp-server serve", command, log.path(), Stdout::Discard)
+        .expect("hmdp runs");
     let status = node
         .wait_exit(Duration::from_secs(10))
         .await
@@ -377,13 +380,13 @@ pub struct NodeProcess {
 }
 
 impl NodeProcess {
-    /// Starts `hmdp serve` with `app`'s settings given through the
+    /// Starts `hmdp-server serve` with `app`'s settings given through the
     /// environment, so `flags` (`--lock=local`, `--database-url=...`)
     /// override them (flags win over the environment).
     pub async fn start(app: &TestApp, flags: &[&str]) -> NodeProcess {
         let log = NamedTempFile::new().unwrap();
         let [port] = free_ports().unwrap();
-        let mut command = tokio::process::Command::new(hmdp_binary());
+        let mut command = tokio::process::Command::new(NODE_BINARY);
         command
             .arg("serve")
             .args(["--no-migrate", "--workers=1"])
@@ -396,7 +399,8 @@ impl NodeProcess {
             .env("HMDP_ADMIN_TOKEN", ADMIN_TOKEN)
             .env("RUST_LOG", "info");
         let mut process =
-            ChildProcess::spawn("hmdp serve", command, log.path(), Stdout::Log).expect("hmdp runs");
+            ChildProcess::spawn("hmdp-server serve", command, log.path(), Stdout::Log)
+                .expect("hmdp runs");
         let address = format!("http://127.0.0.1:{port}");
         process
             .wait_until_answers(&format!("{address}/health"), Duration::from_secs(10))

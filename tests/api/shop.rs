@@ -1,18 +1,15 @@
 //! The pages on the way to a flash sale: shop categories, a category's
 //! shops, a shop (read through the Redis cache), a user's details, the
-//! (empty) blog lists — their JSON as hmdp's front end reads it — and
-//! `hmdp seed`.
+//! (empty) blog lists — their JSON as hmdp's front end reads it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use hmdp::cache::{ShopCache, ENTRY_TTL, ENTRY_TTL_JITTER, MISSING_TTL};
-use hmdp::config::SeckillMode;
 use hmdp::error::Error;
 use hmdp::ids::ShopId;
 use hmdp::store::{Shop, ShopType};
-use hmdp_test_support::{hmdp_binary, wait_until};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 
@@ -374,82 +371,4 @@ async fn the_blog_lists_are_empty() {
         json!({"success": true, "data": []})
     );
     assert_eq!(app.get("/blog/of/me", None).await.status(), 401);
-}
-
-/// `SELECT COUNT(*)` of each seeded table.
-async fn seeded_counts(app: &TestApp) -> [i64; 4] {
-    let mut counts = [0; 4];
-    for (count, statement) in counts.iter_mut().zip([
-        "SELECT CAST(COUNT(*) AS SIGNED) FROM tb_shop_type",
-        "SELECT CAST(COUNT(*) AS SIGNED) FROM tb_shop",
-        "SELECT CAST(COUNT(*) AS SIGNED) FROM tb_voucher",
-        "SELECT CAST(COUNT(*) AS SIGNED) FROM tb_seckill_voucher",
-    ]) {
-        *count = sqlx::query_scalar(statement)
-            .fetch_one(app.store.pool())
-            .await
-            .unwrap();
-    }
-    counts
-}
-
-/// Runs `hmdp seed` on the test's database and returns what it printed.
-fn run_seed(app: &TestApp) -> String {
-    let output = std::process::Command::new(hmdp_binary())
-        .args(["seed", "--database-url", &app.database_url()])
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("hmdp runs");
-    assert!(output.status.success(), "{output:?}");
-    String::from_utf8(output.stdout).unwrap()
-}
-
-#[tokio::test]
-async fn seeding_twice_leaves_the_same_rows_and_a_seeded_voucher_sells_in_stream_mode() {
-    let app = spawn_app(|s| s.seckill = SeckillMode::Stream).await;
-
-    let first = run_seed(&app);
-    let after_first = seeded_counts(&app).await;
-    let second = run_seed(&app);
-
-    assert_eq!(seeded_counts(&app).await, after_first);
-    let [types, shops, vouchers, seckill] = after_first;
-    assert!(types >= 10 && shops >= 30, "{after_first:?}");
-    assert_eq!(
-        (vouchers, seckill),
-        (shops, shops),
-        "one seckill voucher a shop"
-    );
-    assert!(
-        first.contains(&format!("({shops} created, 0 already there)")),
-        "{first}"
-    );
-    assert!(
-        second.contains(&format!("(0 created, {shops} already there)")),
-        "{second}"
-    );
-    assert_eq!(second.lines().count(), 1, "{second}");
-
-    // What the front end does next: a category, a shop, its voucher, a purchase.
-    let category = app.get_json("/shop/of/type?typeId=1&current=1", None).await;
-    let shop_id = ids(&category)[0];
-    assert_eq!(
-        app.get_json(&format!("/shop/{shop_id}"), None).await["success"],
-        true
-    );
-    let listed = app
-        .get_json(&format!("/voucher/list/{shop_id}"), None)
-        .await;
-    let voucher: i64 = listed["data"][0]["id"].as_str().unwrap().parse().unwrap();
-    let token = app.login(&phone(1)).await;
-
-    let bought = app.purchase(voucher, &token).await;
-    let again = app.purchase(voucher, &token).await;
-
-    assert_eq!(bought["success"], true, "{bought}");
-    assert_eq!(again["errorCode"], "ALREADY_ORDERED", "{again}");
-    wait_until("the order written", Duration::from_secs(20), || async {
-        app.pending_orders().await == 0 && app.audit(voucher).await.orders == 1
-    })
-    .await;
 }

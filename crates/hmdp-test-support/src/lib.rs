@@ -1,14 +1,12 @@
 //! What hmdp's tests and tools share: the servers they run against, a
 //! database and a Redis key prefix of their own, private redis-servers, child
-//! processes killed on drop, free ports, and the `hmdp` binary. It depends on
+//! processes killed on drop, and free ports. It depends on
 //! neither the product nor the lock crate, so both can test with it.
 
 use std::future::Future;
 use std::net::TcpListener;
 use std::time::Duration;
 
-/// The `hmdp` executable for tests outside the package that builds it.
-pub mod binary;
 /// A uniquely named database of its own on a MySQL server, dropped with it.
 pub mod database;
 /// Private `mariadbd` processes on free ports, to freeze, crash and restart.
@@ -22,7 +20,6 @@ pub mod redis_keys;
 /// Private `redis-server` processes on free ports.
 pub mod redis_server;
 
-pub use binary::hmdp_binary;
 pub use database::TestDatabase;
 pub use mariadb_server::MariaDbServer;
 pub use process::{ChildProcess, Stdout};

@@ -2,11 +2,9 @@
 
 use std::io::Write;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 
-use hmdp::config::{DatabaseSettings, ServeSettings, TimeoutSettings};
-use hmdp::startup::Application;
-use hmdp::store::{self, Store};
+use hmdp::server_command::ServerCommand;
 use hmdp_tools::audit::{self, AuditSettings};
 use hmdp_tools::bench::{self, BenchDbArgs, BenchDrainArgs, BenchLockArgs};
 use hmdp_tools::cluster::demo::{self, DemoSettings};
@@ -28,10 +26,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run one HTTP node (applies pending migrations first unless --no-migrate).
-    Serve(Box<ServeSettings>),
-    /// Create the database if missing, apply pending migrations and exit.
-    Migrate(MigrateSettings),
+    /// `serve` and `migrate`, as `hmdp-server` runs them.
+    #[command(flatten)]
+    Server(ServerCommand),
     /// Load sample shop categories and shops, each with a seckill voucher on
     /// sale, for hmdp's front end (creates and migrates the database if
     /// needed; running it again leaves the same rows).
@@ -87,16 +84,6 @@ enum Command {
     BenchDrain(Box<BenchDrainArgs>),
 }
 
-/// `hmdp migrate`: MySQL only.
-#[derive(Args)]
-struct MigrateSettings {
-    #[command(flatten)]
-    database: DatabaseSettings,
-
-    #[command(flatten)]
-    timeout: TimeoutSettings,
-}
-
 fn main() -> anyhow::Result<()> {
     let command = Cli::parse().command;
     if matches!(command, Command::Lab { .. }) {
@@ -130,21 +117,7 @@ fn main() -> anyhow::Result<()> {
 
 async fn run(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Serve(settings) => {
-            let app = Application::build(*settings).await?;
-            app.run_until_stopped().await?;
-        }
-        Command::Migrate(settings) => {
-            store::create_database_if_missing(&settings.database.url).await?;
-            Store::connect_lazy(
-                &settings.database.url,
-                1,
-                settings.timeout.backend_timeout(),
-            )?
-            .migrate()
-            .await?;
-            tracing::info!("migrations applied");
-        }
+        Command::Server(command) => command.run().await?,
         Command::Seed(settings) => seed::run(settings).await?,
         Command::Tokens(settings) => loadtest::tokens::run(*settings).await?,
         Command::Loadtest(settings) => loadtest::run_command(*settings).await?,

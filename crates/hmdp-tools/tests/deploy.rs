@@ -162,7 +162,7 @@ fn nginx_upstreams_are_the_app_services_on_their_ports() {
 }
 
 #[test]
-fn the_dockerfile_is_multi_stage_and_runs_the_node() {
+fn the_dockerfile_is_multi_stage_and_runs_the_products_node_binary() {
     let dockerfile =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Dockerfile"))
             .expect("Dockerfile exists");
@@ -174,4 +174,7 @@ fn the_dockerfile_is_multi_stage_and_runs_the_node() {
     assert!(dockerfile.contains("COPY --from=build"));
     assert!(dockerfile.contains("HMDP_HOST=0.0.0.0"));
     assert!(dockerfile.contains(r#"CMD ["serve"]"#));
+    // The node's own binary, from the product's package: no tools, no test kit.
+    assert!(dockerfile.contains("cargo build --release --locked -p hmdp --bin hmdp-server"));
+    assert!(dockerfile.contains(r#"ENTRYPOINT ["hmdp-server"]"#));
 }

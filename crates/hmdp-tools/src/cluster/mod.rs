@@ -4,7 +4,7 @@
 
 pub mod demo;
 pub mod nginx;
-mod node;
+pub mod node;
 mod sandbox;
 pub mod soak;
 pub mod up;
