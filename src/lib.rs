@@ -24,9 +24,7 @@ pub mod keys;
 pub mod metrics;
 /// The purchase use case.
 pub mod seckill;
-/// The node's commands, `serve` and `migrate`, shared by both binaries.
-pub mod server_command;
-/// Wiring a node together.
+/// Wiring a node together, and its `serve` and `migrate`.
 pub mod startup;
 /// All SQL.
 pub mod store;

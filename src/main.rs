@@ -3,7 +3,7 @@
 
 use clap::Parser;
 
-use hmdp::server_command::ServerCommand;
+use hmdp::startup::ServerCommand;
 
 /// hmdp-rs node: the Heima Dianping flash-sale voucher backend.
 #[derive(Parser)]

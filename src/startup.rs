@@ -1,5 +1,6 @@
 //! Wiring: builds the shared state once, binds the listener, runs the server
-//! until it is told to stop (SIGTERM/SIGINT, or a handle in tests).
+//! until it is told to stop (SIGTERM/SIGINT, or a handle in tests); and the
+//! node's commands, `serve` and `migrate`, that both binaries run.
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::middleware::{from_fn, DefaultHeaders};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
+use clap::{Args, Subcommand};
 use hmdp_lock::{Faults, OrderLock};
 use tracing_actix_web::TracingLogger;
 
@@ -16,7 +18,9 @@ use crate::api::{self, AppState};
 use crate::auth::Sessions;
 use crate::cache::ShopCache;
 use crate::config::AdminToken;
-use crate::config::{connect_redis, LockSettings, SeckillMode, ServeSettings};
+use crate::config::{
+    connect_redis, DatabaseSettings, LockSettings, SeckillMode, ServeSettings, TimeoutSettings,
+};
 use crate::keys::Keys;
 use crate::metrics;
 use crate::seckill::stream::StreamConsumer;
@@ -240,5 +244,49 @@ mod tests {
         let error = build_error(&["--redis-url=redis://:s3cret@127.0.0.1:port/0"]).await;
         assert!(!error.contains("s3cret"), "{error}");
         assert!(error.contains("invalid REDIS_URL"), "{error}");
+    }
+}
+
+/// The node's commands.
+#[derive(Subcommand)]
+pub enum ServerCommand {
+    /// Run one HTTP node (applies pending migrations first unless --no-migrate).
+    Serve(Box<ServeSettings>),
+    /// Create the database if missing, apply pending migrations and exit.
+    Migrate(MigrateSettings),
+}
+
+/// `migrate`: MySQL only.
+#[derive(Args)]
+pub struct MigrateSettings {
+    #[command(flatten)]
+    database: DatabaseSettings,
+
+    #[command(flatten)]
+    timeout: TimeoutSettings,
+}
+
+impl ServerCommand {
+    /// Runs the command to its end: a node until SIGTERM or SIGINT, a
+    /// migration until it is applied.
+    pub async fn run(self) -> anyhow::Result<()> {
+        match self {
+            ServerCommand::Serve(settings) => {
+                let app = Application::build(*settings).await?;
+                app.run_until_stopped().await?;
+            }
+            ServerCommand::Migrate(settings) => {
+                store::create_database_if_missing(&settings.database.url).await?;
+                Store::connect_lazy(
+                    &settings.database.url,
+                    1,
+                    settings.timeout.backend_timeout(),
+                )?
+                .migrate()
+                .await?;
+                tracing::info!("migrations applied");
+            }
+        }
+        Ok(())
     }
 }

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use clap::{Parser, Subcommand};
 
-use hmdp::server_command::ServerCommand;
+use hmdp::startup::ServerCommand;
 use hmdp_tools::audit::{self, AuditSettings};
 use hmdp_tools::bench::{self, BenchDbArgs, BenchDrainArgs, BenchLockArgs};
 use hmdp_tools::cluster::demo::{self, DemoSettings};
