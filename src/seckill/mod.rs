@@ -492,15 +492,21 @@ impl Seckill {
         if !self.chaos_hold.is_zero() {
             tokio::time::sleep(self.chaos_hold).await;
         }
-        // The order row first, the stock last: the `UPDATE` locks the
-        // voucher's one stock row until the commit, and every purchase of
-        // the voucher queues for that lock, so only the commit may follow it.
-        // (Sold out: the insert rolls back with the rest.)
         let id = self.insert_order(tx, id, user_id, voucher_id).await?;
+        // A holder that learnt it lost the lock rolls back instead. Asked
+        // before the stock is taken: with fencing it is a Redis round trip,
+        // and the fence recorded above already keeps a newer holder's
+        // purchase from committing beside this one.
+        if let Err(lost) = held.ensure_held().await {
+            return Ok(Err(lost.into()));
+        }
+        // The stock last: the `UPDATE` locks the voucher's one stock row
+        // until the commit, and every purchase of the voucher queues for
+        // that lock, so only the commit follows it. (Sold out: the insert
+        // rolls back with the rest.)
         if !store::take_stock(tx, voucher_id).await? {
             return Ok(Err(Rejection::SoldOut.into()));
         }
-        // A holder that learnt it lost the lock rolls back instead.
-        Ok(held.ensure_held().await.map(|()| id).map_err(Error::from))
+        Ok(Ok(id))
     }
 }

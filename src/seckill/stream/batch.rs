@@ -496,27 +496,15 @@ async fn statements(
     if !seckill.chaos_hold.is_zero() {
         tokio::time::sleep(seckill.chaos_hold).await;
     }
-    // The rows first, the stock last: the `UPDATE` locks each voucher's
-    // stock row until the commit, so only the commit may follow it.
     let new: Vec<NewOrder> = undecided(orders, &outcomes)
         .map(|(order, _)| *order)
         .collect();
     store::insert_orders(tx, &new).await?;
-    let mut units: BTreeMap<VoucherId, u32> = BTreeMap::new();
-    for order in &new {
-        *units.entry(order.voucher_id).or_default() += 1;
-    }
-    for (voucher, units) in units {
-        if !store::take_stock_units(tx, voucher, units).await? {
-            return Ok(Ended::NoStock);
-        }
-    }
-    let resold = counted_again(seckill, &new).await?;
-    if !resold.is_empty() {
-        return Ok(Ended::Resold(resold));
-    }
 
-    // A holder that learnt it lost a lock rolls the whole batch back.
+    // A holder that learnt it lost a lock rolls the whole batch back. Asked
+    // before the stock rows are locked (with fencing, a Redis round trip);
+    // the fences recorded first keep a newer holder from committing beside
+    // this batch.
     let users: HashSet<UserId> = new.iter().map(|order| order.user_id).collect();
     let checks = join_all(
         users
@@ -531,6 +519,23 @@ async fn statements(
         .map_err(|lost| {
             anyhow::Error::new(lost).context("a user's lock was lost; batch rolled back")
         })?;
+
+    // The stock last: the `UPDATE` locks each voucher's stock row until the
+    // commit. Only the reloaded sale's count follows it (`counted_again`: it
+    // must see every reload that the row lock orders before this batch).
+    let mut units: BTreeMap<VoucherId, u32> = BTreeMap::new();
+    for order in &new {
+        *units.entry(order.voucher_id).or_default() += 1;
+    }
+    for (voucher, units) in units {
+        if !store::take_stock_units(tx, voucher, units).await? {
+            return Ok(Ended::NoStock);
+        }
+    }
+    let resold = counted_again(seckill, &new).await?;
+    if !resold.is_empty() {
+        return Ok(Ended::Resold(resold));
+    }
 
     Ok(Ended::Committed(
         outcomes
