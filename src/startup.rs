@@ -116,7 +116,7 @@ impl Application {
         .await;
         let stream_consumer = match settings.seckill {
             SeckillMode::Stream => Some(StreamConsumer::new(
-                seckill.clone(),
+                seckill.writer(),
                 redis.clone(),
                 &settings.store.redis.url,
                 timeout,

@@ -18,11 +18,8 @@ use std::time::Duration;
 use redis::Script;
 
 use super::sale_state::SaleState;
-use super::{Handoff, Seckill};
 use crate::error::{Error, Rejection};
 use crate::ids::{OrderId, UserId, VoucherId};
-use crate::metrics;
-use crate::store::NewOrder;
 
 static ADMIT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/seckill.lua")));
@@ -133,88 +130,6 @@ impl SaleState {
             .await?;
         Admission::from_reply(&reply)
             .ok_or_else(|| Error::Internal(anyhow::anyhow!("lua/seckill.lua answered {reply:?}")))
-    }
-}
-
-impl Seckill {
-    /// The purchase of `queue` and `stream` mode: admitted in Redis, handed
-    /// off, answered with the order id before MySQL has seen the order.
-    pub(super) async fn try_admit(
-        &self,
-        handoff: &Handoff,
-        user_id: UserId,
-        voucher_id: VoucherId,
-    ) -> Result<OrderId, Error> {
-        // The sale as MySQL has it: a voucher Redis lacks is loaded from it,
-        // and a voucher MySQL lacks is sold by no Redis sale left behind.
-        let Some(mut sale) = self.catalog.sale(voucher_id).await? else {
-            let refused = Admission::Refused(Rejection::VoucherNotFound);
-            metrics::ADMISSIONS
-                .with_label_values(&[refused.label()])
-                .inc();
-            return Err(Rejection::VoucherNotFound.into());
-        };
-        let append = matches!(handoff, Handoff::Stream);
-        let admit = |token| self.sale_state.admit(user_id, voucher_id, token, append);
-        let mut admission = admit(sale.token()).await?;
-        if admission == Admission::Stale {
-            // Redis holds an earlier voucher's sale under this id, or this
-            // node remembers an earlier voucher: both are read again from
-            // MySQL, and the sale replaced if it is the stale one.
-            self.catalog.forget(voucher_id);
-            sale = self
-                .catalog
-                .sale(voucher_id)
-                .await?
-                .ok_or(Rejection::VoucherNotFound)?;
-            self.sale_state.load(voucher_id).await?;
-            admission = admit(sale.token()).await?;
-        }
-        if admission == Admission::Refused(Rejection::VoucherNotFound) {
-            // MySQL has the voucher and Redis had not: Redis restarted
-            // empty, or the node that created it could not store it. The
-            // load is set-if-absent from MySQL (this task's or a concurrent
-            // one's), so asking once more is safe.
-            self.sale_state.load(voucher_id).await?;
-            admission = admit(sale.token()).await?;
-        }
-        metrics::ADMISSIONS
-            .with_label_values(&[admission.label()])
-            .inc();
-        let id = match admission {
-            Admission::Admitted(id) => id,
-            Admission::Reopening => {
-                return Err(Error::Unavailable(anyhow::anyhow!(
-                "voucher {voucher_id}'s sale was reloaded after Redis lost it; it reopens shortly"
-            )))
-            }
-            Admission::Stale => {
-                return Err(Error::Unavailable(anyhow::anyhow!(
-                    "voucher {voucher_id}'s sale in Redis still carries another sale token"
-                )))
-            }
-            Admission::Refused(rejection) => {
-                if rejection == Rejection::SoldOut {
-                    // Stock in Redis never grows during a sale, with one
-                    // exception: a Redis restarted empty reloads MySQL's
-                    // stock, which counts the admitted orders it lost as
-                    // unsold. This node keeps refusing those units: their
-                    // buyers were told success.
-                    sale.mark_sold_out();
-                }
-                return Err(rejection.into());
-            }
-        };
-        if let Handoff::Queue(queue) = handoff {
-            queue
-                .push(NewOrder {
-                    id,
-                    user_id,
-                    voucher_id,
-                })
-                .await?;
-        }
-        Ok(id)
     }
 }
 

@@ -18,6 +18,7 @@
 //! - `queue.rs` — `queue` mode's in-process queue and its writer
 //! - `stream/` — `stream` mode's consumer: the order stream written to MySQL in batches
 //! - `in_flight.rs` — admitted orders not yet written, read back for the audit
+//! - `writer.rs` — the purchase transaction, under the users' locks, that every path writes with
 
 mod admission;
 mod catalog;
@@ -25,6 +26,7 @@ mod in_flight;
 mod queue;
 mod sale_state;
 pub mod stream;
+mod writer;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,12 +43,14 @@ use crate::id_worker::IdWorker;
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
 use crate::metrics;
-use crate::store::{self, NewOrder, Store, Tx, VoucherOrder};
+use crate::store::{NewOrder, Store, VoucherOrder};
 pub use admission::Admission;
 use catalog::Catalog;
 pub use in_flight::DeadLetter;
 use queue::OrderQueue;
 pub use sale_state::{PendingOrder, Readmit, RedisSale, SaleState};
+use writer::{Ended, Outcome};
+pub use writer::{Locks, OrderSource, OrderWriter};
 
 /// Where an admitted order goes on its way to MySQL.
 enum Handoff {
@@ -74,6 +78,14 @@ fn over_budget(step: &str, budget: Duration) -> Error {
     Error::Unavailable(anyhow::anyhow!("{step} took longer than {budget:?}"))
 }
 
+/// What a purchase's transaction never answers: it is not counted again in
+/// a sale Redis reloaded ([`OrderSource::Purchase`]).
+fn not_counted_again() -> Error {
+    Error::Internal(anyhow::anyhow!(
+        "a purchase's order was answered as resold in a reloaded sale"
+    ))
+}
+
 /// A purchase's outcome, logged and counted in `purchases_total`.
 fn counted(outcome: Result<OrderId, Error>) -> Result<OrderId, Error> {
     let label = match &outcome {
@@ -94,15 +106,13 @@ fn counted(outcome: Result<OrderId, Error>) -> Result<OrderId, Error> {
 pub struct Seckill {
     store: Store,
     catalog: Catalog,
-    lock: Arc<dyn OrderLock>,
     ids: IdWorker,
-    keys: Keys,
-    /// Fault injection: sleep with the lock held and the transaction open,
-    /// standing in for a GC pause or a slow SQL statement.
-    chaos_hold: Duration,
     /// Sales, buyers and pending orders in Redis (`queue` and `stream`; in
     /// `sync` mode only read, for the status of pending orders).
-    sale_state: SaleState,
+    sale_state: Arc<SaleState>,
+    /// The purchase transaction, under the users' locks: the synchronous
+    /// purchase's, and the writers' of admitted orders.
+    writer: Arc<OrderWriter>,
     /// `None` in `sync` mode: purchases are not admitted in Redis.
     handoff: Option<Handoff>,
 }
@@ -116,14 +126,21 @@ impl Seckill {
         keys: Keys,
         chaos_hold: Duration,
     ) -> Self {
+        let sale_state = Arc::new(SaleState::new(redis.clone(), keys.clone(), store.clone()));
+        let writer = OrderWriter::new(
+            store.clone(),
+            lock,
+            sale_state.clone(),
+            keys.clone(),
+            OrderSource::Purchase,
+            chaos_hold,
+        );
         Seckill {
             catalog: Catalog::new(store.clone()),
-            sale_state: SaleState::new(redis.clone(), keys.clone(), store.clone()),
-            ids: IdWorker::new(redis, keys.clone()),
+            ids: IdWorker::new(redis, keys),
             store,
-            lock,
-            keys,
-            chaos_hold,
+            sale_state,
+            writer: Arc::new(writer),
             handoff: None,
         }
     }
@@ -144,17 +161,24 @@ impl Seckill {
         for label in Admission::labels() {
             metrics::ADMISSIONS.with_label_values(&[label]);
         }
-        Arc::new_cyclic(|seckill| {
-            let handoff = if mode == SeckillMode::Queue {
-                Handoff::Queue(OrderQueue::start(seckill.clone()))
-            } else {
-                Handoff::Stream
-            };
-            Seckill {
-                handoff: Some(handoff),
-                ..self
-            }
+        let (source, handoff): (_, fn(Arc<OrderWriter>) -> Handoff) = match mode {
+            SeckillMode::Queue => (OrderSource::Queue, |writer| {
+                Handoff::Queue(OrderQueue::start(writer))
+            }),
+            _ => (OrderSource::Stream, |_| Handoff::Stream),
+        };
+        let writer = Arc::new(self.writer.for_orders_from(source));
+        Arc::new(Seckill {
+            handoff: Some(handoff(writer.clone())),
+            writer,
+            ..self
         })
+    }
+
+    /// The writer of admitted orders (`stream` mode's consumer writes with
+    /// it).
+    pub fn writer(&self) -> Arc<OrderWriter> {
+        self.writer.clone()
     }
 
     /// A stopping node's last step in `queue` mode: no more orders into the
@@ -221,7 +245,8 @@ impl Seckill {
         voucher_id: VoucherId,
         requested_at: Instant,
     ) -> Result<OrderId, Error> {
-        let span = tracing::info_span!("purchase", lock = %self.lock.mode(), %user_id, %voucher_id);
+        let span =
+            tracing::info_span!("purchase", lock = %self.writer.lock_mode(), %user_id, %voucher_id);
         // A sale this node saw sell out is refused at once, from memory,
         // without a task: after the last unit a storm is nearly all such
         // requests, and there is nothing to see to its end.
@@ -236,9 +261,10 @@ impl Seckill {
         let seckill = self.clone();
         let purchase = tokio::spawn(
             async move {
-                seckill
-                    .purchase_to_the_end(user_id, voucher_id, requested_at)
-                    .await
+                counted(match &seckill.handoff {
+                    None => seckill.place(user_id, voucher_id, requested_at).await,
+                    Some(handoff) => seckill.admit(handoff, user_id, voucher_id).await,
+                })
             }
             .instrument(span),
         );
@@ -247,25 +273,15 @@ impl Seckill {
         })?
     }
 
-    async fn purchase_to_the_end(
+    /// The synchronous purchase: the sale's window, then the user's lock
+    /// and the order placed in MySQL under it.
+    async fn place(
         self: &Arc<Self>,
         user_id: UserId,
         voucher_id: VoucherId,
         requested_at: Instant,
     ) -> Result<OrderId, Error> {
-        counted(match &self.handoff {
-            None => self.try_purchase(user_id, voucher_id, requested_at).await,
-            Some(handoff) => self.try_admit(handoff, user_id, voucher_id).await,
-        })
-    }
-
-    async fn try_purchase(
-        self: &Arc<Self>,
-        user_id: UserId,
-        voucher_id: VoucherId,
-        requested_at: Instant,
-    ) -> Result<OrderId, Error> {
-        let budget = self.store.backend_timeout() + self.lock.wait();
+        let budget = self.store.backend_timeout() + self.writer.lock_wait();
         let answer_by = requested_at + budget;
         let voucher = self
             .catalog
@@ -285,80 +301,158 @@ impl Seckill {
         // Given up on at the end of the budget (an acquisition abandoned in
         // flight gives back whatever it took).
         let (held, id) = tokio::time::timeout_at(answer_by.into(), async {
-            tokio::join!(self.acquire(user_id), self.next_order_id())
+            tokio::join!(self.writer.acquire(user_id), self.next_order_id())
         })
         .await
         .map_err(|_| over_budget("taking the lock", budget))?;
-        let held = held?;
+        let locks = Locks::one(user_id, held?);
         let outcome = match id {
             Ok(id) => {
-                self.transaction_until(id, user_id, voucher_id, held.as_ref(), Some(answer_by))
-                    .await
+                let order = NewOrder {
+                    id,
+                    user_id,
+                    voucher_id,
+                };
+                self.place_order(order, &locks, Some(answer_by)).await
             }
             Err(error) => Err(error.into()),
         };
-        self.release_awaited_until(held, answer_by).await;
+        for held in locks.into_held() {
+            self.release_awaited_until(held, answer_by).await;
+        }
         if matches!(outcome, Err(Error::Rejected(Rejection::SoldOut))) {
             voucher.mark_sold_out();
         }
         outcome
     }
 
-    /// Inserts the order under `id`, drawn with the lock. The id
-    /// worker's counter lives in Redis: if Redis restarted empty within the
-    /// same second as earlier orders, the counter starts over and an id can
-    /// repeat. The duplicate key fails only that statement, so we draw the
-    /// next id and try again.
-    async fn insert_order(
+    /// The purchase transaction for one `order`, under its user's lock in
+    /// `locks` (also what `bench-db` measures, with no lock), given up before
+    /// its `COMMIT` at the backend timeout or `answer_by`, whichever comes
+    /// first. The id worker's counter lives in Redis: if Redis restarted
+    /// empty within the same second as earlier orders, the counter starts
+    /// over and an id can repeat; the order is then placed again under the
+    /// next id.
+    pub async fn place_order(
         &self,
-        tx: &mut sqlx::MySqlConnection,
-        mut id: OrderId,
+        mut order: NewOrder,
+        locks: &Locks,
+        answer_by: Option<Instant>,
+    ) -> Result<OrderId, Error> {
+        const ATTEMPTS: usize = 8;
+        for _ in 0..ATTEMPTS {
+            let own = Instant::now() + self.store.backend_timeout();
+            let deadline = answer_by.map_or(own, |answer_by| answer_by.min(own));
+            let ended = self
+                .writer
+                .transaction(&[order], locks, Some(deadline))
+                .await?;
+            let outcome = match ended {
+                Ended::Committed(outcomes) => outcomes[0],
+                Ended::NoStock => return Err(Rejection::SoldOut.into()),
+                Ended::Resold(_) => return Err(not_counted_again()),
+            };
+            match outcome {
+                Outcome::Written => return Ok(order.id),
+                Outcome::AlreadyWritten | Outcome::DuplicateUser => {
+                    return Err(Rejection::AlreadyOrdered.into())
+                }
+                Outcome::Deferred(why) => return Err(LockError::Lost(why).into()),
+                Outcome::Resold => return Err(not_counted_again()),
+                Outcome::IdTaken => {
+                    tracing::warn!(id = %order.id,
+                        "order id reused after an id counter reset; drawing another");
+                    order.id = self.next_order_id().await?;
+                }
+            }
+        }
+        Err(Error::Internal(anyhow::anyhow!(
+            "{ATTEMPTS} order ids in a row were taken already"
+        )))
+    }
+
+    /// The purchase of `queue` and `stream` mode: admitted in Redis, handed
+    /// off, answered with the order id before MySQL has seen the order.
+    async fn admit(
+        &self,
+        handoff: &Handoff,
         user_id: UserId,
         voucher_id: VoucherId,
     ) -> Result<OrderId, Error> {
-        const ATTEMPTS: usize = 8;
-        let mut attempt = 1;
-        loop {
-            let order = NewOrder {
-                id,
-                user_id,
-                voucher_id,
-            };
-            match store::insert_order(tx, order).await {
-                Err(sqlx::Error::Database(error))
-                    if error.is_unique_violation() && attempt < ATTEMPTS =>
-                {
-                    tracing::warn!(
-                        %id,
-                        "order id reused after an id counter reset; drawing another"
-                    );
-                    attempt += 1;
-                    id = self.next_order_id().await?;
-                }
-                other => return other.map(|()| id).map_err(Error::from),
-            }
+        // The sale as MySQL has it: a voucher Redis lacks is loaded from it,
+        // and a voucher MySQL lacks is sold by no Redis sale left behind.
+        let Some(mut sale) = self.catalog.sale(voucher_id).await? else {
+            let refused = Admission::Refused(Rejection::VoucherNotFound);
+            metrics::ADMISSIONS
+                .with_label_values(&[refused.label()])
+                .inc();
+            return Err(Rejection::VoucherNotFound.into());
+        };
+        let append = matches!(handoff, Handoff::Stream);
+        let admit = |token| self.sale_state.admit(user_id, voucher_id, token, append);
+        let mut admission = admit(sale.token()).await?;
+        if admission == Admission::Stale {
+            // Redis holds an earlier voucher's sale under this id, or this
+            // node remembers an earlier voucher: both are read again from
+            // MySQL, and the sale replaced if it is the stale one.
+            self.catalog.forget(voucher_id);
+            sale = self
+                .catalog
+                .sale(voucher_id)
+                .await?
+                .ok_or(Rejection::VoucherNotFound)?;
+            self.sale_state.load(voucher_id).await?;
+            admission = admit(sale.token()).await?;
         }
+        if admission == Admission::Refused(Rejection::VoucherNotFound) {
+            // MySQL has the voucher and Redis had not: Redis restarted
+            // empty, or the node that created it could not store it. The
+            // load is set-if-absent from MySQL (this task's or a concurrent
+            // one's), so asking once more is safe.
+            self.sale_state.load(voucher_id).await?;
+            admission = admit(sale.token()).await?;
+        }
+        metrics::ADMISSIONS
+            .with_label_values(&[admission.label()])
+            .inc();
+        let id = match admission {
+            Admission::Admitted(id) => id,
+            Admission::Reopening => {
+                return Err(Error::Unavailable(anyhow::anyhow!(
+                "voucher {voucher_id}'s sale was reloaded after Redis lost it; it reopens shortly"
+            )))
+            }
+            Admission::Stale => {
+                return Err(Error::Unavailable(anyhow::anyhow!(
+                    "voucher {voucher_id}'s sale in Redis still carries another sale token"
+                )))
+            }
+            Admission::Refused(rejection) => {
+                if rejection == Rejection::SoldOut {
+                    // Stock in Redis never grows during a sale, with one
+                    // exception: a Redis restarted empty reloads MySQL's
+                    // stock, which counts the admitted orders it lost as
+                    // unsold. This node keeps refusing those units: their
+                    // buyers were told success.
+                    sale.mark_sold_out();
+                }
+                return Err(rejection.into());
+            }
+        };
+        if let Handoff::Queue(queue) = handoff {
+            queue
+                .push(NewOrder {
+                    id,
+                    user_id,
+                    voucher_id,
+                })
+                .await?;
+        }
+        Ok(id)
     }
 
     async fn next_order_id(&self) -> redis::RedisResult<OrderId> {
         self.ids.next_id("order").await.map(OrderId::new)
-    }
-
-    /// Takes the user's lock, timing it; a busy lock is hmdp's failed `tryLock()`.
-    async fn acquire(&self, user_id: UserId) -> Result<Box<dyn HeldLock>, Error> {
-        let mode = self.lock.mode().to_string();
-        let started = Instant::now();
-        let held = self.lock.acquire(&self.keys.order_lock(user_id)).await;
-        metrics::LOCK_ACQUIRE
-            .with_label_values(&[mode.as_str()])
-            .observe(started.elapsed().as_secs_f64());
-        match held? {
-            Some(held) => Ok(held),
-            None => {
-                metrics::LOCK_BUSY.with_label_values(&[mode.as_str()]).inc();
-                Err(Rejection::DuplicateRequest.into())
-            }
-        }
     }
 
     /// Releases the lock, waiting for that until `answer_by` at most (but
@@ -373,7 +467,7 @@ impl Seckill {
         let seckill = self.clone();
         // Owned, so that it can move to a task half done: a release is not
         // dropped midway.
-        let mut release = Box::pin(async move { seckill.release_logged(held).await });
+        let mut release = Box::pin(async move { seckill.writer.release(held).await });
         let until = answer_by.max(Instant::now() + RELEASE_GRACE);
         if tokio::time::timeout_at(until.into(), &mut release)
             .await
@@ -382,131 +476,5 @@ impl Seckill {
             tracing::debug!("lock release still under way; answering without it");
             tokio::spawn(release);
         }
-    }
-
-    /// Releases the lock; a release that was not clean means mutual exclusion
-    /// may have been lost while we held it, which is worth a warning, not a
-    /// failure of an order that already committed.
-    async fn release_logged(&self, held: Box<dyn HeldLock>) {
-        match held.release().await {
-            Ok(release) if release.is_clean() => {}
-            Ok(release) => {
-                tracing::warn!(?release, "lock release was not clean");
-                let mode = self.lock.mode().to_string();
-                let release = format!("{release:?}");
-                metrics::LOCK_UNCLEAN_RELEASES
-                    .with_label_values(&[mode.as_str(), release.as_str()])
-                    .inc();
-            }
-            Err(error) => tracing::warn!(error = %error, "lock release failed"),
-        }
-    }
-
-    /// The transaction run under the per-user lock `held`, placing order
-    /// `id` (also what `bench-db` measures, with no lock). It has ended
-    /// before this returns, so that the lock is released only after it:
-    /// committed, rolled back, or — after a failure that left it unknown —
-    /// its connection closed, which is known never to commit.
-    ///
-    /// Once a connection is in hand (the pool's own wait is bounded by the
-    /// backend timeout), everything before `COMMIT` has the backend timeout
-    /// in all: a MySQL that stops answering mid-transaction (a frozen
-    /// server, a network that drops packets without a reset) would
-    /// otherwise keep the user's lock and the stock row for as long as it
-    /// stays silent. Given up there, the transaction is dropped uncommitted
-    /// and its connection closed. The `COMMIT` itself is waited for: given
-    /// up while in flight, it might still land after the lock was released,
-    /// next to a second purchase of the same user.
-    pub async fn order_transaction(
-        &self,
-        id: OrderId,
-        user_id: UserId,
-        voucher_id: VoucherId,
-        held: &dyn HeldLock,
-    ) -> Result<OrderId, Error> {
-        self.transaction_until(id, user_id, voucher_id, held, None)
-            .await
-    }
-
-    /// [`Seckill::order_transaction`], its statements also given up at
-    /// `answer_by`, the end of the purchase's budget, if that comes first.
-    async fn transaction_until(
-        &self,
-        id: OrderId,
-        user_id: UserId,
-        voucher_id: VoucherId,
-        held: &dyn HeldLock,
-        answer_by: Option<Instant>,
-    ) -> Result<OrderId, Error> {
-        let conn = self.store.connection().await?;
-        let timeout = self.store.backend_timeout();
-        let own = Instant::now() + timeout;
-        let deadline = answer_by.map_or(own, |answer_by| answer_by.min(own));
-        let statements = async {
-            let mut tx = Tx::begin_on(conn).await?;
-            let decision = self
-                .write_order(&mut tx, id, user_id, voucher_id, held)
-                .await?;
-            Ok::<_, Error>((tx, decision))
-        };
-        // On an error or the deadline, the transaction is dropped with its
-        // end unseen, which closes its connection.
-        let (tx, decision) = tokio::time::timeout_at(deadline.into(), statements)
-            .await
-            .map_err(|_| over_budget("the purchase's statements", timeout))??;
-        match decision {
-            Ok(id) => {
-                tx.commit().await?;
-                Ok(id)
-            }
-            Err(refused) => {
-                tx.rollback().await?;
-                Err(refused)
-            }
-        }
-    }
-
-    /// The statements of the purchase transaction, which the caller ends:
-    /// `Ok(decision)` when they ran — the order to commit, or a refusal to
-    /// roll back — and `Err` when one of them failed.
-    async fn write_order(
-        &self,
-        tx: &mut Tx,
-        id: OrderId,
-        user_id: UserId,
-        voucher_id: VoucherId,
-        held: &dyn HeldLock,
-    ) -> Result<Result<OrderId, Error>, Error> {
-        if let Some(token) = held.fencing_token() {
-            // First statement: a newer holder's token means ours is stale,
-            // and the row lock orders this user's purchases by token.
-            if !store::record_fence(tx, user_id, token).await? {
-                metrics::FENCING_REJECTIONS.inc();
-                let stale = LockError::Lost("a newer holder's fencing token already wrote");
-                return Ok(Err(stale.into()));
-            }
-        }
-        if store::count_user_orders(tx, user_id, voucher_id).await? > 0 {
-            return Ok(Err(Rejection::AlreadyOrdered.into()));
-        }
-        if !self.chaos_hold.is_zero() {
-            tokio::time::sleep(self.chaos_hold).await;
-        }
-        let id = self.insert_order(tx, id, user_id, voucher_id).await?;
-        // A holder that learnt it lost the lock rolls back instead. Asked
-        // before the stock is taken: with fencing it is a Redis round trip,
-        // and the fence recorded above already keeps a newer holder's
-        // purchase from committing beside this one.
-        if let Err(lost) = held.ensure_held().await {
-            return Ok(Err(lost.into()));
-        }
-        // The stock last: the `UPDATE` locks the voucher's one stock row
-        // until the commit, and every purchase of the voucher queues for
-        // that lock, so only the commit follows it. (Sold out: the insert
-        // rolls back with the rest.)
-        if !store::take_stock(tx, voucher_id).await? {
-            return Ok(Err(Rejection::SoldOut.into()));
-        }
-        Ok(Ok(id))
     }
 }

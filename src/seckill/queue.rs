@@ -9,7 +9,7 @@
 //! MySQL outage delays an order for as long as it lasts, and a stop request
 //! (SIGTERM, every deploy) drains the queue before the process exits.
 
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, Notify};
@@ -17,9 +17,8 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::stream::Blame;
-use super::Seckill;
-use crate::error::{Error, Rejection};
-use crate::ids::OrderId;
+use super::writer::{OrderWriter, Outcome, NO_STOCK_IN_MYSQL};
+use crate::error::Error;
 use crate::store::NewOrder;
 
 /// Orders the queue holds before a purchase waits for room. Bounded so that
@@ -38,19 +37,18 @@ pub(super) struct OrderQueue {
     orders: mpsc::Sender<NewOrder>,
     /// Told once the node stops: the writer takes no more orders, writes
     /// those queued, and ends.
-    drain: std::sync::Arc<Notify>,
+    drain: Arc<Notify>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl OrderQueue {
-    /// Starts the writer of `seckill`'s admitted orders. It holds the
-    /// purchase weakly: the purchase owns the queue, and the writer stops
-    /// once the purchase is gone.
-    pub(super) fn start(seckill: Weak<Seckill>) -> OrderQueue {
+    /// Starts the task that writes the queued orders with `writer`; it
+    /// ends once the queue is dropped (or drained).
+    pub(super) fn start(writer: Arc<OrderWriter>) -> OrderQueue {
         let (orders, queued) = mpsc::channel(CAPACITY);
-        let drain = std::sync::Arc::new(Notify::new());
+        let drain = Arc::new(Notify::new());
         let writer = tokio::spawn(
-            write_all(seckill, queued, drain.clone())
+            write_all(writer, queued, drain.clone())
                 .instrument(tracing::info_span!("order_writer")),
         );
         OrderQueue {
@@ -107,9 +105,9 @@ impl OrderQueue {
 }
 
 async fn write_all(
-    seckill: Weak<Seckill>,
+    writer: Arc<OrderWriter>,
     mut queued: mpsc::Receiver<NewOrder>,
-    drain: std::sync::Arc<Notify>,
+    drain: Arc<Notify>,
 ) {
     let mut draining = false;
     loop {
@@ -124,73 +122,47 @@ async fn write_all(
             }
         };
         let Some(order) = order else { break };
-        let Some(seckill) = seckill.upgrade() else {
-            break;
-        };
-        seckill.write_queued(order).await;
+        write_one(&writer, order).await;
     }
 }
 
-impl Seckill {
-    /// Writes one admitted order, waiting out what is not the order's own
-    /// fault, then takes it off the pending orders. An order MySQL refuses
-    /// (the user already holds one, the stock row is empty) only happens
-    /// when Redis and MySQL disagree, after Redis lost data: the buyer was
-    /// told "success" anyway.
-    async fn write_queued(&self, order: NewOrder) {
-        let mut retry_after = FIRST_RETRY_AFTER;
-        loop {
-            match self.write_under_lock(order).await {
-                Ok(written) => {
-                    if written != order.id {
-                        tracing::warn!(admitted = %order.id, %written,
-                            "order written under another id (id counter reset)");
-                    }
-                    break;
-                }
-                Err(Error::Rejected(Rejection::DuplicateRequest)) | Err(Error::Unavailable(_)) => {}
-                Err(Error::Rejected(refused)) => {
-                    tracing::warn!(order_id = %order.id, user_id = %order.user_id,
-                        voucher_id = %order.voucher_id, refused = refused.code(),
+/// Writes one admitted order under its user's lock, waiting out what is
+/// not the order's own fault, and takes it off the pending orders once it
+/// is settled. An order MySQL refuses (the user already holds one, the
+/// stock row is empty) only happens when Redis and MySQL disagree, after
+/// Redis lost data: the buyer was told "success" anyway.
+async fn write_one(writer: &OrderWriter, order: NewOrder) {
+    let mut retry_after = FIRST_RETRY_AFTER;
+    let (order_id, user_id, voucher_id) = (order.id, order.user_id, order.voucher_id);
+    loop {
+        let forget = async |outcomes: &[Outcome]| {
+            if outcomes[0].settled() || outcomes[0] == Outcome::Deferred(NO_STOCK_IN_MYSQL) {
+                writer.sale_state().forget_pending(&[order_id]).await?;
+            }
+            Ok(())
+        };
+        match writer.write_under_locks(&[order], forget).await {
+            Ok(outcomes) => match outcomes[0] {
+                Outcome::Written | Outcome::AlreadyWritten => return,
+                outcome if outcome.waits_on_others() => {}
+                refused => {
+                    tracing::warn!(%order_id, %user_id, %voucher_id, ?refused,
                         "admitted order refused by MySQL: Redis and MySQL disagree");
-                    break;
+                    return;
                 }
-                Err(Error::Internal(error)) => {
-                    if let Blame::Order(why) = Blame::of(&error) {
-                        // Left pending: the order is admitted and unwritten,
-                        // and the audit counts it lost.
-                        tracing::error!(order_id = %order.id, user_id = %order.user_id,
-                            voucher_id = %order.voucher_id, why, "admitted order cannot be written");
-                        return;
-                    }
-                }
-                Err(error) => {
-                    tracing::error!(order_id = %order.id, ?error, "admitted order not written");
+            },
+            Err(error) => {
+                if let Blame::Order(why) = Blame::of(&error) {
+                    // Left pending: the order is admitted and unwritten,
+                    // and the audit counts it lost.
+                    tracing::error!(%order_id, %user_id, %voucher_id, why,
+                        "admitted order cannot be written");
                     return;
                 }
             }
-            tracing::debug!(order_id = %order.id, ?retry_after, "order not written yet; retrying");
-            tokio::time::sleep(retry_after).await;
-            retry_after = (retry_after * 2).min(MAX_RETRY_AFTER);
         }
-        self.forget_written(order.id).await;
-    }
-
-    /// The course's V5 writer: the user's lock around the purchase's own
-    /// transaction.
-    async fn write_under_lock(&self, order: NewOrder) -> Result<OrderId, Error> {
-        let held = self.acquire(order.user_id).await?;
-        let outcome = self
-            .order_transaction(order.id, order.user_id, order.voucher_id, held.as_ref())
-            .await;
-        self.release_logged(held).await;
-        outcome
-    }
-
-    async fn forget_written(&self, order_id: OrderId) {
-        if let Err(error) = self.sale_state.forget_pending(&[order_id]).await {
-            // The order is in MySQL, which the status query reads first.
-            tracing::warn!(%order_id, ?error, "written order left in the pending orders");
-        }
+        tracing::debug!(%order_id, ?retry_after, "order not written yet; retrying");
+        tokio::time::sleep(retry_after).await;
+        retry_after = (retry_after * 2).min(MAX_RETRY_AFTER);
     }
 }

@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 
 use hmdp::config::{LockSettings, StoreSettings};
 use hmdp::seckill::stream::{replay, Replay};
-use hmdp::seckill::{DeadLetter, Seckill};
+use hmdp::seckill::{DeadLetter, OrderSource, Seckill};
 use hmdp_lock::Faults;
 
 /// `hmdp dead-letters`.
@@ -95,10 +95,12 @@ pub async fn run(settings: &DeadLettersSettings) -> anyhow::Result<i32> {
             let lock =
                 hmdp::startup::build_lock(&settings.lock, redis.clone(), url, Faults::none())?;
             let keys = hmdp::keys::Keys::new(settings.store.redis.prefix.clone());
-            let seckill = Seckill::new(store, lock, redis, keys, Duration::ZERO);
+            let writer = Seckill::new(store, lock, redis, keys, Duration::ZERO)
+                .writer()
+                .for_orders_from(OrderSource::Stream);
             let mut settled = 0;
             for letter in &letters {
-                let replayed: Replay = replay(&seckill, letter).await.map_err(|error| {
+                let replayed: Replay = replay(&writer, letter).await.map_err(|error| {
                     error.context(format!("replaying dead letter {}", letter.id))
                 })?;
                 println!("{}  {replayed}", letter.id);

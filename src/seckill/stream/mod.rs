@@ -39,7 +39,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::Seckill;
+use super::writer::OrderWriter;
 
 /// A consumer with nothing pending that has not read for this many claim
 /// idle times is taken for a killed process and removed from the group.
@@ -67,7 +67,7 @@ pub struct StreamConsumer {
 }
 
 struct Inner {
-    seckill: Arc<Seckill>,
+    writer: Arc<OrderWriter>,
     stream: OrderStream,
     batch: usize,
     claim_idle: Duration,
@@ -83,9 +83,9 @@ pub struct RunningConsumer {
 impl StreamConsumer {
     /// A consumer named `<node_id>:<random uuid>`, reading on a connection
     /// of its own to `redis_url` (replies awaited up to `timeout` beyond the
-    /// read's block) and writing through `seckill`'s store and lock.
+    /// read's block) and writing through `writer`.
     pub fn new(
-        seckill: Arc<Seckill>,
+        writer: Arc<OrderWriter>,
         redis: RedisConnection,
         redis_url: &str,
         timeout: Duration,
@@ -94,10 +94,10 @@ impl StreamConsumer {
     ) -> anyhow::Result<StreamConsumer> {
         let reader = crate::config::connect_redis(redis_url, timeout + MAX_BLOCK)?;
         let consumer = format!("{node_id}:{}", uuid::Uuid::new_v4().simple());
-        let stream = OrderStream::new(redis, reader, &seckill.keys, consumer);
+        let stream = OrderStream::new(redis, reader, writer.keys(), consumer);
         Ok(StreamConsumer {
             inner: Arc::new(Inner {
-                seckill,
+                writer,
                 stream,
                 batch: settings.batch(),
                 claim_idle: settings.claim_idle(),
@@ -264,7 +264,7 @@ impl Inner {
             let (inner, batch) = (self.clone(), entries.clone());
             let batch = tokio::spawn(
                 async move {
-                    batch::settle(&inner.seckill, &inner.stream, batch, inner.max_deliveries).await
+                    batch::settle(&inner.writer, &inner.stream, batch, inner.max_deliveries).await
                 }
                 .in_current_span(),
             );
@@ -273,7 +273,7 @@ impl Inner {
                     // Entries left for a claim to retry: unless Redis lost
                     // them meanwhile, and no claim ever will.
                     let orders: Vec<_> = waiting.iter().filter_map(|e| e.order().ok()).collect();
-                    let lost = self.seckill.sale_state.not_pending(&orders).await?;
+                    let lost = self.writer.sale_state().not_pending(&orders).await?;
                     if lost.is_empty() {
                         return Ok(());
                     }
@@ -326,7 +326,7 @@ impl Inner {
             if pause(stopped, backoff).await {
                 return true;
             }
-            match self.seckill.store.ping().await {
+            match self.writer.store().ping().await {
                 Ok(()) => return false,
                 Err(error) => tracing::warn!(error = %error, "MySQL unreachable; not claiming"),
             }

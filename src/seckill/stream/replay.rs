@@ -8,8 +8,8 @@
 
 use std::fmt;
 
-use super::batch::{write_under_locks, Outcome};
-use crate::seckill::{DeadLetter, Seckill};
+use crate::seckill::writer::{OrderWriter, Outcome, NO_STOCK_IN_MYSQL};
+use crate::seckill::DeadLetter;
 use crate::store::NewOrder;
 
 /// What a replay did.
@@ -51,19 +51,20 @@ impl fmt::Display for Replay {
 
 /// Replays `letter`. `Err` when the order could not be tried now (MySQL or
 /// Redis failing, the user's lock busy): nothing changed, try again.
-pub async fn replay(seckill: &Seckill, letter: &DeadLetter) -> anyhow::Result<Replay> {
+pub async fn replay(writer: &OrderWriter, letter: &DeadLetter) -> anyhow::Result<Replay> {
     let order = match &letter.order {
         Ok(order) => *order,
         Err(why) => return Ok(Replay::Refused(format!("malformed entry: {why}"))),
     };
-    let sale_state = &seckill.sale_state;
-    let outcomes = write_under_locks(seckill, &[order], async |outcomes: &[Outcome]| {
-        if matches!(outcomes[0], Outcome::Written | Outcome::AlreadyWritten) {
-            sale_state.remove_dead_letter(&letter.id, order.id).await?;
-        }
-        Ok(())
-    })
-    .await?;
+    let sale_state = writer.sale_state();
+    let outcomes = writer
+        .write_under_locks(&[order], async |outcomes: &[Outcome]| {
+            if matches!(outcomes[0], Outcome::Written | Outcome::AlreadyWritten) {
+                sale_state.remove_dead_letter(&letter.id, order.id).await?;
+            }
+            Ok(())
+        })
+        .await?;
     Ok(match outcomes[0] {
         Outcome::Written => Replay::Written(order),
         Outcome::AlreadyWritten => Replay::AlreadyWritten(order),
@@ -79,7 +80,7 @@ pub async fn replay(seckill: &Seckill, letter: &DeadLetter) -> anyhow::Result<Re
             "its unit or its buyer's turn went to a buyer admitted after Redis lost the sale"
                 .to_owned(),
         ),
-        Outcome::Deferred(why) if why == super::batch::NO_STOCK_IN_MYSQL => {
+        Outcome::Deferred(why) if why == NO_STOCK_IN_MYSQL => {
             Replay::Refused(format!("voucher {}: {why}", order.voucher_id))
         }
         Outcome::Deferred(why) => anyhow::bail!("order {} not written now: {why}", order.id),

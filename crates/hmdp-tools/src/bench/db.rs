@@ -15,8 +15,8 @@ use hmdp::config::connect_redis;
 use hmdp::config::StoreSettings;
 use hmdp::ids::{OrderId, UserId};
 use hmdp::keys::Keys;
-use hmdp::seckill::Seckill;
-use hmdp::store::{self, NewSeckillVoucher, NewVoucher, Store};
+use hmdp::seckill::{Locks, Seckill};
+use hmdp::store::{self, NewOrder, NewSeckillVoucher, NewVoucher, Store};
 use hmdp_lock::{NoLock, OrderLock};
 
 #[derive(Debug, Clone, Args)]
@@ -78,10 +78,15 @@ pub async fn run(args: BenchDbArgs) -> anyhow::Result<BenchDbResult> {
             async move {
                 let held = NoLock.acquire("").await.ok().flatten();
                 match held {
-                    Some(held) => seckill
-                        .order_transaction(id, user_id, voucher_id, held.as_ref())
-                        .await
-                        .is_ok(),
+                    Some(held) => {
+                        let order = NewOrder {
+                            id,
+                            user_id,
+                            voucher_id,
+                        };
+                        let locks = Locks::one(user_id, held);
+                        seckill.place_order(order, &locks, None).await.is_ok()
+                    }
                     None => false,
                 }
             }

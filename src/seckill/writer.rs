@@ -1,0 +1,549 @@
+//! The purchase transaction, one for every path: under the buyers' per-user
+//! locks, ONE transaction records each lock's fencing token, leaves out
+//! order ids already written (idempotency) and users who hold an order of
+//! the voucher already (one order per user), inserts the orders, checks the
+//! locks are still held, takes the stock — the stock row's lock last, so
+//! that only the commit follows it — and commits.
+//!
+//! The synchronous purchase runs it for its one order
+//! ([`Seckill::place_order`](super::Seckill)); `queue`'s writer for each
+//! queued order, the stream's consumer for a batch of entries and a dead
+//! letter's replay for its order ([`OrderWriter::write_under_locks`]), where
+//! the orders were admitted in Redis first and are also counted again in a
+//! sale Redis reloaded meanwhile.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use hmdp_lock::{HeldLock, LockError, OrderLock};
+
+use super::sale_state::{Readmit, SaleState};
+use crate::error::{Error, Rejection};
+use crate::ids::{OrderId, UserId, VoucherId};
+use crate::keys::Keys;
+use crate::metrics;
+use crate::store::{self, NewOrder, Store, Tx};
+
+/// Where the orders a writer writes come from. Orders admitted in Redis
+/// first are counted again, before their commit, in a sale Redis lost and
+/// reloaded meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderSource {
+    /// The synchronous purchase: the order exists only in its transaction.
+    Purchase,
+    /// Admitted in Redis, queued in this process (`queue`).
+    Queue,
+    /// Admitted in Redis onto the order stream (`stream`, a dead letter).
+    Stream,
+}
+
+/// Writes orders to MySQL under their users' locks: what the purchase, the
+/// queue's writer, the stream's consumer and a dead letter's replay share.
+#[derive(Clone)]
+pub struct OrderWriter {
+    store: Store,
+    lock: Arc<dyn OrderLock>,
+    keys: Keys,
+    sale_state: Arc<SaleState>,
+    source: OrderSource,
+    /// Fault injection: sleep with the locks held and the transaction open,
+    /// standing in for a GC pause or a slow SQL statement.
+    chaos_hold: Duration,
+}
+
+/// What became of one order of a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Inserted, stock taken, committed.
+    Written,
+    /// Already in MySQL as this very order: a redelivery.
+    AlreadyWritten,
+    /// The user already holds another order of the voucher: refused, as
+    /// the synchronous purchase refuses `ALREADY_ORDERED`.
+    DuplicateUser,
+    /// The order id belongs to another order (the id counter in Redis
+    /// started over): it can never be written under this id.
+    IdTaken,
+    /// Admitted before Redis lost the sale, and its unit (or its buyer's
+    /// turn) went to a buyer admitted after the reload, who keeps it: the
+    /// order cannot be written without selling a unit twice.
+    Resold,
+    /// Not written this time (lock busy, no stock left in MySQL, a stale
+    /// fencing token); left pending, to be tried again. Only
+    /// [`NO_STOCK_IN_MYSQL`] ever ends in the dead letters.
+    Deferred(&'static str),
+}
+
+impl Outcome {
+    /// Left pending for a reason not the order's own: another holder has
+    /// the user's lock, the lock could not be asked, or it passed on.
+    pub fn waits_on_others(self) -> bool {
+        matches!(self, Outcome::Deferred(why) if why != NO_STOCK_IN_MYSQL)
+    }
+
+    /// Settled in MySQL for good: the order leaves the pending orders.
+    pub fn settled(self) -> bool {
+        matches!(
+            self,
+            Outcome::Written | Outcome::AlreadyWritten | Outcome::DuplicateUser
+        )
+    }
+}
+
+const LOCK_BUSY: &str = "the user's lock is busy";
+const LOCK_UNAVAILABLE: &str = "the user's lock is unavailable";
+/// Why an order whose user's lock passed on while held is left out.
+const FENCED_OUT: &str = "a newer lock holder's fencing token wrote";
+/// The one deferral that is the order's own: Redis admitted a unit MySQL
+/// does not have (Redis and MySQL disagree), which no retry changes.
+pub const NO_STOCK_IN_MYSQL: &str = "no stock left in MySQL";
+
+/// How one transaction ended.
+pub enum Ended {
+    Committed(Vec<Outcome>),
+    /// Rolled back: a voucher's stock did not cover its orders.
+    NoStock,
+    /// Rolled back: these orders' units went to buyers admitted after Redis
+    /// lost the sale.
+    Resold(Vec<OrderId>),
+}
+
+/// The per-user locks of a transaction's users: held, or why not.
+pub struct Locks {
+    /// By user id: a transaction records the users' fencing tokens in this
+    /// order, so two transactions lock `tb_lock_fence` rows in one order and
+    /// never wait on each other in a circle.
+    held: BTreeMap<UserId, Box<dyn HeldLock>>,
+    refused: HashMap<UserId, Outcome>,
+}
+
+impl Locks {
+    /// `user`'s lock, `held`.
+    pub fn one(user: UserId, held: Box<dyn HeldLock>) -> Locks {
+        Locks {
+            held: BTreeMap::from([(user, held)]),
+            refused: HashMap::new(),
+        }
+    }
+
+    /// The locks held, to be released.
+    pub fn into_held(self) -> impl Iterator<Item = Box<dyn HeldLock>> {
+        self.held.into_values()
+    }
+}
+
+impl OrderWriter {
+    pub fn new(
+        store: Store,
+        lock: Arc<dyn OrderLock>,
+        sale_state: Arc<SaleState>,
+        keys: Keys,
+        source: OrderSource,
+        chaos_hold: Duration,
+    ) -> Self {
+        OrderWriter {
+            store,
+            lock,
+            keys,
+            sale_state,
+            source,
+            chaos_hold,
+        }
+    }
+
+    /// The same writer, for orders from `source`.
+    pub fn for_orders_from(&self, source: OrderSource) -> OrderWriter {
+        OrderWriter {
+            source,
+            ..self.clone()
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    pub fn sale_state(&self) -> &SaleState {
+        &self.sale_state
+    }
+
+    /// How long an acquisition waits for a busy lock.
+    pub fn lock_wait(&self) -> Duration {
+        self.lock.wait()
+    }
+
+    /// The lock's mode, for logs and metrics.
+    pub fn lock_mode(&self) -> String {
+        self.lock.mode().to_string()
+    }
+
+    /// Takes the user's lock, timing it; a busy lock is hmdp's failed
+    /// `tryLock()`.
+    pub async fn acquire(&self, user_id: UserId) -> Result<Box<dyn HeldLock>, Error> {
+        let mode = self.lock_mode();
+        let started = Instant::now();
+        let held = self.lock.acquire(&self.keys.order_lock(user_id)).await;
+        metrics::LOCK_ACQUIRE
+            .with_label_values(&[mode.as_str()])
+            .observe(started.elapsed().as_secs_f64());
+        match held? {
+            Some(held) => Ok(held),
+            None => {
+                metrics::LOCK_BUSY.with_label_values(&[mode.as_str()]).inc();
+                Err(Rejection::DuplicateRequest.into())
+            }
+        }
+    }
+
+    /// Releases a lock; a release that was not clean means mutual exclusion
+    /// may have been lost while it was held, which is worth a warning, not
+    /// a failure of orders that already committed.
+    pub async fn release(&self, held: Box<dyn HeldLock>) {
+        match held.release().await {
+            Ok(release) if release.is_clean() => {}
+            Ok(release) => {
+                tracing::warn!(?release, "lock release was not clean");
+                let mode = self.lock_mode();
+                let release = format!("{release:?}");
+                metrics::LOCK_UNCLEAN_RELEASES
+                    .with_label_values(&[mode.as_str(), release.as_str()])
+                    .inc();
+            }
+            Err(error) => tracing::warn!(error = %error, "lock release failed"),
+        }
+    }
+
+    /// Writes `orders` in one transaction under their users' locks and runs
+    /// `after_commit` on what became of each (the order stream's `XACK`, a
+    /// replayed dead letter's removal, the queue's pending order) before the
+    /// locks are released: the locks are released whatever happens, and
+    /// only after the commit (or the failure) and that step.
+    pub async fn write_under_locks(
+        &self,
+        orders: &[NewOrder],
+        after_commit: impl AsyncFnOnce(&[Outcome]) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Vec<Outcome>> {
+        let locks = self.lock_users(orders).await;
+        let written = async {
+            let mut outcomes: Vec<Option<Outcome>> = orders
+                .iter()
+                .map(|order| locks.refused.get(&order.user_id).copied())
+                .collect();
+            let locked: Vec<NewOrder> = orders
+                .iter()
+                .zip(&outcomes)
+                .filter(|(_, outcome)| outcome.is_none())
+                .map(|(order, _)| *order)
+                .collect();
+            let mut written = self.write_all(&locked, &locks).await?.into_iter();
+            let outcomes: Vec<Outcome> = outcomes
+                .iter_mut()
+                .map(|outcome| {
+                    outcome
+                        .or_else(|| written.next())
+                        .expect("every order has an outcome")
+                })
+                .collect();
+            after_commit(&outcomes).await?;
+            Ok(outcomes)
+        }
+        .await;
+        join_all(locks.into_held().map(|held| self.release(held))).await;
+        written
+    }
+
+    /// Takes every user's lock at once. A lock busy (another node's
+    /// purchase or consumer holds that user) or unreachable defers that
+    /// user's orders.
+    async fn lock_users(&self, orders: &[NewOrder]) -> Locks {
+        let users: HashSet<UserId> = orders.iter().map(|order| order.user_id).collect();
+        let taken = join_all(
+            users
+                .into_iter()
+                .map(|user| async move { (user, self.acquire(user).await) }),
+        )
+        .await;
+        let mut locks = Locks {
+            held: BTreeMap::new(),
+            refused: HashMap::new(),
+        };
+        for (user, taken) in taken {
+            match taken {
+                Ok(held) => {
+                    locks.held.insert(user, held);
+                }
+                Err(Error::Rejected(Rejection::DuplicateRequest)) => {
+                    locks.refused.insert(user, Outcome::Deferred(LOCK_BUSY));
+                }
+                Err(error) => {
+                    tracing::warn!(error = ?error, %user, "cannot take the user's lock");
+                    locks
+                        .refused
+                        .insert(user, Outcome::Deferred(LOCK_UNAVAILABLE));
+                }
+            }
+        }
+        locks
+    }
+
+    /// Writes `orders`, whose users' locks are held, in one transaction; the
+    /// outcome of each, in order. Orders whose units were sold again after a
+    /// Redis loss are left out, and the rest written without them. Should a
+    /// voucher's stock not cover its orders (MySQL and Redis disagree), the
+    /// transaction is rolled back and each order is written alone, so the
+    /// orders that have stock are written and only those without wait: no
+    /// oversell, nothing written twice.
+    async fn write_all(&self, orders: &[NewOrder], locks: &Locks) -> anyhow::Result<Vec<Outcome>> {
+        if orders.is_empty() {
+            // Every user's lock refused: nothing to write, no transaction.
+            return Ok(Vec::new());
+        }
+        let mut resold: HashSet<OrderId> = HashSet::new();
+        let outcome_of = |resold: &HashSet<OrderId>,
+                          order: &NewOrder,
+                          written: &mut dyn Iterator<Item = Outcome>| {
+            if resold.contains(&order.id) {
+                Outcome::Resold
+            } else {
+                written.next().expect("an outcome per order written")
+            }
+        };
+        loop {
+            let rest: Vec<NewOrder> = orders
+                .iter()
+                .filter(|order| !resold.contains(&order.id))
+                .copied()
+                .collect();
+            match self.transaction(&rest, locks, None).await? {
+                Ended::Committed(outcomes) => {
+                    let mut written = outcomes.into_iter();
+                    return Ok(orders
+                        .iter()
+                        .map(|order| outcome_of(&resold, order, &mut written))
+                        .collect());
+                }
+                // Each round leaves out at least one order: it ends.
+                Ended::Resold(ids) => resold.extend(ids),
+                Ended::NoStock => break,
+            }
+        }
+        tracing::warn!(
+            orders = orders.len(),
+            "the stock left in MySQL does not cover the orders; writing them one by one"
+        );
+        let mut outcomes = Vec::with_capacity(orders.len());
+        for order in orders {
+            if resold.contains(&order.id) {
+                outcomes.push(Outcome::Resold);
+                continue;
+            }
+            outcomes.push(
+                match self
+                    .transaction(std::slice::from_ref(order), locks, None)
+                    .await?
+                {
+                    Ended::Committed(alone) => alone[0],
+                    Ended::NoStock => Outcome::Deferred(NO_STOCK_IN_MYSQL),
+                    Ended::Resold(_) => Outcome::Resold,
+                },
+            );
+        }
+        Ok(outcomes)
+    }
+
+    /// ONE transaction over `orders`, under `locks`. Its end is known
+    /// before this returns, so that the locks are released only after it:
+    /// committed, rolled back, or — after a failure that left it unknown —
+    /// its connection closed, which is known never to commit.
+    ///
+    /// With a `deadline`, everything before `COMMIT` is given up then (the
+    /// purchase's answer is due; see [`Seckill::place_order`](super::Seckill)),
+    /// the transaction dropped uncommitted and its connection closed. The
+    /// `COMMIT` itself is always waited for: given up while in flight, it
+    /// might still land after the locks were released, next to a second
+    /// purchase of the same user.
+    pub async fn transaction(
+        &self,
+        orders: &[NewOrder],
+        locks: &Locks,
+        deadline: Option<Instant>,
+    ) -> Result<Ended, Error> {
+        let statements = async {
+            let mut tx = Tx::begin_on(self.store.connection().await?).await?;
+            let ended = self.statements(&mut tx, orders, locks).await?;
+            Ok::<_, Error>((tx, ended))
+        };
+        // On an error or the deadline, the transaction is dropped with its
+        // end unseen, which closes its connection.
+        let (tx, ended) = match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline.into(), statements)
+                .await
+                .map_err(|_| {
+                    super::over_budget("the purchase's statements", self.store.backend_timeout())
+                })??,
+            None => statements.await?,
+        };
+        match &ended {
+            Ended::Committed(_) => tx.commit().await?,
+            Ended::NoStock | Ended::Resold(_) => tx.rollback().await?,
+        }
+        Ok(ended)
+    }
+
+    /// The statements of the purchase transaction, each run once for all of
+    /// `orders`; the caller ends the transaction.
+    async fn statements(
+        &self,
+        tx: &mut Tx,
+        orders: &[NewOrder],
+        locks: &Locks,
+    ) -> Result<Ended, Error> {
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; orders.len()];
+
+        // Fencing first: a newer holder's token means this user's lock
+        // passed on while we held it, and the fence row orders this user's
+        // transactions by token.
+        let mut stale = HashSet::new();
+        for (user, held) in &locks.held {
+            if let Some(token) = held.fencing_token() {
+                if orders.iter().any(|order| order.user_id == *user)
+                    && !store::record_fence(tx, *user, token).await?
+                {
+                    metrics::FENCING_REJECTIONS.inc();
+                    stale.insert(*user);
+                }
+            }
+        }
+        for (order, outcome) in orders.iter().zip(outcomes.iter_mut()) {
+            if stale.contains(&order.user_id) {
+                *outcome = Some(Outcome::Deferred(FENCED_OUT));
+            }
+        }
+
+        // Idempotency: an order id already written is this order again, or
+        // (another user, another voucher) an id the counter handed out twice.
+        let ids: Vec<_> = orders.iter().map(|order| order.id).collect();
+        let existing = store::orders_by_id(tx, &ids).await?;
+        for (order, outcome) in orders.iter().zip(outcomes.iter_mut()) {
+            if let Some(row) = existing.iter().find(|row| row.id == order.id) {
+                *outcome = Some(if row == order {
+                    Outcome::AlreadyWritten
+                } else {
+                    Outcome::IdTaken
+                });
+            }
+        }
+
+        // One order per user: the users who hold an order of the voucher
+        // already, and a user's second order within the transaction.
+        let mut by_voucher: BTreeMap<VoucherId, Vec<UserId>> = BTreeMap::new();
+        for (order, _) in undecided(orders, &outcomes) {
+            by_voucher
+                .entry(order.voucher_id)
+                .or_default()
+                .push(order.user_id);
+        }
+        let mut ordered = HashSet::new();
+        for (voucher, users) in &by_voucher {
+            for user in store::users_with_orders(tx, *voucher, users).await? {
+                ordered.insert((user, *voucher));
+            }
+        }
+        for (order, outcome) in orders.iter().zip(outcomes.iter_mut()) {
+            if outcome.is_none() && !ordered.insert((order.user_id, order.voucher_id)) {
+                *outcome = Some(Outcome::DuplicateUser);
+            }
+        }
+
+        if !self.chaos_hold.is_zero() {
+            tokio::time::sleep(self.chaos_hold).await;
+        }
+        let new: Vec<NewOrder> = undecided(orders, &outcomes)
+            .map(|(order, _)| *order)
+            .collect();
+        store::insert_orders(tx, &new).await?;
+
+        // A holder that learnt it lost a lock rolls the whole transaction
+        // back. Asked before the stock rows are locked (with fencing, a
+        // Redis round trip); the fences recorded first keep a newer holder
+        // from committing beside this transaction.
+        let users: HashSet<UserId> = new.iter().map(|order| order.user_id).collect();
+        let checks = join_all(
+            users
+                .iter()
+                .filter_map(|user| locks.held.get(user))
+                .map(|held| held.ensure_held()),
+        )
+        .await;
+        checks.into_iter().collect::<Result<Vec<()>, LockError>>()?;
+
+        // The stock last: the `UPDATE` locks each voucher's stock row until
+        // the commit, and every purchase of the voucher queues for that lock.
+        // Only the admitted orders' count in a reloaded sale follows it
+        // ([`OrderWriter::counted_again`]: it must see every reload that the
+        // row lock orders before this transaction).
+        let mut units: BTreeMap<VoucherId, u32> = BTreeMap::new();
+        for order in &new {
+            *units.entry(order.voucher_id).or_default() += 1;
+        }
+        for (voucher, units) in units {
+            if !store::take_stock_units(tx, voucher, units).await? {
+                return Ok(Ended::NoStock);
+            }
+        }
+        if self.source != OrderSource::Purchase {
+            let resold = self.counted_again(&new).await?;
+            if !resold.is_empty() {
+                return Ok(Ended::Resold(resold));
+            }
+        }
+
+        Ok(Ended::Committed(
+            outcomes
+                .into_iter()
+                .map(|outcome| outcome.unwrap_or(Outcome::Written))
+                .collect(),
+        ))
+    }
+
+    /// Of `new`, inserted with their stock taken and the stock rows held:
+    /// the orders whose units went to later buyers after Redis lost them.
+    /// The rest are counted again in Redis if it lost them, before the
+    /// commit: a reload of the sale either waited for this transaction (it
+    /// holds the stock row) and counts them from MySQL, or stored the sale
+    /// before this transaction took the row, and they are counted in it here.
+    async fn counted_again(&self, new: &[NewOrder]) -> Result<Vec<OrderId>, Error> {
+        let mut resold = Vec::new();
+        for order in self.sale_state.not_pending(new).await? {
+            let readmit = self
+                .sale_state
+                .readmit(order, self.source == OrderSource::Stream)
+                .await?;
+            if readmit != Readmit::Pending {
+                tracing::warn!(order_id = %order.id, user_id = %order.user_id, ?readmit,
+                    "order admitted before Redis lost it, counted again before its commit");
+            }
+            if !readmit.may_commit() {
+                resold.push(order.id);
+            }
+        }
+        Ok(resold)
+    }
+}
+
+/// The orders no check has decided on yet.
+fn undecided<'a>(
+    orders: &'a [NewOrder],
+    outcomes: &'a [Option<Outcome>],
+) -> impl Iterator<Item = (&'a NewOrder, &'a Option<Outcome>)> {
+    orders
+        .iter()
+        .zip(outcomes)
+        .filter(|(_, outcome)| outcome.is_none())
+}
