@@ -47,13 +47,37 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let waited = poll_until(what, within, Duration::from_millis(10), || {
+    wait_for(what, within, || {
         let holds = condition();
-        async move { Ok(holds.await) }
+        async move { holds.await.then_some(()) }
+    })
+    .await
+}
+
+/// Polls `attempt` every 10 ms until it yields a value, and returns that
+/// value; panics, saying it was waiting for `what`, if none came within
+/// `within`. [`wait_until`] for a state that is only seen by taking it: a
+/// lock that becomes free, taken by the attempt that finds it so.
+pub async fn wait_for<T, F, Fut>(what: &str, within: Duration, mut attempt: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let found = std::sync::Mutex::new(None);
+    let waited = poll_until(what, within, Duration::from_millis(10), || {
+        let (attempt, found) = (attempt(), &found);
+        async move {
+            let value = attempt.await;
+            let came = value.is_some();
+            *found.lock().expect("not poisoned") = value;
+            Ok(came)
+        }
     });
     if let Err(error) = waited.await {
         panic!("{error}");
     }
+    let value = found.into_inner().expect("not poisoned");
+    value.expect("the poll ends once a value came")
 }
 
 /// Polls `condition` every `every` until it holds; an error saying it was
