@@ -32,29 +32,29 @@ fn reentrant_on(cluster: &RedisCluster) -> Arc<dyn OrderLock> {
     hmdp_lock::build(&options, redis, &url).expect("reentrant builds")
 }
 
-/// `PUBSUB SHARDNUMSUB` of the release channel on `server` (only the
-/// subscribers of its own shard channels), and classic `PUBSUB NUMSUB`.
-async fn subscribers(server: &RedisServer) -> anyhow::Result<(i64, i64)> {
+/// `PUBSUB SHARDNUMSUB` of `channel` on `server` (only the subscribers of
+/// its own shard channels), and classic `PUBSUB NUMSUB`.
+async fn subscribers(server: &RedisServer, channel: &str) -> anyhow::Result<(i64, i64)> {
     let mut redis = server.connect().await?;
     let (_, sharded): (String, i64) = redis::cmd("PUBSUB")
         .arg("SHARDNUMSUB")
-        .arg(CHANNEL)
+        .arg(channel)
         .query_async(&mut redis)
         .await?;
     let (_, classic): (String, i64) = redis::cmd("PUBSUB")
         .arg("NUMSUB")
-        .arg(CHANNEL)
+        .arg(channel)
         .query_async(&mut redis)
         .await?;
     Ok((sharded, classic))
 }
 
-/// The ports of the running servers with a sharded subscriber of the
-/// release channel; an error if any has a classic one.
-async fn sharded_subscribers(cluster: &RedisCluster) -> anyhow::Result<Vec<u16>> {
+/// The ports of the running servers with a sharded subscriber of
+/// `channel`; an error if any has a classic one.
+async fn sharded_subscribers(cluster: &RedisCluster, channel: &str) -> anyhow::Result<Vec<u16>> {
     let mut sharded = Vec::new();
     for server in cluster.servers().iter().filter(|s| s.is_running()) {
-        let (shard, classic) = subscribers(server).await?;
+        let (shard, classic) = subscribers(server, channel).await?;
         anyhow::ensure!(classic == 0, "a classic subscriber on :{}", server.port());
         if shard > 0 {
             sharded.push(server.port());
@@ -63,18 +63,23 @@ async fn sharded_subscribers(cluster: &RedisCluster) -> anyhow::Result<Vec<u16>>
     Ok(sharded)
 }
 
-/// Waits until exactly one running server has the release channel's sharded
-/// subscriber, and no server a classic one; returns that server's port.
-async fn sharded_subscriber(cluster: &RedisCluster) -> u16 {
+/// Waits until exactly one running server has a sharded subscriber of
+/// `channel`, and no server a classic one; returns that server's port.
+async fn sharded_subscriber_of(cluster: &RedisCluster, channel: &str) -> u16 {
     poll_until(
-        "one sharded subscriber of the release channel",
+        &format!("one sharded subscriber of {channel}"),
         Duration::from_secs(15),
         Duration::from_millis(50),
-        || async { Ok(sharded_subscribers(cluster).await?.len() == 1) },
+        || async { Ok(sharded_subscribers(cluster, channel).await?.len() == 1) },
     )
     .await
     .unwrap();
-    sharded_subscribers(cluster).await.unwrap()[0]
+    sharded_subscribers(cluster, channel).await.unwrap()[0]
+}
+
+/// [`sharded_subscriber_of`] the release channel of [`KEY`].
+async fn sharded_subscriber(cluster: &RedisCluster) -> u16 {
+    sharded_subscriber_of(cluster, CHANNEL).await
 }
 
 /// A task waiting for the lock; while the slot's master is down the lock
@@ -177,7 +182,7 @@ async fn waiters_coming_and_going_on_a_cluster_keep_one_subscription_connection(
         let lock = lock.clone();
         tokio::spawn(async move { lock.acquire("lock:order:warm-up").await.unwrap() })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    sharded_subscriber_of(&cluster, "{lock:order:warm-up}:released").await;
     held.release().await.unwrap();
     warm_up.await.unwrap().unwrap().release().await.unwrap();
     let before = subscription_clients(&cluster).await;
@@ -186,6 +191,9 @@ async fn waiters_coming_and_going_on_a_cluster_keep_one_subscription_connection(
     for round in 0..5 {
         let keys: Vec<String> = (0..10).map(|k| format!("lock:order:{round}-{k}")).collect();
         let (holds, waiters) = held_with_waiters(&lock, &keys, 40).await;
+        // Part of the scenario: the waiters subscribe meanwhile, and the
+        // releases below make them unsubscribe again while others still
+        // subscribe. Each waiter is served whenever it got that far.
         tokio::time::sleep(Duration::from_millis(100)).await;
         for held in holds {
             held.release().await.unwrap();

@@ -7,15 +7,18 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use hmdp_lock::{LockMode, Release};
+use hmdp_test_support::wait_for;
 use tokio::time::{sleep, Instant};
 
-use crate::helpers::{without_hanging, Subject};
+use crate::helpers::{without_hanging, Subject, HANG_GUARD};
 
 /// Long enough that no lease runs out during a test that does not mean it to.
 const LONG_LEASE: Duration = Duration::from_secs(10);
 /// Short enough to wait out, long enough to be far from scheduling noise.
 const SHORT_LEASE: Duration = Duration::from_millis(200);
-const PAST_SHORT_LEASE: Duration = Duration::from_millis(400);
+/// How long a mode without a lease is watched to keep a key it was given a
+/// short lease for: three of them.
+const THREE_SHORT_LEASES: Duration = Duration::from_millis(600);
 
 /// What a mode promises beyond mutual exclusion on one node.
 pub struct Promises {
@@ -160,7 +163,7 @@ async fn independent_keys(subject: Subject) {
 /// waiting out the holder's lease; a waiter whose holder releases in time
 /// gets in.
 async fn wait_deadline(subject: Subject) {
-    const WAIT: Duration = Duration::from_millis(300);
+    const WAIT: Duration = Duration::from_secs(1);
     let lock = subject.lock(LONG_LEASE, WAIT);
     let key = subject.key("waited");
     let held = lock.acquire(&key).await.unwrap().expect("free key");
@@ -175,7 +178,9 @@ async fn wait_deadline(subject: Subject) {
         let (lock, key) = (lock.clone(), key.clone());
         async move { lock.acquire(&key).await.unwrap() }
     });
-    sleep(WAIT / 3).await;
+    // Part of the scenario: the holder releases while the waiter waits,
+    // which leaves the waiter nine tenths of its wait (900 ms) to be served.
+    sleep(WAIT / 10).await;
     assert_eq!(held.release().await.unwrap(), Release::Released);
     let taken = waiter.await.unwrap().expect("released within the wait");
     assert_eq!(taken.release().await.unwrap(), Release::Released);
@@ -187,15 +192,22 @@ async fn stale_release(subject: Subject, promises: &Promises) {
     let lock = subject.lock(SHORT_LEASE, Duration::ZERO);
     let key = subject.key("stale");
     let a = lock.acquire(&key).await.unwrap().expect("free key");
-    sleep(PAST_SHORT_LEASE).await;
-    let b = lock.acquire(&key).await.unwrap();
     let b = match promises.stale_release {
         StaleRelease::NoLease => {
+            // What must not happen: the key freed by time. So the time is
+            // waited out, three short leases.
+            sleep(THREE_SHORT_LEASES).await;
+            let b = lock.acquire(&key).await.unwrap();
             assert!(b.is_none(), "no lease: A still holds the key");
             assert_eq!(a.release().await.unwrap(), Release::Released);
             return;
         }
-        _ => b.expect("A's lease is over"),
+        _ => {
+            wait_for("A's lease is over", HANG_GUARD, || async {
+                lock.acquire(&key).await.unwrap()
+            })
+            .await
+        }
     };
 
     let a_release = a.release().await.unwrap();
@@ -237,15 +249,20 @@ async fn lease_expiry(subject: Subject, promises: &Promises) {
     let key = subject.key("abandoned");
     let abandoned = lock.acquire(&key).await.unwrap().expect("free key");
     assert!(lock.acquire(&key).await.unwrap().is_none(), "held");
-    sleep(PAST_SHORT_LEASE).await;
 
-    let next = lock.acquire(&key).await.unwrap();
     if !promises.lease_expires {
+        // What must not happen: the key freed by time. So the time is
+        // waited out, three short leases.
+        sleep(THREE_SHORT_LEASES).await;
+        let next = lock.acquire(&key).await.unwrap();
         assert!(next.is_none(), "no lease: still held");
         assert_eq!(abandoned.release().await.unwrap(), Release::Released);
         return;
     }
-    let next = next.expect("the lease freed the key");
+    let next = wait_for("the lease freed the key", HANG_GUARD, || async {
+        lock.acquire(&key).await.unwrap()
+    })
+    .await;
     assert_eq!(next.release().await.unwrap(), Release::Released);
     assert_eq!(abandoned.release().await.unwrap(), Release::Expired);
 }

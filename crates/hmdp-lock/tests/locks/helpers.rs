@@ -64,29 +64,17 @@ impl Subject {
     }
 }
 
-/// Polls `condition` every 10 ms until it holds, for at most 10 s: a test
-/// waits for what it expects to happen, not for a guessed length of time.
-pub async fn eventually<F, Fut>(what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !condition().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "still not so after 10 s: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+/// How long a test waits for what it expects to happen before it fails: a
+/// guard against a hang, far beyond how long it takes even on a loaded
+/// machine, not a measure of speed.
+pub const HANG_GUARD: Duration = Duration::from_secs(10);
 
-/// Runs `future`, failing the test if it has not finished after 10 s: a
-/// guard against a hang, not a measure of speed.
+/// Runs `future`, failing the test if it has not finished after
+/// [`HANG_GUARD`].
 pub async fn without_hanging<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(10), future)
+    tokio::time::timeout(HANG_GUARD, future)
         .await
-        .unwrap_or_else(|_| panic!("hung for 10 s: {what}"))
+        .unwrap_or_else(|_| panic!("hung for {HANG_GUARD:?}: {what}"))
 }
 
 /// Takes each of `keys` with `lock`, then starts `waiters` tasks, each

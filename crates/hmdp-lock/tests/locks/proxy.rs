@@ -21,6 +21,9 @@ pub struct Proxy {
 #[derive(Clone)]
 pub struct Gate {
     open: watch::Sender<bool>,
+    /// Chunks that reached the proxy so far, held or not, all connections
+    /// counted.
+    arrived: watch::Sender<u64>,
     /// Chunks that went through so far, all connections counted.
     passed: watch::Sender<u64>,
 }
@@ -69,6 +72,7 @@ impl Gate {
     fn new() -> Gate {
         Gate {
             open: watch::Sender::new(true),
+            arrived: watch::Sender::new(0),
             passed: watch::Sender::new(0),
         }
     }
@@ -82,6 +86,16 @@ impl Gate {
         self.open.send_replace(true);
     }
 
+    /// Chunks that reached the proxy so far, held ones included.
+    pub fn arrived(&self) -> u64 {
+        *self.arrived.borrow()
+    }
+
+    /// Waits until more than `count` chunks reached the proxy.
+    pub async fn arrived_more_than(&self, count: u64) {
+        more_than(&self.arrived, count).await;
+    }
+
     /// Chunks that went through so far.
     pub fn passed(&self) -> u64 {
         *self.passed.borrow()
@@ -89,11 +103,7 @@ impl Gate {
 
     /// Waits until more than `count` chunks went through.
     pub async fn passed_more_than(&self, count: u64) {
-        let _ = self
-            .passed
-            .subscribe()
-            .wait_for(|&passed| passed > count)
-            .await;
+        more_than(&self.passed, count).await;
     }
 
     /// Forwards `from` to `to`, holding each chunk while the gate is closed.
@@ -106,6 +116,7 @@ impl Gate {
                 Ok(0) | Err(_) => return,
                 Ok(read) => read,
             };
+            self.arrived.send_modify(|arrived| *arrived += 1);
             if open.wait_for(|&open| open).await.is_err()
                 || to.write_all(&buffer[..read]).await.is_err()
             {
@@ -114,4 +125,9 @@ impl Gate {
             self.passed.send_modify(|passed| *passed += 1);
         }
     }
+}
+
+/// Waits until `counter` is above `count`.
+async fn more_than(counter: &watch::Sender<u64>, count: u64) {
+    let _ = counter.subscribe().wait_for(|&seen| seen > count).await;
 }

@@ -8,12 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use hmdp_test_support::RedisServer;
+use hmdp_test_support::{wait_for, wait_until, RedisServer};
+use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, Instant};
 
-use crate::helpers::{connect, eventually, held_with_waiters, redis_url, without_hanging};
+use crate::helpers::{connect, held_with_waiters, redis_url, without_hanging, HANG_GUARD};
 use crate::proxy::Proxy;
 
 fn lock(options: ReentrantOptions) -> ReentrantLock {
@@ -66,6 +67,12 @@ async fn a_holder_reenters_three_deep_and_needs_as_many_releases() {
     assert_eq!(next.release().await.unwrap(), Release::Released);
 }
 
+/// The holds counted in the lock hash `key`, all owners together.
+async fn holds(key: &str) -> u32 {
+    let counts: Vec<u32> = connect(&redis_url()).await.hvals(key).await.unwrap();
+    counts.iter().sum()
+}
+
 /// The single owner field of the lock hash.
 async fn lock_field(key: &str) -> String {
     let fields: Vec<String> = connect(&redis_url()).await.hkeys(key).await.unwrap();
@@ -80,7 +87,13 @@ async fn a_dropped_guard_gives_its_hold_back() {
     let me = Holder::new();
     let outer = lock.acquire_as(me, &key).await.unwrap().unwrap();
     drop(lock.acquire_as(me, &key).await.unwrap().unwrap());
-    sleep(Duration::from_millis(100)).await;
+    // The dropped guard gives its hold back in the background.
+    wait_until(
+        "the dropped guard's hold given back",
+        HANG_GUARD,
+        || async { holds(&key).await == 1 },
+    )
+    .await;
     assert_eq!(outer.release().await.unwrap(), Release::Released);
 
     // A task that panics while holding still lets the next holder in.
@@ -101,7 +114,10 @@ async fn a_dropped_guard_gives_its_hold_back() {
         .unwrap()
         .expect("freed by the drop");
     next.release().await.unwrap();
-    eventually("no watchdog left", || async { lock.renewing() == 0 }).await;
+    wait_until("no watchdog left", HANG_GUARD, || async {
+        lock.renewing() == 0
+    })
+    .await;
 }
 
 /// A waiter on a key held for the whole 30 s lease gives up at its
@@ -152,6 +168,9 @@ async fn a_hundred_waiters_are_all_served_by_release_messages() {
         })
     });
     let waiters: Vec<_> = waiters.collect();
+    // Part of the scenario, not a wait for a state: the waiters line up
+    // behind the first holder meanwhile. One not yet waiting at the release
+    // only finds the key free or busy later; nothing below depends on when.
     sleep(Duration::from_millis(200)).await;
     assert_eq!(first.release().await.unwrap(), Release::Released);
     for release in join_all(waiters).await {
@@ -165,13 +184,18 @@ async fn a_hundred_waiters_are_all_served_by_release_messages() {
 
 #[tokio::test]
 async fn the_watchdog_keeps_a_lock_three_leases_long_and_stops_after_release() {
-    const LEASE: Duration = Duration::from_millis(300);
+    // Renewed every third of it (333 ms): a renewal may come up to two
+    // thirds of a lease (667 ms) late and still find the key leased.
+    const LEASE: Duration = Duration::from_secs(1);
     let lock = lock(watchdog(LEASE, Duration::ZERO));
     let other = self::lock(watchdog(LEASE, Duration::ZERO));
     let key = key("watched");
     let held = lock.acquire(&key).await.unwrap().unwrap();
     assert_eq!(lock.renewing(), 1);
 
+    // What must not happen over three and a half leases (ten renewals):
+    // the key left without a lease, or someone else getting in. The time
+    // is the point here; each check is a quarter lease after the last.
     let started = Instant::now();
     while started.elapsed() < LEASE * 3 + LEASE / 2 {
         sleep(LEASE / 4).await;
@@ -182,7 +206,12 @@ async fn the_watchdog_keeps_a_lock_three_leases_long_and_stops_after_release() {
     held.ensure_held().await.expect("still held");
 
     assert_eq!(held.release().await.unwrap(), Release::Released);
-    eventually("no renewal task left", || async { lock.renewing() == 0 }).await;
+    wait_until("no renewal task left", HANG_GUARD, || async {
+        lock.renewing() == 0
+    })
+    .await;
+    // Nothing brings the key back for a whole lease (three renewal
+    // periods): a negative check, so a time, not a state, is waited for.
     sleep(LEASE).await;
     let exists: bool = connect(&redis_url()).await.exists(&key).await.unwrap();
     assert!(!exists, "the key is gone and nothing renewed it");
@@ -190,14 +219,17 @@ async fn the_watchdog_keeps_a_lock_three_leases_long_and_stops_after_release() {
 
 #[tokio::test]
 async fn a_renewal_that_finds_the_lock_gone_signals_it_lost() {
-    const LEASE: Duration = Duration::from_millis(300);
+    // The first renewal comes a second in, the lease would run out two
+    // seconds after it: the renewal, not the lease running out, is what
+    // finds the hold lost (and stops), even on a loaded machine.
+    const LEASE: Duration = Duration::from_secs(3);
     let lock = lock(watchdog(LEASE, Duration::ZERO));
     let key = key("lost");
     let held = lock.acquire(&key).await.unwrap().unwrap();
     held.ensure_held().await.expect("held");
 
     let _: () = connect(&redis_url()).await.del(&key).await.unwrap();
-    eventually("the watchdog noticed", || async {
+    wait_until("the watchdog noticed", HANG_GUARD, || async {
         held.ensure_held().await.is_err()
     })
     .await;
@@ -214,9 +246,17 @@ async fn the_watchdog_stops_at_the_maximum_hold_time() {
     });
     let key = key("stuck");
     let held = lock.acquire(&key).await.unwrap().unwrap();
-    sleep(Duration::from_millis(400) + LEASE + Duration::from_millis(150)).await;
-    let exists: bool = connect(&redis_url()).await.exists(&key).await.unwrap();
-    assert!(!exists, "renewal stopped and the lease ran out");
+    // Renewed until the maximum hold (400 ms), then left to run out; a
+    // watchdog that kept renewing would keep the key past the guard.
+    wait_until(
+        "renewal stopped and the lease ran out",
+        HANG_GUARD,
+        || async {
+            let exists: bool = connect(&redis_url()).await.exists(&key).await.unwrap();
+            !exists
+        },
+    )
+    .await;
     assert!(held.ensure_held().await.is_err());
     assert_eq!(held.release().await.unwrap(), Release::Expired);
 }
@@ -235,13 +275,14 @@ async fn redis_unreachable_past_the_lease_signals_the_lock_lost() {
     held.ensure_held().await.expect("held");
 
     server.kill();
+    // Not lost before the lease is over: a negative check at a quarter of
+    // the lease, with three quarters (750 ms) to spare.
     sleep(LEASE / 4).await;
     held.ensure_held().await.expect("the lease is not over yet");
-    sleep(LEASE).await;
-    assert!(
-        held.ensure_held().await.is_err(),
-        "lost once the lease ran out"
-    );
+    wait_until("lost once the lease ran out", HANG_GUARD, || async {
+        held.ensure_held().await.is_err()
+    })
+    .await;
 }
 
 /// Many waiters on many keys share the process's one subscription connection.
@@ -255,9 +296,12 @@ async fn all_waiters_share_one_subscription_connection() {
     ));
     let keys: Vec<String> = (0..5).map(|i| format!("lock:order:{i}")).collect();
     let (holds, waiters) = held_with_waiters(&lock, &keys, 20).await;
-    sleep(Duration::from_millis(300)).await;
 
     let mut redis = connect(&server.url()).await;
+    wait_until("a waiter subscribed on every key", HANG_GUARD, || async {
+        channels(&server).await.len() == keys.len()
+    })
+    .await;
     let clients: String = redis::cmd("CLIENT")
         .arg("LIST")
         .arg("TYPE")
@@ -266,11 +310,7 @@ async fn all_waiters_share_one_subscription_connection() {
         .await
         .unwrap();
     assert_eq!(clients.lines().count(), 1, "{clients}");
-    let channels: Vec<String> = redis::cmd("PUBSUB")
-        .arg("CHANNELS")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    let channels = channels(&server).await;
     assert_eq!(
         channels.len(),
         keys.len(),
@@ -291,6 +331,7 @@ async fn all_waiters_share_one_subscription_connection() {
 async fn a_waiter_survives_the_subscription_connection_dropping() {
     let server = RedisServer::start().await.unwrap();
     let (held, waiter) = held_with_a_waiter(&server, &server.url()).await;
+    until_subscribers(&server, RELEASED, 1).await;
 
     let mut redis = connect(&server.url()).await;
     let killed: i64 = redis::cmd("CLIENT")
@@ -301,13 +342,10 @@ async fn a_waiter_survives_the_subscription_connection_dropping() {
         .await
         .unwrap();
     assert_eq!(killed, 1);
-    sleep(Duration::from_millis(500)).await;
-    let channels: Vec<String> = redis::cmd("PUBSUB")
-        .arg("CHANNELS")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    assert_eq!(channels, ["{lock:order:1}:released"], "resubscribed");
+    wait_until("resubscribed", HANG_GUARD, || async {
+        channels(&server).await == [RELEASED]
+    })
+    .await;
 
     release_and_expect_the_waiter_within(held, waiter, Duration::from_millis(500)).await;
 }
@@ -322,6 +360,7 @@ async fn a_waiter_is_not_left_on_a_subscription_connection_gone_silent() {
     let server = RedisServer::start().await.unwrap();
     let pubsub = Proxy::start(server.port()).await;
     let (held, waiter) = held_with_a_waiter(&server, &pubsub.url()).await;
+    until_subscribers(&server, RELEASED, 1).await;
     pubsub.requests().hold();
     pubsub.replies().hold();
     release_and_expect_the_waiter_within(held, waiter, Duration::from_secs(6)).await;
@@ -338,6 +377,10 @@ async fn a_waiter_polls_when_no_subscription_can_be_opened() {
         format!("redis://{}", listener.local_addr().unwrap())
     };
     let (held, waiter) = held_with_a_waiter(&server, &refused).await;
+    // Part of the scenario: the waiter, finding the key busy, polls
+    // meanwhile; no state outside it shows that. One that had not started
+    // yet would find the key free after the release, within the bound too.
+    sleep(Duration::from_millis(200)).await;
     release_and_expect_the_waiter_within(held, waiter, Duration::from_millis(1000)).await;
 }
 
@@ -366,41 +409,41 @@ async fn a_release_before_a_late_subscription_confirmation_is_not_slept_through(
         let waiting = waiting.clone();
         async move { waiting.acquire("lock:order:0").await.unwrap() }
     });
-    sleep(Duration::from_millis(200)).await;
+    until_subscribers(&server, "{lock:order:0}:released", 1).await;
     warm.release().await.unwrap();
     warm_waiter.await.unwrap().unwrap().release().await.unwrap();
+    // Its unsubscribe went through: the connection carries nothing else.
+    until_subscribers(&server, "{lock:order:0}:released", 0).await;
 
     let held = holding.acquire("lock:order:1").await.unwrap().unwrap();
     pubsub.requests().hold();
+    let answers = commands.replies().passed();
     let waiter = tokio::spawn({
         let waiting = waiting.clone();
         async move { waiting.acquire("lock:order:1").await.unwrap() }
     });
-    sleep(Duration::from_millis(200)).await;
+    // The waiter's first try found the key busy; its SUBSCRIBE, sent next,
+    // waits in the proxy.
+    let first_answer = commands.replies().passed_more_than(answers);
+    without_hanging("the waiter's first try", first_answer).await;
     // The waiter's next retry reaches Redis and finds the key busy; its
     // answer stays in the proxy.
     commands.replies().hold();
-    commands
-        .requests()
-        .passed_more_than(commands.requests().passed())
-        .await;
-    sleep(Duration::from_millis(50)).await;
+    let (sent, answers) = (commands.requests().passed(), commands.replies().arrived());
+    let retry = commands.requests().passed_more_than(sent);
+    without_hanging("the waiter's retry", retry).await;
+    let busy = commands.replies().arrived_more_than(answers);
+    without_hanging("Redis answering the retry", busy).await;
     assert_eq!(held.release().await.unwrap(), Release::Released);
     // Only now does Redis see the SUBSCRIBE, and the waiter its confirmation.
+    let confirmations = pubsub.replies().passed();
     pubsub.requests().pass();
-    let mut redis = connect(&server.url()).await;
-    loop {
-        let (_, subscribers): (String, u32) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg("{lock:order:1}:released")
-            .query_async(&mut redis)
-            .await
-            .unwrap();
-        if subscribers == 1 {
-            break;
-        }
-        sleep(Duration::from_millis(10)).await;
-    }
+    until_subscribers(&server, RELEASED, 1).await;
+    let confirmed = pubsub.replies().passed_more_than(confirmations);
+    without_hanging("the confirmation passing the proxy", confirmed).await;
+    // Part of the scenario: a moment for the waiter to read the
+    // confirmation before the busy answer. Should it read them the other
+    // way round, it must be served just as soon.
     sleep(Duration::from_millis(100)).await;
     let answered = Instant::now();
     commands.replies().pass();
@@ -415,7 +458,8 @@ async fn a_release_before_a_late_subscription_confirmation_is_not_slept_through(
 }
 
 /// `lock:order:1` held on `server` with a 30 s watchdog lease, and a task
-/// waiting up to 10 s for it, with release messages read from `pubsub_url`.
+/// started to wait up to 10 s for it, with release messages read from
+/// `pubsub_url`.
 async fn held_with_a_waiter(
     server: &RedisServer,
     pubsub_url: &str,
@@ -430,8 +474,34 @@ async fn held_with_a_waiter(
         let lock = lock.clone();
         async move { lock.acquire("lock:order:1").await.unwrap() }
     });
-    sleep(Duration::from_millis(200)).await;
     (held, waiter)
+}
+
+/// The release channel of `lock:order:1`.
+const RELEASED: &str = "{lock:order:1}:released";
+
+/// The channels with a subscriber on `server` (`PUBSUB CHANNELS`).
+async fn channels(server: &RedisServer) -> Vec<String> {
+    redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query_async(&mut connect(&server.url()).await)
+        .await
+        .unwrap()
+}
+
+/// Waits until `channel` has `count` subscribers on `server`.
+async fn until_subscribers(server: &RedisServer, channel: &str, count: u32) {
+    let what = format!("{count} subscribers of {channel}");
+    wait_until(&what, HANG_GUARD, || async {
+        let (_, subscribers): (String, u32) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query_async(&mut connect(&server.url()).await)
+            .await
+            .unwrap();
+        subscribers == count
+    })
+    .await;
 }
 
 /// Releases `held`; the waiter must hold the key within `within` of that.
@@ -459,6 +529,32 @@ async fn stall_writes(redis: &mut redis::aio::MultiplexedConnection) {
         .unwrap();
 }
 
+/// The scripts the server behind `redis` has run so far (`EVALSHA` calls):
+/// once a lock has loaded its scripts, each of its takes, renewals and
+/// releases is one.
+async fn scripts_run(redis: &mut MultiplexedConnection) -> u64 {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(redis)
+        .await
+        .unwrap();
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap())
+}
+
+/// Waits until the server behind `redis` has run `count` scripts in all:
+/// those of `what`.
+async fn until_scripts_run(redis: &MultiplexedConnection, count: u64, what: &str) {
+    wait_until(&format!("{what} run"), HANG_GUARD, || {
+        let mut redis = redis.clone();
+        async move { scripts_run(&mut redis).await >= count }
+    })
+    .await;
+}
+
 fn lock_on(server: &RedisServer) -> ReentrantLock {
     ReentrantLock::new(
         redis::Client::open(server.url()).unwrap(),
@@ -476,13 +572,16 @@ async fn an_acquisition_abandoned_in_flight_gives_the_key_back() {
     let warm = lock.acquire("lock:order:0").await.unwrap().unwrap();
     warm.release().await.unwrap();
     let mut redis = connect(&server.url()).await;
+    let scripts = scripts_run(&mut redis).await;
     // Writes stall on the server, so the acquisition is surely in flight.
     stall_writes(&mut redis).await;
 
     let abandoned =
         tokio::time::timeout(Duration::from_millis(100), lock.acquire("lock:order:1")).await;
     assert!(abandoned.is_err(), "gave up while the script was stalled");
-    sleep(Duration::from_millis(500)).await;
+    // The key is absent while the take is stalled too: what counts is
+    // after the take and its undo ran.
+    until_scripts_run(&redis, scripts + 2, "the stalled take and its undo").await;
     let exists: bool = redis.exists("lock:order:1").await.unwrap();
     assert!(!exists, "the abandoned hold was given back");
 }
@@ -503,11 +602,12 @@ async fn a_release_abandoned_in_flight_gives_back_one_hold_not_two() {
     let outer = lock.acquire_as(me, key).await.unwrap().expect("free key");
     let inner = lock.acquire_as(me, key).await.unwrap().expect("re-entry");
     let mut redis = connect(&server.url()).await;
+    let scripts = scripts_run(&mut redis).await;
     stall_writes(&mut redis).await;
 
     let abandoned = tokio::time::timeout(Duration::from_millis(100), inner.release()).await;
     assert!(abandoned.is_err(), "gave up while the script was stalled");
-    sleep(Duration::from_millis(500)).await;
+    until_scripts_run(&redis, scripts + 2, "the stalled release and its retry").await;
     let holds: HashMap<String, u32> = redis.hgetall(key).await.unwrap();
     assert_eq!(holds.values().sum::<u32>(), 1, "one hold left: {holds:?}");
     assert!(
@@ -536,13 +636,11 @@ async fn a_release_crossing_a_renewal_is_not_a_lost_lock() {
                 } else {
                     drop(held);
                     // The dropped guard's release runs in the background.
-                    loop {
-                        if let Some(again) = lock.acquire(&key).await.unwrap() {
-                            again.release().await.unwrap();
-                            break;
-                        }
-                        sleep(Duration::from_millis(1)).await;
-                    }
+                    let again = wait_for("the dropped guard's release", HANG_GUARD, || async {
+                        lock.acquire(&key).await.unwrap()
+                    })
+                    .await;
+                    again.release().await.unwrap();
                 }
             }
         })
