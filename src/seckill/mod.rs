@@ -13,7 +13,7 @@
 //! In `queue` and `stream` mode ([`SeckillMode`]) the purchase is admitted in
 //! Redis instead and answered at once; MySQL gets the order afterwards:
 //!
-//! - `admission.rs` — `lua/seckill.lua` and its reply, the admitting purchase
+//! - `admission.rs` — `lua/seckill.lua` and its reply
 //! - `sale_state.rs` — sales, buyers and pending orders in Redis, loaded from MySQL
 //! - `queue.rs` — `queue` mode's in-process queue and its writer
 //! - `stream/` — `stream` mode's consumer: the order stream written to MySQL in batches

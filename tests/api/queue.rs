@@ -107,3 +107,14 @@ async fn an_order_whose_users_lock_stays_busy_for_seconds_is_written_not_dropped
         node.log()
     );
 }
+
+/// `queue`'s writer in its transaction when Redis restarts empty: its order
+/// is counted again in the reloaded sale before its commit, as a stream
+/// batch's are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_order_in_its_transaction_when_redis_restarts_is_counted_in_the_reloaded_sale() {
+    crate::stream::an_order_in_its_transaction_when_redis_restarts_is_counted_in_the_reloaded_sale(
+        hmdp::config::SeckillMode::Queue,
+    )
+    .await;
+}

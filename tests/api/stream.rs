@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use hmdp::config::SeckillMode;
 use hmdp::ids::{UserId, VoucherId};
 use hmdp::seckill::stream::GROUP;
 use hmdp::store::{self, NewOrder};
@@ -525,12 +526,23 @@ async fn a_stock_row_held_by_another_session_delays_orders_and_never_dead_letter
 /// success twice, and MySQL sells no more than its stock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_in_flight_when_redis_restarts_is_counted_in_the_reloaded_sale() {
+    an_order_in_its_transaction_when_redis_restarts_is_counted_in_the_reloaded_sale(
+        SeckillMode::Stream,
+    )
+    .await;
+}
+
+/// The test above, for an admitted order whose writer (`stream`'s consumer,
+/// `queue`'s writer) is in its transaction when Redis restarts empty.
+pub async fn an_order_in_its_transaction_when_redis_restarts_is_counted_in_the_reloaded_sale(
+    mode: SeckillMode,
+) {
     const STOCK: i64 = 4;
     let mut redis = hmdp_test_support::RedisServer::start().await.unwrap();
     let app = spawn_app(|s| {
         s.store.redis.url = redis.url();
-        s.seckill = hmdp::config::SeckillMode::Stream;
-        // Every batch stays in its transaction 4 s, before its INSERT.
+        s.seckill = mode;
+        // Every writer stays in its transaction 4 s, before its INSERT.
         s.chaos_hold_ms = 4000;
         s.store.timeout.backend_timeout_ms = 8000;
     })
@@ -541,9 +553,9 @@ async fn a_batch_in_flight_when_redis_restarts_is_counted_in_the_reloaded_sale()
     assert_eq!(answer["success"], true, "{answer}");
     let mut told = vec![answer["data"].as_str().unwrap().to_owned()];
     wait_until(
-        "the order in a consumer's hands",
+        "the order in its writer's hands, under its user's lock",
         Duration::from_secs(20),
-        || async { pending(&app).await == 1 },
+        || async { app.lock_keys().await.len() == 1 },
     )
     .await;
 
