@@ -190,11 +190,26 @@ async fn run_proxy(listener: TcpListener, upstream: u16, countdown: Arc<AtomicU3
         });
     }
 }
+
 /// The same lost reply for a reentrant lock's take: the take sent again must
 /// not count a second hold, or the purchase's release leaves the user's lock
 /// held until its lease runs out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_take_whose_reply_was_lost_is_not_counted_twice() {
+    // The purchase's scripts: the take, then the release.
+    a_purchase_with_a_lost_lock_script_reply_answers_and_frees_the_lock(1).await;
+}
+
+/// And for its release: the release sent again finds the key gone (its first
+/// attempt deleted it); the purchase still answers, and the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_release_whose_reply_was_lost_leaves_the_lock_free() {
+    a_purchase_with_a_lost_lock_script_reply_answers_and_frees_the_lock(2).await;
+}
+
+/// A `reentrant` purchase whose `nth` lock script's reply is lost: it is
+/// answered with its order, written once, and its user's lock is free.
+async fn a_purchase_with_a_lost_lock_script_reply_answers_and_frees_the_lock(nth: u32) {
     let cluster = OneMasterBehindProxy::start().await;
     let app = spawn_app(|s| {
         s.store.redis.url = cluster.url();
@@ -208,7 +223,7 @@ async fn a_lock_take_whose_reply_was_lost_is_not_counted_twice() {
     let first = app.purchase(voucher, &tokens[0]).await;
     assert_eq!(first["success"], true, "{first}");
 
-    cluster.drop_script_reply(1);
+    cluster.drop_script_reply(nth);
     let answer = app.purchase(voucher, &tokens[1]).await;
     assert!(cluster.dropped(), "the proxy dropped no reply: {answer}");
     assert_eq!(answer["success"], true, "{answer}");
@@ -217,29 +232,6 @@ async fn a_lock_take_whose_reply_was_lost_is_not_counted_twice() {
         Vec::<String>::new(),
         "the lock is free once the purchase answered"
     );
-}
-
-/// And for its release: the release sent again finds the key gone (its first
-/// attempt deleted it); the purchase still answers, and the lock is free.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lock_release_whose_reply_was_lost_leaves_the_lock_free() {
-    let cluster = OneMasterBehindProxy::start().await;
-    let app = spawn_app(|s| {
-        s.store.redis.url = cluster.url();
-        s.lock.mode = LockMode::Reentrant;
-    })
-    .await;
-    let voucher = app.create_open_seckill(5).await;
-    let tokens = app.login_many(2).await;
-    let first = app.purchase(voucher, &tokens[0]).await;
-    assert_eq!(first["success"], true, "{first}");
-
-    // The purchase's scripts: the take, then the release.
-    cluster.drop_script_reply(2);
-    let answer = app.purchase(voucher, &tokens[1]).await;
-    assert!(cluster.dropped(), "the proxy dropped no reply: {answer}");
-    assert_eq!(answer["success"], true, "{answer}");
-    assert_eq!(app.lock_keys().await, Vec::<String>::new());
     let audit = app.audit(voucher).await;
     assert_eq!((audit.orders, audit.duplicate_users), (2, 0), "{audit:?}");
 }
