@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use hmdp::ids::UserId;
 use hmdp_lock::LockMode;
-use hmdp_test_support::{free_ports, RedisServer};
+use hmdp_test_support::{free_ports, wait_until, RedisServer};
 use serde_json::Value;
 use sqlx::Connection;
 
@@ -61,11 +61,10 @@ async fn redis_outage_with(lock: LockMode) {
     assert!(audit.stock_balances(100));
 
     redis.restart().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while app.get("/ready", None).await.status() != 200 {
-        assert!(Instant::now() < deadline, "service did not resume");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until("service resumed", Duration::from_secs(10), || async {
+        app.get("/ready", None).await.status() == 200
+    })
+    .await;
     // The harness's own connection reports the restart once, then reconnects.
     let _: redis::RedisResult<String> =
         redis::cmd("PING").query_async(&mut app.redis.clone()).await;
@@ -127,7 +126,7 @@ async fn mysql_lost_mid_transaction_rolls_back_and_releases_the_lock() {
     let token = app.login(&phone(1)).await;
 
     let (attempt, ()) = tokio::join!(timed_purchase(&app, voucher, &token), async {
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        inside_the_transaction(&app, &token).await;
         kill_connections_to(&app).await;
     });
     let (status, body, _) = attempt;
@@ -141,6 +140,23 @@ async fn mysql_lost_mid_transaction_rolls_back_and_releases_the_lock() {
 
     let retry = app.purchase(voucher, &token).await;
     assert_eq!(retry["success"], true, "{retry}");
+}
+
+/// Waits until the purchase of `token`'s user is inside its transaction,
+/// held there by the chaos hold (800 ms or more).
+///
+/// What shows is the user's lock taken: the transaction opens right after,
+/// with a consistent read, which `innodb_trx` does not show yet. So the
+/// wait for that state ends with a part of the scenario: 200 ms more, well
+/// inside the hold and far beyond the few milliseconds from the lock to
+/// the hold.
+async fn inside_the_transaction(app: &TestApp, token: &str) {
+    let lock_key = app.keys().order_lock(UserId::new(app.user_id(token).await));
+    wait_until("the purchase took its lock", NO_HANG, || async {
+        app.key_exists(&lock_key).await
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
 }
 
 /// Another session takes a lock the purchase needs (`lock`, on a connection
@@ -224,21 +240,7 @@ async fn a_mysql_frozen_mid_transaction_answers_503_within_the_backend_timeout()
             )
         }
     });
-    // The user's lock taken: the purchase's transaction opens right after
-    // (a consistent read does not show in `innodb_trx` yet).
-    let me = app.get_json("/user/me", Some(&token)).await;
-    let lock_key = app
-        .keys()
-        .order_lock(UserId::new(me["data"]["id"].as_u64().unwrap()));
-    let started = Instant::now();
-    while !app.key_exists(&lock_key).await {
-        assert!(
-            started.elapsed() < NO_HANG,
-            "the purchase never took its lock"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    inside_the_transaction(&app, &token).await;
     mysql.pause();
     let paused = Instant::now();
     // While MySQL is frozen: a purchase that waits for it never answers.
@@ -362,21 +364,19 @@ async fn a_purchase_transaction_dropped_midway_is_rolled_back() {
         .execute(&mut other)
         .await
         .unwrap();
-    let deadline = Instant::now() + NO_HANG;
-    loop {
-        let touched =
+    let other = tokio::sync::Mutex::new(other);
+    wait_until(
+        "the dropped transaction to let the stock row go",
+        NO_HANG,
+        || async {
             sqlx::query("UPDATE tb_seckill_voucher SET stock = stock WHERE voucher_id = ?")
                 .bind(voucher)
-                .execute(&mut other)
-                .await;
-        match touched {
-            Ok(_) => break,
-            Err(error) => assert!(
-                Instant::now() < deadline,
-                "the dropped transaction still holds the stock row: {error}"
-            ),
-        }
-    }
+                .execute(&mut *other.lock().await)
+                .await
+                .is_ok()
+        },
+    )
+    .await;
     let audit = app.audit(voucher).await;
     assert_eq!((audit.orders, audit.stock_left), (0, 10), "rolled back");
     let token = app.login(&phone(1)).await;

@@ -3,6 +3,7 @@
 //! machine's real MySQL and Redis.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
@@ -15,8 +16,8 @@ use hmdp::seckill::{RedisSale, SaleState};
 use hmdp::startup::Application;
 use hmdp::store::{Store, VoucherAudit};
 use hmdp_test_support::{
-    free_ports, mysql_server_url, redis_url, ChildProcess, RedisNamespace, RedisServer, Stdout,
-    TestDatabase,
+    free_ports, mysql_server_url, poll_until, redis_url, ChildProcess, RedisNamespace, RedisServer,
+    Stdout, TestDatabase,
 };
 use redis::AsyncCommands;
 use serde_json::{json, Value};
@@ -246,9 +247,10 @@ impl TestApp {
         body["data"].as_str().unwrap().parse().unwrap()
     }
 
+    /// Creates a seckill voucher on sale now and for years, the tests' one
+    /// open sale, and returns its id.
     pub async fn create_open_seckill(&self, stock: i64) -> i64 {
-        self.create_seckill(stock, "2020-01-01T00:00:00", "2037-12-31T00:00:00")
-            .await
+        self.create_seckill(stock, OPEN_SINCE, OPEN_UNTIL).await
     }
 
     pub async fn purchase(&self, voucher_id: i64, token: &str) -> Value {
@@ -267,10 +269,11 @@ impl TestApp {
     /// such reader).
     pub async fn open_transactions_after(&self, within: Duration) -> i64 {
         const READS_APART: Duration = Duration::from_millis(250);
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            tokio::time::sleep(READS_APART).await;
-            let open: i64 = sqlx::query_scalar(
+        let open = AtomicI64::new(0);
+        // The first read too comes a while after any earlier one.
+        tokio::time::sleep(READS_APART).await;
+        let none_open = poll_until("no open transaction", within, READS_APART, || async {
+            let now_open: i64 = sqlx::query_scalar(
                 "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.innodb_trx t \
                  JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
                  WHERE p.db = DATABASE()",
@@ -278,10 +281,13 @@ impl TestApp {
             .fetch_one(self.store.pool())
             .await
             .unwrap();
-            if open == 0 || tokio::time::Instant::now() >= deadline {
-                return open;
-            }
-        }
+            open.store(now_open, Ordering::SeqCst);
+            Ok(now_open == 0)
+        });
+        // Still some after `within` (the only error here): how many is the
+        // answer.
+        let _ = none_open.await;
+        open.load(Ordering::SeqCst)
     }
 
     /// Whether `key` exists in the node's Redis.
@@ -328,6 +334,16 @@ impl TestApp {
 /// The `i`-th test phone number (valid for hmdp's pattern).
 pub fn phone(i: usize) -> String {
     format!("138{i:08}")
+}
+
+/// The window of the tests' open sale: begun long ago, ending years ahead.
+const OPEN_SINCE: &str = "2020-01-01T00:00:00";
+const OPEN_UNTIL: &str = "2037-12-31T00:00:00";
+
+/// The body that creates [`TestApp::create_open_seckill`]'s voucher, for a
+/// test that sends it itself.
+pub fn open_seckill_body(stock: i64) -> Value {
+    seckill_body(stock, OPEN_SINCE, OPEN_UNTIL)
 }
 
 pub fn seckill_body(stock: i64, begin: &str, end: &str) -> Value {

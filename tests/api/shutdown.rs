@@ -1,7 +1,7 @@
 //! Graceful shutdown: SIGTERM during load stops accepting, lets every
 //! in-flight purchase finish and release its lock, and exits 0.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::join_all;
 use hmdp_test_support::wait_until;
@@ -47,17 +47,18 @@ async fn sigterm_finishes_in_flight_purchases_and_exits_zero() {
                 .timeout(Duration::from_secs(2))
                 .send()
         };
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let mut late = fresh_health_check().await;
-        while late.is_ok() && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            late = fresh_health_check().await;
-        }
-        late
+        // Within 2 s, about as long as the purchases still drain: a bound
+        // that is part of the check, not a hang guard. The node exits once
+        // they are done, and a check after that passes whatever it did.
+        wait_until(
+            "the node stopped accepting",
+            Duration::from_secs(2),
+            || async { fresh_health_check().await.is_err() },
+        )
+        .await;
     };
-    let (responses, late) = tokio::join!(in_flight, terminate);
+    let (responses, ()) = tokio::join!(in_flight, terminate);
 
-    assert!(late.is_err(), "the node stopped accepting: {late:?}");
     for response in responses {
         let response = response.expect("in-flight request answered");
         assert_eq!(response.status(), 200);

@@ -187,7 +187,11 @@ async fn a_phone_gets_one_code_per_interval() {
         .await
         .unwrap();
     assert_eq!(other["success"], true, "the limit is per phone");
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let limit = app.keys().login_code_limit(&phone);
+    wait_until("the interval over", Duration::from_secs(10), || async {
+        !app.key_exists(&limit).await
+    })
+    .await;
     let third: Value = app.request_code(&phone).await.json().await.unwrap();
     assert_eq!(third["success"], true, "allowed again after the interval");
 }
@@ -267,6 +271,12 @@ async fn a_shared_session_read_survives_the_client_that_started_it_hanging_up() 
     redis.pause().unwrap();
     let request = format!("GET /user/me HTTP/1.1\r\nhost: node\r\nauthorization: {token}\r\n\r\n");
     let first = send_then_reset(socket_address(&app), &request, Duration::from_millis(1000));
+    // The timings below are the scenario, not waits for states (Redis is
+    // frozen, nothing can be asked): the second request comes while the
+    // first one's read hangs, the first one's client resets while the
+    // second waits on that read, Redis thaws after both. Each step is
+    // half a second or more from the next, a hundred times what a request
+    // takes to get that far.
     let second = async {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let asked = Instant::now();
