@@ -19,7 +19,8 @@ use serde_json::Value;
 use sqlx::Connection;
 
 use crate::helpers::{
-    seckill_body, send_then_reset, socket_address, spawn_app, spawn_app_on, TestApp, ADMIN_TOKEN,
+    open_seckill_body, send_then_reset, socket_address, spawn_app, spawn_app_on, TestApp,
+    ADMIN_TOKEN,
 };
 use crate::slow_mysql::{DelayedReplies, SlowCommitMariaDb, COMMIT_DELAY};
 
@@ -42,6 +43,8 @@ async fn race(app: &TestApp, voucher: i64, token: &str, reset_after: Duration) -
     let request = purchase_request(voucher, token);
     let reset = send_then_reset(socket_address(app), &request, reset_after);
     let buyer = || async {
+        // Part of the scenario: the buyers start just after the reset
+        // request is sent.
         tokio::time::sleep(Duration::from_millis(1)).await;
         let until = Instant::now() + reset_after + BUYING_FOR;
         let mut orders = Vec::new();
@@ -249,7 +252,7 @@ async fn an_admin_write_reset_around_begin_leaves_no_open_transaction() {
         s.db_pool = 1;
     })
     .await;
-    let body = seckill_body(10, "2020-01-01T00:00:00", "2037-12-31T00:00:00");
+    let body = open_seckill_body(10);
     let request = format!(
         "POST /voucher/seckill HTTP/1.1\r\nhost: node\r\nx-admin-token: {ADMIN_TOKEN}\r\n\
          content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
