@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hmdp::config::{RedisSettings, SeckillMode};
@@ -11,7 +12,7 @@ use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
 use hmdp::store::Store;
 use hmdp_lock::LockMode;
-use hmdp_test_support::{mysql_server_url, redis_url, wait_until, RedisCluster};
+use hmdp_test_support::{mysql_server_url, poll_until, redis_url, wait_until, RedisCluster};
 use hmdp_tools::cluster::{node_flags, Cluster, ClusterSpec, Sandbox, NODE_IDS};
 use hmdp_tools::loadtest::tokens::Login;
 use hmdp_tools::loadtest::{self, Plan, Report};
@@ -442,7 +443,11 @@ async fn a_redis_cluster_master_killed_under_load_fails_over_and_the_sale_holds(
         ..test.plan(voucher, USERS, 2)
     };
     let kill_a_master = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // A sale under way: a tenth of its requests answered.
+        wait_until("the sale under way", Duration::from_secs(30), || async {
+            plan.progress.position() >= plan.requests() / 10
+        })
+        .await;
         // The first servers given to `redis-cli --cluster create` are masters.
         redis.servers_mut()[0].kill();
     };
@@ -481,36 +486,32 @@ async fn a_redis_cluster_master_killed_under_load_fails_over_and_the_sale_holds(
         redis_conn,
         Keys::new(test.sandbox.redis.prefix.clone()),
     );
-    let mut bought = false;
-    for attempt in 0..50 {
-        let Ok(token) = login
-            .user(hmdp_tools::loadtest::tokens::phone(USERS + attempt))
-            .await
-        else {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            continue;
-        };
-        let answer: serde_json::Value = test
-            .client
-            .post(format!(
-                "{}/voucher-order/seckill/{voucher}",
-                test.cluster.url()
-            ))
-            .header("authorization", token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if answer["success"] == true || answer["errorCode"] == "SOLD_OUT" {
-            bought = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert!(
-        bought,
-        "the nodes did not serve a purchase after the failover"
-    );
+    // A new buyer each try, one every 200 ms.
+    let attempts = AtomicUsize::new(0);
+    poll_until(
+        "the nodes to serve a purchase after the failover",
+        Duration::from_secs(20),
+        Duration::from_millis(200),
+        || async {
+            let attempt = attempts.fetch_add(1, Ordering::SeqCst);
+            let phone = hmdp_tools::loadtest::tokens::phone(USERS + attempt);
+            let Ok(token) = login.user(phone).await else {
+                return Ok(false);
+            };
+            let answer: serde_json::Value = test
+                .client
+                .post(format!(
+                    "{}/voucher-order/seckill/{voucher}",
+                    test.cluster.url()
+                ))
+                .header("authorization", token)
+                .send()
+                .await?
+                .json()
+                .await?;
+            Ok(answer["success"] == true || answer["errorCode"] == "SOLD_OUT")
+        },
+    )
+    .await
+    .unwrap();
 }
