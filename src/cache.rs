@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use hmdp_lock::Connection as RedisConnection;
-use hmdp_lock::{LockMode, OrderLock, Release};
+use hmdp_lock::{LockMode, DistributedLock, Release};
 use rand::RngExt;
 use redis::AsyncCommands;
 use serde::de::DeserializeOwned;
@@ -60,7 +60,7 @@ pub struct ShopCache {
     store: Store,
     /// Taken on `lock:shop:{id}` (or `lock:type`) by the reader rebuilding
     /// an entry, so a hot entry is rebuilt once, not by every reader.
-    rebuild_lock: Arc<dyn OrderLock>,
+    rebuild_lock: Arc<dyn DistributedLock>,
     /// How long a reader waits for another reader's rebuild.
     wait: Duration,
     /// Entries this cache read from MySQL: what the rebuild lock saves is

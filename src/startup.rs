@@ -11,7 +11,7 @@ use actix_web::middleware::{from_fn, DefaultHeaders};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use hmdp_lock::{Faults, OrderLock};
+use hmdp_lock::{Faults, DistributedLock};
 use tracing_actix_web::TracingLogger;
 
 use crate::api::{self, AppState};
@@ -35,7 +35,7 @@ pub fn build_lock(
     redis: impl Into<hmdp_lock::Connection>,
     redis_url: &str,
     faults: Faults,
-) -> anyhow::Result<Arc<dyn OrderLock>> {
+) -> anyhow::Result<Arc<dyn DistributedLock>> {
     let options = hmdp_lock::Options {
         faults,
         observer: Arc::new(metrics::LockMetrics),

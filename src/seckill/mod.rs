@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Local;
 use hmdp_lock::Connection as RedisConnection;
-use hmdp_lock::{HeldLock, LockError, OrderLock};
+use hmdp_lock::{DistributedLock, LockError, LockGuard, LostReason};
 use serde::Serialize;
 use tracing::Instrument;
 
@@ -49,7 +49,7 @@ use catalog::Catalog;
 pub use in_flight::DeadLetter;
 use queue::OrderQueue;
 pub use sale_state::{PendingOrder, Readmit, RedisSale, SaleState};
-use writer::{Ended, Outcome};
+use writer::{Ended, Outcome, FENCED_OUT};
 pub use writer::{Locks, OrderSource, OrderWriter};
 
 /// Where an admitted order goes on its way to MySQL.
@@ -121,7 +121,7 @@ impl Seckill {
     /// The synchronous purchase; [`Seckill::start`] puts it in a node's mode.
     pub fn new(
         store: Store,
-        lock: Arc<dyn OrderLock>,
+        lock: Arc<dyn DistributedLock>,
         redis: RedisConnection,
         keys: Keys,
         chaos_hold: Duration,
@@ -357,7 +357,14 @@ impl Seckill {
                 Outcome::AlreadyWritten | Outcome::DuplicateUser => {
                     return Err(Rejection::AlreadyOrdered.into())
                 }
-                Outcome::Deferred(why) => return Err(LockError::Lost(why).into()),
+                Outcome::Deferred(FENCED_OUT) => {
+                    return Err(LockError::Lost(LostReason::FencedOut).into())
+                }
+                Outcome::Deferred(why) => {
+                    return Err(Error::Internal(anyhow::anyhow!(
+                        "the purchase's order was deferred: {why}"
+                    )))
+                }
                 Outcome::Resold => return Err(not_counted_again()),
                 Outcome::IdTaken => {
                     tracing::warn!(id = %order.id,
@@ -463,7 +470,7 @@ impl Seckill {
     /// for the release. After that the release carries on in a task of its
     /// own (the transaction has ended: the lock has done its work); a
     /// release that ends in time, nearly all of them, costs no task.
-    async fn release_awaited_until(self: &Arc<Self>, held: Box<dyn HeldLock>, answer_by: Instant) {
+    async fn release_awaited_until(self: &Arc<Self>, held: Box<dyn LockGuard>, answer_by: Instant) {
         let seckill = self.clone();
         // Owned, so that it can move to a task half done: a release is not
         // dropped midway.

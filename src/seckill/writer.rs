@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use hmdp_lock::{HeldLock, LockError, OrderLock};
+use hmdp_lock::{LockGuard, LockError, DistributedLock};
 
 use super::sale_state::{Readmit, SaleState};
 use crate::error::{Error, Rejection};
@@ -44,7 +44,7 @@ pub enum OrderSource {
 #[derive(Clone)]
 pub struct OrderWriter {
     store: Store,
-    lock: Arc<dyn OrderLock>,
+    lock: Arc<dyn DistributedLock>,
     keys: Keys,
     sale_state: Arc<SaleState>,
     source: OrderSource,
@@ -95,7 +95,7 @@ impl Outcome {
 const LOCK_BUSY: &str = "the user's lock is busy";
 const LOCK_UNAVAILABLE: &str = "the user's lock is unavailable";
 /// Why an order whose user's lock passed on while held is left out.
-const FENCED_OUT: &str = "a newer lock holder's fencing token wrote";
+pub const FENCED_OUT: &str = "a newer lock holder's fencing token wrote";
 /// The one deferral that is the order's own: Redis admitted a unit MySQL
 /// does not have (Redis and MySQL disagree), which no retry changes.
 pub const NO_STOCK_IN_MYSQL: &str = "no stock left in MySQL";
@@ -115,13 +115,13 @@ pub struct Locks {
     /// By user id: a transaction records the users' fencing tokens in this
     /// order, so two transactions lock `tb_lock_fence` rows in one order and
     /// never wait on each other in a circle.
-    held: BTreeMap<UserId, Box<dyn HeldLock>>,
+    held: BTreeMap<UserId, Box<dyn LockGuard>>,
     refused: HashMap<UserId, Outcome>,
 }
 
 impl Locks {
     /// `user`'s lock, `held`.
-    pub fn one(user: UserId, held: Box<dyn HeldLock>) -> Locks {
+    pub fn one(user: UserId, held: Box<dyn LockGuard>) -> Locks {
         Locks {
             held: BTreeMap::from([(user, held)]),
             refused: HashMap::new(),
@@ -129,7 +129,7 @@ impl Locks {
     }
 
     /// The locks held, to be released.
-    pub fn into_held(self) -> impl Iterator<Item = Box<dyn HeldLock>> {
+    pub fn into_held(self) -> impl Iterator<Item = Box<dyn LockGuard>> {
         self.held.into_values()
     }
 }
@@ -137,7 +137,7 @@ impl Locks {
 impl OrderWriter {
     pub fn new(
         store: Store,
-        lock: Arc<dyn OrderLock>,
+        lock: Arc<dyn DistributedLock>,
         sale_state: Arc<SaleState>,
         keys: Keys,
         source: OrderSource,
@@ -185,7 +185,7 @@ impl OrderWriter {
 
     /// Takes the user's lock, timing it; a busy lock is hmdp's failed
     /// `tryLock()`.
-    pub async fn acquire(&self, user_id: UserId) -> Result<Box<dyn HeldLock>, Error> {
+    pub async fn acquire(&self, user_id: UserId) -> Result<Box<dyn LockGuard>, Error> {
         let mode = self.lock_mode();
         let started = Instant::now();
         let held = self.lock.acquire(&self.keys.order_lock(user_id)).await;
@@ -204,7 +204,7 @@ impl OrderWriter {
     /// Releases a lock; a release that was not clean means mutual exclusion
     /// may have been lost while it was held, which is worth a warning, not
     /// a failure of orders that already committed.
-    pub async fn release(&self, held: Box<dyn HeldLock>) {
+    pub async fn release(&self, held: Box<dyn LockGuard>) {
         match held.release().await {
             Ok(release) if release.is_clean() => {}
             Ok(release) => {

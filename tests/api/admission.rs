@@ -417,7 +417,7 @@ async fn a_sold_out_sale_is_refused_without_asking_redis() {
     let app = spawn_app(|s| {
         s.store.redis.url = redis.url();
         s.seckill = SeckillMode::Stream;
-        s.lock.mode = LockMode::None;
+        s.lock.mode = LockMode::NoLock;
     })
     .await;
     let voucher = app.create_open_seckill(1).await;

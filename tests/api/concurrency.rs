@@ -60,7 +60,7 @@ async fn local_lock_keeps_one_order_per_user_on_one_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_lock_with_a_chaos_hold_lets_duplicates_through() {
     let app = spawn_app(|s| {
-        s.lock.mode = LockMode::None;
+        s.lock.mode = LockMode::NoLock;
         s.chaos_hold_ms = 50;
         s.db_pool = 64;
     })

@@ -1,5 +1,5 @@
 //! One entry point from settings to a lock: the caller names a mode and its
-//! durations, and gets the [`OrderLock`] without knowing which type runs.
+//! durations, and gets the [`DistributedLock`] without knowing which type runs.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use crate::release_events::ReleaseSource;
 use crate::set_nx::SetNx;
 use crate::Connection;
 use crate::{
-    Faults, Fenced, LocalLock, LockMode, NoLock, Observer, OrderLock, QuorumLock, ReentrantLock,
+    Faults, Fenced, LocalLock, LockMode, NoLock, Observer, DistributedLock, QuorumLock, ReentrantLock,
     ReentrantOptions, SyncReplicas, Unobserved,
 };
 
@@ -135,7 +135,7 @@ pub fn build(
     options: &Options,
     redis: impl Into<Connection>,
     redis_url: &str,
-) -> Result<Arc<dyn OrderLock>, BuildError> {
+) -> Result<Arc<dyn DistributedLock>, BuildError> {
     let redis = if options.sync_replicas > 0 && options.mode.uses_main_redis() {
         // A command queued behind a `WAIT` waits for it: its reply may take
         // the `WAIT`'s timeout and a round trip.
@@ -151,8 +151,8 @@ pub fn build(
             options.faults.clone(),
         )
     };
-    let lock: Arc<dyn OrderLock> = match options.mode {
-        LockMode::None => Arc::new(NoLock),
+    let lock: Arc<dyn DistributedLock> = match options.mode {
+        LockMode::NoLock => Arc::new(NoLock),
         LockMode::Local => Arc::new(LocalLock::new(options.wait)),
         LockMode::RedisNaive => Arc::new(RedisNaiveLock::new(set_nx(), DelUnlock)),
         LockMode::RedisOwner => Arc::new(RedisOwnerLock::new(set_nx(), GetThenDelUnlock)),
@@ -174,7 +174,7 @@ pub fn build(
             options.wait,
         )?),
     };
-    let lock: Arc<dyn OrderLock> = if options.fencing {
+    let lock: Arc<dyn DistributedLock> = if options.fencing {
         Arc::new(Fenced::observed(
             lock,
             redis.clone(),

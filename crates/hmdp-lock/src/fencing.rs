@@ -7,7 +7,7 @@
 //! storage can tell an old holder from a new one: it records the token with
 //! the write (hmdp's purchase does so as the first statement of its
 //! transaction) and refuses a write carrying an older one.
-//! Before committing, [`HeldLock::ensure_held`] also asks Redis whether a
+//! Before committing, [`LockGuard::ensure_held`] also asks Redis whether a
 //! newer token exists, so a stale holder steps aside instead of committing
 //! ahead of the newer one whose transaction is waiting on the fence row.
 
@@ -21,8 +21,8 @@ use redis::AsyncCommands;
 use crate::scripts::{MintFencingToken, Minted};
 use crate::sibling;
 use crate::LockMode;
-use crate::{refuse, HeldLock, Holder, LockError, OrderLock, Release};
-use crate::{LockEvent, Observer, Unobserved};
+use crate::{refuse, LockGuard, Holder, LockError, DistributedLock, Release};
+use crate::{LockEvent, LostReason, Observer, Unobserved};
 
 /// How long a key's counter outlives its last acquisition. Far longer than
 /// any lease, short enough that idle users' counters go away; tokens stay
@@ -31,20 +31,20 @@ const COUNTER_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 /// Any lock, with a fencing token minted for every acquisition.
 pub struct Fenced {
-    inner: Arc<dyn OrderLock>,
+    inner: Arc<dyn DistributedLock>,
     redis: Connection,
     observer: Arc<dyn Observer>,
 }
 
 impl Fenced {
     /// Fences `inner`, keeping the counters on `redis`.
-    pub fn new(inner: Arc<dyn OrderLock>, redis: impl Into<Connection>) -> Self {
+    pub fn new(inner: Arc<dyn DistributedLock>, redis: impl Into<Connection>) -> Self {
         Self::observed(inner, redis, Unobserved::shared())
     }
 
     /// Like [`Fenced::new`], reporting rejections to `observer`.
     pub fn observed(
-        inner: Arc<dyn OrderLock>,
+        inner: Arc<dyn DistributedLock>,
         redis: impl Into<Connection>,
         observer: Arc<dyn Observer>,
     ) -> Self {
@@ -59,8 +59,8 @@ impl Fenced {
         &self,
         holder: Holder,
         key: &str,
-        held: Option<Box<dyn HeldLock>>,
-    ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+        held: Option<Box<dyn LockGuard>>,
+    ) -> Result<Option<Box<dyn LockGuard>>, LockError> {
         let Some(held) = held else {
             return Ok(None);
         };
@@ -87,7 +87,7 @@ impl Fenced {
                 })))
             }
             Ok(Minted::NotHeld) => {
-                LockError::Lost("the lease ran out before a fencing token was minted")
+                LockError::Lost(LostReason::LeaseExpired)
             }
             Err(error) => error,
         };
@@ -97,7 +97,7 @@ impl Fenced {
 }
 
 #[async_trait]
-impl OrderLock for Fenced {
+impl DistributedLock for Fenced {
     fn mode(&self) -> LockMode {
         self.inner.mode()
     }
@@ -110,14 +110,14 @@ impl OrderLock for Fenced {
         &self,
         holder: Holder,
         key: &str,
-    ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+    ) -> Result<Option<Box<dyn LockGuard>>, LockError> {
         let held = self.inner.acquire_as(holder, key).await?;
         self.fence(holder, key, held).await
     }
 }
 
 struct FencedHold {
-    inner: Box<dyn HeldLock>,
+    inner: Box<dyn LockGuard>,
     redis: Connection,
     counter: String,
     token: u64,
@@ -125,7 +125,7 @@ struct FencedHold {
 }
 
 #[async_trait]
-impl HeldLock for FencedHold {
+impl LockGuard for FencedHold {
     async fn release(self: Box<Self>) -> Result<Release, LockError> {
         self.inner.release().await
     }
@@ -140,7 +140,7 @@ impl HeldLock for FencedHold {
         match newest {
             Some(newest) if newest > self.token => {
                 self.observer.observe(LockEvent::FencingRejected);
-                Err(LockError::Lost("a newer holder has a later fencing token"))
+                Err(LockError::Lost(LostReason::FencedOut))
             }
             _ => Ok(()),
         }

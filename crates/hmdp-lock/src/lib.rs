@@ -6,8 +6,8 @@
 //! per-user purchase lock breaks and how each is fixed; every one of those
 //! locks is here, so their failures can be shown side by side.
 //!
-//! Every lock implements [`OrderLock`]: [`acquire`](OrderLock::acquire) a
-//! key, get a [`HeldLock`] guard, [`release`](HeldLock::release) it and learn
+//! Every lock implements [`DistributedLock`]: [`acquire`](DistributedLock::acquire) a
+//! key, get a [`LockGuard`] guard, [`release`](LockGuard::release) it and learn
 //! what the release did ([`Release`]: released, still held n times, already
 //! expired, not the owner). Every wait has a deadline; a guard dropped
 //! without a release (a panic, a cancelled task) gives its hold back in the
@@ -38,7 +38,7 @@
 //!   holder's lease, not in a polling loop; one subscription connection
 //!   serves every waiter of the process, pinged so a silent one is noticed.
 //! - **A watchdog** renewing the lease while the hold lives, **with a maximum
-//!   hold time** and a **lost-lock signal**: [`HeldLock::ensure_held`] fails
+//!   hold time** and a **lost-lock signal**: [`LockGuard::ensure_held`] fails
 //!   once a renewal found the key gone or could not reach Redis in time, and
 //!   an [`Observer`] hears of it ([`LockEvent::HoldLost`]). Redisson users ask
 //!   for these (redisson#4698, #4405, #7272).
@@ -150,7 +150,7 @@ pub enum LockError {
     /// The lease ran out, a renewal found the key gone, or a newer holder
     /// minted a later fencing token: work done under the lock must not commit.
     #[error("the lock was lost while held: {0}")]
-    Lost(&'static str),
+    Lost(LostReason),
     /// Fewer replicas than asked for acknowledged the lock in time (see
     /// [`SyncReplicas`]); the hold was given back.
     #[error("the lock reached {acked} replica(s) of the {wanted} asked for in time")]
@@ -187,7 +187,7 @@ impl Release {
 /// A lock guarding one key per holder: what every mode implements, so the
 /// code that takes a lock does not know which mode runs.
 #[async_trait]
-pub trait OrderLock: Send + Sync {
+pub trait DistributedLock: Send + Sync {
     /// The mode this lock implements.
     fn mode(&self) -> LockMode;
 
@@ -204,10 +204,10 @@ pub trait OrderLock: Send + Sync {
         &self,
         holder: Holder,
         key: &str,
-    ) -> Result<Option<Box<dyn HeldLock>>, LockError>;
+    ) -> Result<Option<Box<dyn LockGuard>>, LockError>;
 
     /// Takes `key` for a new holder.
-    async fn acquire(&self, key: &str) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+    async fn acquire(&self, key: &str) -> Result<Option<Box<dyn LockGuard>>, LockError> {
         self.acquire_as(Holder::new(), key).await
     }
 }
@@ -215,7 +215,7 @@ pub trait OrderLock: Send + Sync {
 /// One holder's hold on one key. Releasing consumes it, so a holder cannot
 /// release twice.
 #[async_trait]
-pub trait HeldLock: Send + Sync {
+pub trait LockGuard: Send + Sync {
     /// Gives the hold back and tells what that did. Every release returns
     /// what happened; a hold dropped without one is released in the
     /// background instead.
@@ -246,7 +246,7 @@ pub trait HeldLock: Send + Sync {
 /// Gives back a hold that a layer around a lock will not hand out (it
 /// could not fence it, or replicate it), and returns why not: the caller's
 /// error, whatever the release found.
-async fn refuse(held: Box<dyn HeldLock>, why: LockError) -> LockError {
+async fn refuse(held: Box<dyn LockGuard>, why: LockError) -> LockError {
     if let Err(error) = held.release().await {
         tracing::warn!(%error, refused = %why, "cannot give back a refused hold");
     }

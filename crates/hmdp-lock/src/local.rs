@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 use crate::LockMode;
-use crate::{HeldLock, Holder, LockError, OrderLock, Release};
+use crate::{LockGuard, Holder, LockError, DistributedLock, Release};
 
 type KeyMutex = AsyncMutex<()>;
 
@@ -72,7 +72,7 @@ struct LocalHold {
 }
 
 #[async_trait]
-impl OrderLock for LocalLock {
+impl DistributedLock for LocalLock {
     fn mode(&self) -> LockMode {
         LockMode::Local
     }
@@ -85,7 +85,7 @@ impl OrderLock for LocalLock {
         &self,
         _holder: Holder,
         key: &str,
-    ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+    ) -> Result<Option<Box<dyn LockGuard>>, LockError> {
         let mutex = self.intern(key);
         let guard = if self.wait.is_zero() {
             mutex.try_lock_owned().ok()
@@ -94,12 +94,12 @@ impl OrderLock for LocalLock {
                 .await
                 .ok()
         };
-        Ok(guard.map(|guard| Box::new(LocalHold { _guard: guard }) as Box<dyn HeldLock>))
+        Ok(guard.map(|guard| Box::new(LocalHold { _guard: guard }) as Box<dyn LockGuard>))
     }
 }
 
 #[async_trait]
-impl HeldLock for LocalHold {
+impl LockGuard for LocalHold {
     async fn release(self: Box<Self>) -> Result<Release, LockError> {
         // Dropping the guard unlocks the mutex.
         Ok(Release::Released)

@@ -8,7 +8,8 @@
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum LockMode {
     /// No lock at all: duplicates appear even on one node.
-    None,
+    #[cfg_attr(feature = "clap", value(name = "none"))]
+    NoLock,
     /// A per-key mutex inside this process (Java's `synchronized(key.intern())`).
     Local,
     /// Lock v1: `SET NX PX`, release = `DEL` (deletes whoever holds it).
@@ -28,7 +29,7 @@ pub enum LockMode {
 impl LockMode {
     /// Every mode, from the weakest to the strongest.
     pub const ALL: [LockMode; 8] = [
-        LockMode::None,
+        LockMode::NoLock,
         LockMode::Local,
         LockMode::RedisNaive,
         LockMode::RedisOwner,
@@ -45,7 +46,7 @@ impl LockMode {
     /// ```
     pub fn as_str(self) -> &'static str {
         match self {
-            LockMode::None => "none",
+            LockMode::NoLock => "none",
             LockMode::Local => "local",
             LockMode::RedisNaive => "redis-naive",
             LockMode::RedisOwner => "redis-owner",

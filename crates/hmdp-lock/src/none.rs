@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::LockMode;
-use crate::{HeldLock, Holder, LockError, OrderLock, Release};
+use crate::{LockGuard, Holder, LockError, DistributedLock, Release};
 
 /// The absent lock.
 pub struct NoLock;
@@ -15,9 +15,9 @@ pub struct NoLock;
 struct NoHold;
 
 #[async_trait]
-impl OrderLock for NoLock {
+impl DistributedLock for NoLock {
     fn mode(&self) -> LockMode {
-        LockMode::None
+        LockMode::NoLock
     }
 
     fn wait(&self) -> Duration {
@@ -28,13 +28,13 @@ impl OrderLock for NoLock {
         &self,
         _holder: Holder,
         _key: &str,
-    ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+    ) -> Result<Option<Box<dyn LockGuard>>, LockError> {
         Ok(Some(Box::new(NoHold)))
     }
 }
 
 #[async_trait]
-impl HeldLock for NoHold {
+impl LockGuard for NoHold {
     async fn release(self: Box<Self>) -> Result<Release, LockError> {
         Ok(Release::Released)
     }

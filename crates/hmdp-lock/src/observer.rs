@@ -21,18 +21,40 @@ pub enum LostReason {
     TakenOrGone,
     /// Redis could not be reached to renew before the lease ran out.
     RedisUnreachable,
+    /// The lease (or a quorum's validity time) ran out while held.
+    LeaseExpired,
+    /// A newer holder has a later fencing token.
+    FencedOut,
 }
 
 impl LostReason {
     /// Every reason, e.g. to register a metric series for each up front.
-    pub const ALL: [LostReason; 2] = [LostReason::TakenOrGone, LostReason::RedisUnreachable];
+    pub const ALL: [LostReason; 4] = [
+        LostReason::TakenOrGone,
+        LostReason::RedisUnreachable,
+        LostReason::LeaseExpired,
+        LostReason::FencedOut,
+    ];
 
     /// A short name fit for a metrics label.
     pub fn as_str(self) -> &'static str {
         match self {
             LostReason::TakenOrGone => "taken_or_gone",
             LostReason::RedisUnreachable => "redis_unreachable",
+            LostReason::LeaseExpired => "lease_expired",
+            LostReason::FencedOut => "fenced_out",
         }
+    }
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LostReason::TakenOrGone => "a lease renewal found the lock taken or gone",
+            LostReason::RedisUnreachable => "Redis could not be reached to renew the lease",
+            LostReason::LeaseExpired => "the lease ran out while held",
+            LostReason::FencedOut => "a newer holder has a later fencing token",
+        })
     }
 }
 

@@ -28,7 +28,7 @@ use crate::builder::timed_connection;
 use crate::owner;
 use crate::scripts::{GiveBack, Take, Taken};
 use crate::sibling;
-use crate::{release_dropped, HeldLock, Holder, LockError, OrderLock, Release};
+use crate::{release_dropped, LockGuard, Holder, LockError, LostReason, DistributedLock, Release};
 use crate::{BuildError, LockMode};
 
 struct Node {
@@ -142,13 +142,13 @@ impl QuorumLock {
         self.quorum
     }
 
-    /// Like [`OrderLock::acquire_as`], also telling what each node said in
+    /// Like [`DistributedLock::acquire_as`], also telling what each node said in
     /// the last round.
     pub async fn acquire_reported(
         &self,
         holder: Holder,
         key: &str,
-    ) -> Result<(Option<Box<dyn HeldLock>>, Vec<NodeReport>), LockError> {
+    ) -> Result<(Option<Box<dyn LockGuard>>, Vec<NodeReport>), LockError> {
         let owner = holder.owner();
         let deadline = Instant::now() + self.wait;
         loop {
@@ -234,7 +234,7 @@ struct QuorumHold {
 }
 
 #[async_trait]
-impl HeldLock for QuorumHold {
+impl LockGuard for QuorumHold {
     async fn release(mut self: Box<Self>) -> Result<Release, LockError> {
         let nodes = std::mem::take(&mut self.nodes);
         let outcomes = release_on(&nodes, &self.key, &self.owner, &self.marker, self.lease).await;
@@ -243,7 +243,7 @@ impl HeldLock for QuorumHold {
 
     async fn ensure_held(&self) -> Result<(), LockError> {
         if Instant::now() >= self.valid_until {
-            return Err(LockError::Lost("the lock's validity time ran out"));
+            return Err(LockError::Lost(LostReason::LeaseExpired));
         }
         Ok(())
     }
@@ -266,7 +266,7 @@ impl Drop for QuorumHold {
 }
 
 #[async_trait]
-impl OrderLock for QuorumLock {
+impl DistributedLock for QuorumLock {
     fn mode(&self) -> LockMode {
         self.mode
     }
@@ -279,7 +279,7 @@ impl OrderLock for QuorumLock {
         &self,
         holder: Holder,
         key: &str,
-    ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+    ) -> Result<Option<Box<dyn LockGuard>>, LockError> {
         Ok(self.acquire_reported(holder, key).await?.0)
     }
 }

@@ -22,11 +22,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::Connection;
-use crate::{refuse, HeldLock, Holder, LockError, LockMode, OrderLock};
+use crate::{refuse, LockGuard, Holder, LockError, LockMode, DistributedLock};
 
 /// Any single-Redis lock whose holds are replicated before they are handed out.
 pub struct SyncReplicas {
-    inner: Arc<dyn OrderLock>,
+    inner: Arc<dyn DistributedLock>,
     redis: Connection,
     replicas: u32,
     timeout: Duration,
@@ -36,7 +36,7 @@ impl SyncReplicas {
     /// Wraps `inner`, whose keys live on `redis`: a hold is handed out once
     /// `replicas` replicas acknowledged it, waiting at most `timeout`.
     pub fn new(
-        inner: Arc<dyn OrderLock>,
+        inner: Arc<dyn DistributedLock>,
         redis: impl Into<Connection>,
         replicas: u32,
         timeout: Duration,
@@ -63,7 +63,7 @@ impl SyncReplicas {
 }
 
 #[async_trait]
-impl OrderLock for SyncReplicas {
+impl DistributedLock for SyncReplicas {
     fn mode(&self) -> LockMode {
         self.inner.mode()
     }
@@ -76,7 +76,7 @@ impl OrderLock for SyncReplicas {
         &self,
         holder: Holder,
         key: &str,
-    ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+    ) -> Result<Option<Box<dyn LockGuard>>, LockError> {
         let Some(held) = self.inner.acquire_as(holder, key).await? else {
             return Ok(None);
         };

@@ -10,7 +10,7 @@ use rand::RngExt;
 use tokio::time::Instant;
 
 use crate::LockMode;
-use crate::{release_dropped, Faults, HeldLock, Holder, LockError, OrderLock, Release};
+use crate::{release_dropped, Faults, LockGuard, Holder, LockError, DistributedLock, Release};
 
 /// How a `SET NX` lock gives its key back: the one step in which lock v1,
 /// v2 and v3 differ.
@@ -43,7 +43,7 @@ struct SetNxHold<U: Unlock> {
 }
 
 #[async_trait]
-impl<U: Unlock> OrderLock for SetNxLock<U> {
+impl<U: Unlock> DistributedLock for SetNxLock<U> {
     fn mode(&self) -> LockMode {
         U::MODE
     }
@@ -56,19 +56,19 @@ impl<U: Unlock> OrderLock for SetNxLock<U> {
         &self,
         _holder: Holder,
         key: &str,
-    ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+    ) -> Result<Option<Box<dyn LockGuard>>, LockError> {
         let taken = self.set_nx.take(key).await?;
         Ok(taken.map(|taken| {
             Box::new(SetNxHold {
                 taken: Some(taken),
                 unlock: self.unlock.clone(),
-            }) as Box<dyn HeldLock>
+            }) as Box<dyn LockGuard>
         }))
     }
 }
 
 #[async_trait]
-impl<U: Unlock> HeldLock for SetNxHold<U> {
+impl<U: Unlock> LockGuard for SetNxHold<U> {
     async fn release(mut self: Box<Self>) -> Result<Release, LockError> {
         let taken = self.taken.take().expect("a hold is released once");
         self.unlock.unlock(taken).await

@@ -15,7 +15,7 @@ use super::watchdog::Watching;
 use crate::owner;
 use crate::scripts::GiveBack;
 use crate::Connection;
-use crate::{release_dropped, HeldLock, Holder, LockError, Release};
+use crate::{release_dropped, LockGuard, Holder, LockError, LostReason, Release};
 
 /// Sent at most this many times per release; the latch outlives them all
 /// ([`RELEASE_LATCH`](crate::scripts::RELEASE_LATCH)).
@@ -153,7 +153,7 @@ pub(super) fn guard(
     redis: &Connection,
     landed: Landed,
     watchdog: impl FnOnce(&Arc<Hold>) -> Option<Watching>,
-) -> Box<dyn HeldLock> {
+) -> Box<dyn LockGuard> {
     let Landed {
         key,
         holder,
@@ -254,7 +254,7 @@ async fn give_back(
 }
 
 #[async_trait]
-impl HeldLock for ReentrantHold {
+impl LockGuard for ReentrantHold {
     fn owner_in_key(&self) -> Option<&str> {
         Some(&self.hold.owner)
     }
@@ -276,14 +276,10 @@ impl HeldLock for ReentrantHold {
 
     async fn ensure_held(&self) -> Result<(), LockError> {
         if self.hold.lost.load(Ordering::SeqCst) {
-            return Err(LockError::Lost(
-                "a lease renewal found the lock taken or gone",
-            ));
+            return Err(LockError::Lost(LostReason::TakenOrGone));
         }
         if Instant::now() >= *self.hold.valid_until.lock().expect("hold poisoned") {
-            return Err(LockError::Lost(
-                "the lease ran out before it could be renewed",
-            ));
+            return Err(LockError::Lost(LostReason::LeaseExpired));
         }
         Ok(())
     }

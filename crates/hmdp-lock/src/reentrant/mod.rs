@@ -11,7 +11,7 @@
 //! - Watchdog: without an explicit lease the key gets a 30 s lease renewed
 //!   every 10 s while the hold lives, up to a maximum hold time. A renewal
 //!   that finds the key gone, or that cannot reach Redis before the lease
-//!   runs out, marks the hold lost, and [`HeldLock::ensure_held`] then stops
+//!   runs out, marks the hold lost, and [`LockGuard::ensure_held`] then stops
 //!   the work under it from committing.
 //! - Release is idempotent per guard: a retry after a lost reply gets the
 //!   first attempt's answer, from a latch when holds remain, from the lease
@@ -38,7 +38,7 @@ use tokio::time::Instant;
 use crate::release_events::{ReleaseEvents, ReleaseSource};
 use crate::scripts::{Take, Taken};
 use crate::sibling;
-use crate::{HeldLock, Holder, LockError, LockMode, Observer, OrderLock, Unobserved};
+use crate::{LockGuard, Holder, LockError, LockMode, Observer, DistributedLock, Unobserved};
 use hold::{is_transient, Registry, Undo};
 use watchdog::Watchdogs;
 
@@ -188,7 +188,7 @@ impl ReentrantLock {
         reenterable: bool,
         count: u32,
         sent: Instant,
-    ) -> Box<dyn HeldLock> {
+    ) -> Box<dyn LockGuard> {
         let inner = &self.inner;
         let landed = hold::Landed {
             key,
@@ -210,7 +210,7 @@ impl ReentrantLock {
 }
 
 #[async_trait]
-impl OrderLock for ReentrantLock {
+impl DistributedLock for ReentrantLock {
     fn mode(&self) -> LockMode {
         LockMode::Reentrant
     }
@@ -223,13 +223,13 @@ impl OrderLock for ReentrantLock {
         &self,
         holder: Holder,
         key: &str,
-    ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+    ) -> Result<Option<Box<dyn LockGuard>>, LockError> {
         self.take(holder, key, true).await
     }
 
     /// A holder of its own that the caller never sees, so never re-enters:
     /// its hold stays out of the registry.
-    async fn acquire(&self, key: &str) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+    async fn acquire(&self, key: &str) -> Result<Option<Box<dyn LockGuard>>, LockError> {
         self.take(Holder::new(), key, false).await
     }
 }
@@ -242,7 +242,7 @@ impl ReentrantLock {
         holder: Holder,
         key: &str,
         reenterable: bool,
-    ) -> Result<Option<Box<dyn HeldLock>>, LockError> {
+    ) -> Result<Option<Box<dyn LockGuard>>, LockError> {
         let owner = holder.owner();
         let guard = |owner, count, sent| self.guard(key, holder, owner, reenterable, count, sent);
         let deadline = Instant::now() + self.inner.options.wait;

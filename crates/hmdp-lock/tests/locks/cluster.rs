@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hmdp_lock::{HeldLock, LockMode, Options, OrderLock};
+use hmdp_lock::{LockGuard, LockMode, Options, DistributedLock};
 use hmdp_test_support::{poll_until, RedisCluster, RedisServer};
 use tokio::task::JoinHandle;
 
@@ -21,7 +21,7 @@ const CHANNEL: &str = "{lock:order:1}:released";
 const LEASE: Duration = Duration::from_secs(60);
 const WAIT: Duration = Duration::from_secs(20);
 
-fn reentrant_on(cluster: &RedisCluster) -> Arc<dyn OrderLock> {
+fn reentrant_on(cluster: &RedisCluster) -> Arc<dyn DistributedLock> {
     let url = cluster.url();
     let options = Options {
         lease: Some(LEASE),
@@ -85,7 +85,7 @@ async fn sharded_subscriber(cluster: &RedisCluster) -> u16 {
 /// A task waiting for the lock; while the slot's master is down the lock
 /// answers with an error (Redis unreachable, the cluster down), and the
 /// task tries again, as a purchase retried by its user would.
-fn waiter(lock: &Arc<dyn OrderLock>) -> JoinHandle<Option<Box<dyn HeldLock>>> {
+fn waiter(lock: &Arc<dyn DistributedLock>) -> JoinHandle<Option<Box<dyn LockGuard>>> {
     let lock = lock.clone();
     tokio::spawn(async move {
         loop {

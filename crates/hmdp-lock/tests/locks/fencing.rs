@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hmdp_lock::{Fenced, Holder, OrderLock, ReentrantLock, ReentrantOptions};
+use hmdp_lock::{Fenced, Holder, DistributedLock, ReentrantLock, ReentrantOptions};
 use redis::AsyncCommands;
 
 use crate::helpers::{connect, redis_url};
@@ -25,7 +25,7 @@ fn fenced() -> Fenced {
     Fenced::new(Arc::new(lock), redis)
 }
 
-async fn token(lock: &Fenced, holder: Holder, key: &str) -> (u64, Box<dyn hmdp_lock::HeldLock>) {
+async fn token(lock: &Fenced, holder: Holder, key: &str) -> (u64, Box<dyn hmdp_lock::LockGuard>) {
     let held = lock
         .acquire_as(holder, key)
         .await

@@ -2,7 +2,7 @@
 //! `--lock-lease-ms` and `--lock-wait-ms` build them, under a key prefix of
 //! each test's own; waiters queued on held keys.
 
-use hmdp_lock::{HeldLock, LockMode, Options, OrderLock, Release};
+use hmdp_lock::{LockGuard, LockMode, Options, DistributedLock, Release};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,7 +49,7 @@ impl Subject {
     }
 
     /// A lock of this mode, as `--lock-lease-ms` and `--lock-wait-ms` would build it.
-    pub fn lock(&self, lease: Duration, wait: Duration) -> Arc<dyn OrderLock> {
+    pub fn lock(&self, lease: Duration, wait: Duration) -> Arc<dyn DistributedLock> {
         let options = Options {
             lease: Some(lease),
             wait,
@@ -80,12 +80,12 @@ pub async fn without_hanging<T>(what: &str, future: impl std::future::Future<Out
 /// Takes each of `keys` with `lock`, then starts `waiters` tasks, each
 /// waiting for one of the keys in turn and releasing it once served.
 /// Returns the holds and the waiters' releases.
-pub async fn held_with_waiters<L: OrderLock + ?Sized + 'static>(
+pub async fn held_with_waiters<L: DistributedLock + ?Sized + 'static>(
     lock: &Arc<L>,
     keys: &[String],
     waiters: usize,
 ) -> (
-    Vec<Box<dyn HeldLock>>,
+    Vec<Box<dyn LockGuard>>,
     Vec<tokio::task::JoinHandle<Release>>,
 ) {
     let mut holds = Vec::new();

@@ -2,7 +2,7 @@
 //! leaves nothing behind, a majority still locks, and both say who agreed;
 //! a re-entry that fails on a node leaves the outer hold there.
 
-use hmdp_lock::{HeldLock, Holder, QuorumLock, Release};
+use hmdp_lock::{LockGuard, Holder, QuorumLock, Release};
 use std::time::Duration;
 
 use hmdp_test_support::RedisServer;
@@ -104,7 +104,7 @@ async fn refuse_writes(server: &RedisServer, refuse: bool) {
 async fn reenter_while_node_3_refuses(
     lock: &QuorumLock,
     servers: &[RedisServer],
-) -> (Box<dyn HeldLock>, Option<Box<dyn HeldLock>>) {
+) -> (Box<dyn LockGuard>, Option<Box<dyn LockGuard>>) {
     let holder = Holder::new();
     let (outer, _) = lock.acquire_reported(holder, "lock:order:1").await.unwrap();
     let outer = outer.expect("all three are up");

@@ -1,7 +1,7 @@
 //! `reentrant` beyond the shared contract: re-entry by the same holder,
 //! waiting on release messages, the watchdog and its lost-lock signal.
 
-use hmdp_lock::{HeldLock, Holder, OrderLock, ReentrantLock, ReentrantOptions, Release};
+use hmdp_lock::{LockGuard, Holder, DistributedLock, ReentrantLock, ReentrantOptions, Release};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -463,7 +463,7 @@ async fn a_release_before_a_late_subscription_confirmation_is_not_slept_through(
 async fn held_with_a_waiter(
     server: &RedisServer,
     pubsub_url: &str,
-) -> (Box<dyn HeldLock>, JoinHandle<Option<Box<dyn HeldLock>>>) {
+) -> (Box<dyn LockGuard>, JoinHandle<Option<Box<dyn LockGuard>>>) {
     let lock = Arc::new(ReentrantLock::new(
         redis::Client::open(pubsub_url).unwrap(),
         hmdp_lock::connection_manager(&server.url(), Duration::from_secs(10)).unwrap(),
@@ -506,8 +506,8 @@ async fn until_subscribers(server: &RedisServer, channel: &str, count: u32) {
 
 /// Releases `held`; the waiter must hold the key within `within` of that.
 async fn release_and_expect_the_waiter_within(
-    held: Box<dyn HeldLock>,
-    waiter: JoinHandle<Option<Box<dyn HeldLock>>>,
+    held: Box<dyn LockGuard>,
+    waiter: JoinHandle<Option<Box<dyn LockGuard>>>,
     within: Duration,
 ) {
     let released = Instant::now();

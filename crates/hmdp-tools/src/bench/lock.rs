@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use hmdp_lock::{Connection, Faults, OrderLock};
+use hmdp_lock::{Connection, Faults, DistributedLock};
 use redis::Script;
 use serde::Serialize;
 
@@ -122,7 +122,7 @@ struct Handoff {
 /// the holder releases, and the gap from the release returning to the
 /// waiter's acquisition returning is recorded, next to a `PING` round trip.
 async fn measure_handoffs(
-    lock: Arc<dyn OrderLock>,
+    lock: Arc<dyn DistributedLock>,
     mut redis: Connection,
     key: &str,
 ) -> anyhow::Result<Handoff> {

@@ -30,7 +30,7 @@ use report_html::{LatencyCurve, Occasion};
 pub struct DemoSettings {
     /// Lock modes to run, in order (comma-separated).
     #[arg(long, value_enum, value_delimiter = ',',
-          default_values_t = [LockMode::None, LockMode::Local, LockMode::RedisLua, LockMode::Reentrant])]
+          default_values_t = [LockMode::NoLock, LockMode::Local, LockMode::RedisLua, LockMode::Reentrant])]
     pub modes: Vec<LockMode>,
 
     /// Purchase paths to run every lock mode with, in order (comma-separated):
@@ -104,7 +104,7 @@ impl DemoSettings {
 /// synchronous path only, as the asynchronous ones admit one order per user
 /// in Redis whatever lock guards their writer.
 fn expected_to_fail(mode: LockMode, seckill: SeckillMode) -> bool {
-    seckill == SeckillMode::Sync && matches!(mode, LockMode::None | LockMode::Local)
+    seckill == SeckillMode::Sync && matches!(mode, LockMode::NoLock | LockMode::Local)
 }
 
 /// How long the demo waits, after the last answer, for MySQL to hold every
@@ -204,13 +204,13 @@ fn verdict(mode: LockMode, duplicates: i64, extra: i64, violations: &[String]) -
         format!("{duplicates} users got more than one voucher ({extra} extra orders)")
     };
     let mut line = match (mode, duplicates > 0) {
-        (LockMode::None, true) => {
+        (LockMode::NoLock, true) => {
             format!("{mode}: {got} — without a lock, check-then-insert races even on one node")
         }
         (LockMode::Local, true) => {
             format!("{mode}: {got} — a process-local lock does not work across nodes")
         }
-        (LockMode::None | LockMode::Local, false) => format!(
+        (LockMode::NoLock | LockMode::Local, false) => format!(
             "{mode}: no user got two vouchers this time — the race window was missed, \
              raise --chaos-hold-ms"
         ),
@@ -516,7 +516,7 @@ mod tests {
             verdict(LockMode::Reentrant, 0, 0, &[]),
             "reentrant: one order per user held across two nodes"
         );
-        assert!(verdict(LockMode::None, 5, 9, &[])
+        assert!(verdict(LockMode::NoLock, 5, 9, &[])
             .contains("5 users got more than one voucher (9 extra orders)"));
         assert!(verdict(LockMode::RedisNaive, 2, 2, &[]).ends_with("the lock did not hold"));
         assert!(verdict(LockMode::Local, 0, 0, &[]).contains("raise --chaos-hold-ms"));

@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::Context;
 use futures::FutureExt;
 use hmdp_lock::Connection as RedisConnection;
-use hmdp_lock::{Faults, HeldLock, Holder, LockMode, OrderLock, Release};
+use hmdp_lock::{Faults, LockGuard, Holder, LockMode, DistributedLock, Release};
 use redis::AsyncCommands;
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -131,7 +131,7 @@ impl Lab {
     /// fault points wired in.
     /// `reentrant` runs as the purchase runs it, with its watchdog: the
     /// scenario's lease becomes the lease the watchdog renews.
-    pub fn lock(&self, lease: Duration, wait: Duration) -> anyhow::Result<Arc<dyn OrderLock>> {
+    pub fn lock(&self, lease: Duration, wait: Duration) -> anyhow::Result<Arc<dyn DistributedLock>> {
         self.build_lock(
             &self.redis,
             &self.redis_url,
@@ -150,7 +150,7 @@ impl Lab {
         nodes: &[String],
         lease: Duration,
         wait: Duration,
-    ) -> anyhow::Result<Arc<dyn OrderLock>> {
+    ) -> anyhow::Result<Arc<dyn DistributedLock>> {
         let redis = hmdp::config::connect_redis(redis_url, Duration::from_secs(1))?;
         self.build_lock(&redis, redis_url, nodes, lease, wait, 0)
     }
@@ -162,7 +162,7 @@ impl Lab {
         redis_url: &str,
         lease: Duration,
         sync_replicas: u32,
-    ) -> anyhow::Result<Arc<dyn OrderLock>> {
+    ) -> anyhow::Result<Arc<dyn DistributedLock>> {
         let redis = hmdp::config::connect_redis(redis_url, Duration::from_secs(1))?;
         self.build_lock(&redis, redis_url, &[], lease, Duration::ZERO, sync_replicas)
     }
@@ -175,7 +175,7 @@ impl Lab {
         lease: Duration,
         wait: Duration,
         sync_replicas: u32,
-    ) -> anyhow::Result<Arc<dyn OrderLock>> {
+    ) -> anyhow::Result<Arc<dyn DistributedLock>> {
         let watchdog = self.mode == LockMode::Reentrant;
         let settings = LockSettings {
             mode: self.mode,
@@ -236,8 +236,8 @@ impl Lab {
     pub async fn acquire(
         &self,
         who: Actor,
-        lock: &dyn OrderLock,
-    ) -> anyhow::Result<Option<Box<dyn HeldLock>>> {
+        lock: &dyn DistributedLock,
+    ) -> anyhow::Result<Option<Box<dyn LockGuard>>> {
         self.acquire_as(who, Holder::new(), lock).await
     }
 
@@ -247,8 +247,8 @@ impl Lab {
         &self,
         who: Actor,
         holder: Holder,
-        lock: &dyn OrderLock,
-    ) -> anyhow::Result<Option<Box<dyn HeldLock>>> {
+        lock: &dyn DistributedLock,
+    ) -> anyhow::Result<Option<Box<dyn LockGuard>>> {
         let held = lock
             .acquire_as(holder, &self.key)
             .await
@@ -269,8 +269,8 @@ impl Lab {
     pub async fn acquire_and_enter(
         &self,
         who: Actor,
-        lock: &dyn OrderLock,
-    ) -> anyhow::Result<Box<dyn HeldLock>> {
+        lock: &dyn DistributedLock,
+    ) -> anyhow::Result<Box<dyn LockGuard>> {
         self.acquire_and_enter_as(who, Holder::new(), lock).await
     }
 
@@ -279,8 +279,8 @@ impl Lab {
         &self,
         who: Actor,
         holder: Holder,
-        lock: &dyn OrderLock,
-    ) -> anyhow::Result<Box<dyn HeldLock>> {
+        lock: &dyn DistributedLock,
+    ) -> anyhow::Result<Box<dyn LockGuard>> {
         let held = self
             .acquire_as(who, holder, lock)
             .await?
@@ -295,7 +295,7 @@ impl Lab {
     pub async fn visit(
         &self,
         who: Actor,
-        lock: &dyn OrderLock,
+        lock: &dyn DistributedLock,
         until_ms: Option<u64>,
     ) -> anyhow::Result<bool> {
         let Some(held) = self.acquire(who, lock).await? else {
@@ -342,7 +342,7 @@ impl Lab {
     }
 
     /// `who` releases; what the release reported goes on the timeline.
-    pub async fn release(&self, who: Actor, held: Box<dyn HeldLock>) -> anyhow::Result<Release> {
+    pub async fn release(&self, who: Actor, held: Box<dyn LockGuard>) -> anyhow::Result<Release> {
         let release = held
             .release()
             .await
@@ -587,7 +587,7 @@ impl fmt::Display for Report {
             self.key
         )?;
         // The in-process modes ignore the lease.
-        let leased = !matches!(self.mode, LockMode::None | LockMode::Local);
+        let leased = !matches!(self.mode, LockMode::NoLock | LockMode::Local);
         if let (Some(lease), true) = (self.lease, leased) {
             let renewed = if self.mode == LockMode::Reentrant {
                 ", renewed by the watchdog"

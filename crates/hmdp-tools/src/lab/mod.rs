@@ -310,7 +310,7 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
     let cleaned = lab.clean_up().await;
     let mut explanation = explanation?;
     cleaned?;
-    if mode == LockMode::None {
+    if mode == LockMode::NoLock {
         explanation = "--lock none takes no lock at all.".to_owned();
     }
     Ok(lab.report(

@@ -145,7 +145,7 @@ fn sync_runs() -> Vec<ModeRun> {
     };
     vec![
         ran(sync(
-            LockMode::None,
+            LockMode::NoLock,
             127,
             361,
             6028.0,
@@ -178,7 +178,7 @@ fn sync_runs() -> Vec<ModeRun> {
 /// The same modes on the stream path: admission in Redis holds for all.
 fn stream_runs() -> Vec<ModeRun> {
     [
-        LockMode::None,
+        LockMode::NoLock,
         LockMode::Local,
         LockMode::RedisLua,
         LockMode::Reentrant,
