@@ -14,11 +14,13 @@ use crate::helpers::{without_hanging, Subject, HANG_GUARD};
 
 /// Long enough that no lease runs out during a test that does not mean it to.
 const LONG_LEASE: Duration = Duration::from_secs(10);
-/// Short enough to wait out, long enough to be far from scheduling noise.
-const SHORT_LEASE: Duration = Duration::from_millis(200);
+/// Short enough to wait out, long enough to be far from scheduling noise: a
+/// quorum mode's first take on fresh nodes on a loaded machine must not
+/// use it up (its validity is the lease minus the time the round took).
+const SHORT_LEASE: Duration = Duration::from_secs(1);
 /// How long a mode without a lease is watched to keep a key it was given a
 /// short lease for: three of them.
-const THREE_SHORT_LEASES: Duration = Duration::from_millis(600);
+const THREE_SHORT_LEASES: Duration = Duration::from_secs(3);
 
 /// What a mode promises beyond mutual exclusion on one node.
 pub struct Promises {
