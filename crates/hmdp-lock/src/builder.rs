@@ -11,8 +11,8 @@ use crate::release_events::ReleaseSource;
 use crate::set_nx::SetNx;
 use crate::Connection;
 use crate::{
-    Faults, Fenced, LocalLock, LockMode, NoLock, Observer, DistributedLock, QuorumLock, ReentrantLock,
-    ReentrantOptions, SyncReplicas, Unobserved,
+    DistributedLock, Faults, Fenced, LocalLock, LockMode, NoLock, Observer, QuorumLock,
+    ReentrantLock, ReentrantOptions, SyncReplicas, Unobserved,
 };
 
 /// How [`build`] makes a lock.

@@ -21,7 +21,7 @@ use redis::AsyncCommands;
 use crate::scripts::{MintFencingToken, Minted};
 use crate::sibling;
 use crate::LockMode;
-use crate::{refuse, LockGuard, Holder, LockError, DistributedLock, Release};
+use crate::{refuse, DistributedLock, Holder, LockError, LockGuard, Release};
 use crate::{LockEvent, LostReason, Observer, Unobserved};
 
 /// How long a key's counter outlives its last acquisition. Far longer than
@@ -86,9 +86,7 @@ impl Fenced {
                     observer: self.observer.clone(),
                 })))
             }
-            Ok(Minted::NotHeld) => {
-                LockError::Lost(LostReason::LeaseExpired)
-            }
+            Ok(Minted::NotHeld) => LockError::Lost(LostReason::LeaseExpired),
             Err(error) => error,
         };
         // Without a token the hold is useless to a fenced purchase.
@@ -106,12 +104,13 @@ impl DistributedLock for Fenced {
         self.inner.wait()
     }
 
-    async fn acquire_as(
+    async fn acquire_as_within(
         &self,
         holder: Holder,
         key: &str,
+        wait: Duration,
     ) -> Result<Option<Box<dyn LockGuard>>, LockError> {
-        let held = self.inner.acquire_as(holder, key).await?;
+        let held = self.inner.acquire_as_within(holder, key, wait).await?;
         self.fence(holder, key, held).await
     }
 }

@@ -191,24 +191,45 @@ pub trait DistributedLock: Send + Sync {
     /// The mode this lock implements.
     fn mode(&self) -> LockMode;
 
-    /// How long an acquisition waits for a busy key before it answers
-    /// `Ok(None)` (zero: it tries once, hmdp's `tryLock()`).
+    /// How long [`acquire`](Self::acquire) and
+    /// [`acquire_as`](Self::acquire_as) wait for a busy key before they
+    /// answer `Ok(None)` (zero: they try once, hmdp's `tryLock()`).
     fn wait(&self) -> Duration;
 
-    /// Takes `key` as `holder`. `Ok(None)` means the key stayed busy for the
-    /// whole configured wait (hmdp's failed `tryLock()`). Only reentrant locks
-    /// look at the holder: the others hand out a fresh identity each time, so
-    /// a holder that already holds the key waits for itself, as the course's
-    /// non-reentrant lock does.
+    /// Takes `key` as `holder`, waiting up to `wait` for it to be free.
+    /// `Ok(None)` means the key stayed busy for the whole wait (hmdp's failed
+    /// `tryLock()`). Only reentrant locks look at the holder: the others hand
+    /// out a fresh identity each time, so a holder that already holds the key
+    /// waits for itself, as the course's non-reentrant lock does.
+    async fn acquire_as_within(
+        &self,
+        holder: Holder,
+        key: &str,
+        wait: Duration,
+    ) -> Result<Option<Box<dyn LockGuard>>, LockError>;
+
+    /// Takes `key` as `holder`, waiting the lock's default [`wait`](Self::wait).
     async fn acquire_as(
         &self,
         holder: Holder,
         key: &str,
-    ) -> Result<Option<Box<dyn LockGuard>>, LockError>;
+    ) -> Result<Option<Box<dyn LockGuard>>, LockError> {
+        self.acquire_as_within(holder, key, self.wait()).await
+    }
 
-    /// Takes `key` for a new holder.
+    /// Takes `key` for a new holder, waiting up to `wait`.
+    async fn acquire_within(
+        &self,
+        key: &str,
+        wait: Duration,
+    ) -> Result<Option<Box<dyn LockGuard>>, LockError> {
+        self.acquire_as_within(Holder::new(), key, wait).await
+    }
+
+    /// Takes `key` for a new holder, waiting the lock's default
+    /// [`wait`](Self::wait).
     async fn acquire(&self, key: &str) -> Result<Option<Box<dyn LockGuard>>, LockError> {
-        self.acquire_as(Holder::new(), key).await
+        self.acquire_within(key, self.wait()).await
     }
 }
 

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 use crate::LockMode;
-use crate::{LockGuard, Holder, LockError, DistributedLock, Release};
+use crate::{DistributedLock, Holder, LockError, LockGuard, Release};
 
 type KeyMutex = AsyncMutex<()>;
 
@@ -81,18 +81,17 @@ impl DistributedLock for LocalLock {
         self.wait
     }
 
-    async fn acquire_as(
+    async fn acquire_as_within(
         &self,
         _holder: Holder,
         key: &str,
+        wait: Duration,
     ) -> Result<Option<Box<dyn LockGuard>>, LockError> {
         let mutex = self.intern(key);
-        let guard = if self.wait.is_zero() {
+        let guard = if wait.is_zero() {
             mutex.try_lock_owned().ok()
         } else {
-            tokio::time::timeout(self.wait, mutex.lock_owned())
-                .await
-                .ok()
+            tokio::time::timeout(wait, mutex.lock_owned()).await.ok()
         };
         Ok(guard.map(|guard| Box::new(LocalHold { _guard: guard }) as Box<dyn LockGuard>))
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::LockMode;
-use crate::{LockGuard, Holder, LockError, DistributedLock, Release};
+use crate::{DistributedLock, Holder, LockError, LockGuard, Release};
 
 /// The absent lock.
 pub struct NoLock;
@@ -24,10 +24,11 @@ impl DistributedLock for NoLock {
         Duration::ZERO
     }
 
-    async fn acquire_as(
+    async fn acquire_as_within(
         &self,
         _holder: Holder,
         _key: &str,
+        _wait: Duration,
     ) -> Result<Option<Box<dyn LockGuard>>, LockError> {
         Ok(Some(Box::new(NoHold)))
     }

@@ -28,7 +28,7 @@ use crate::builder::timed_connection;
 use crate::owner;
 use crate::scripts::{GiveBack, Take, Taken};
 use crate::sibling;
-use crate::{release_dropped, LockGuard, Holder, LockError, LostReason, DistributedLock, Release};
+use crate::{release_dropped, DistributedLock, Holder, LockError, LockGuard, LostReason, Release};
 use crate::{BuildError, LockMode};
 
 struct Node {
@@ -142,15 +142,16 @@ impl QuorumLock {
         self.quorum
     }
 
-    /// Like [`DistributedLock::acquire_as`], also telling what each node said in
-    /// the last round.
+    /// Like [`DistributedLock::acquire_as_within`], also telling what each
+    /// node said in the last round.
     pub async fn acquire_reported(
         &self,
         holder: Holder,
         key: &str,
+        wait: Duration,
     ) -> Result<(Option<Box<dyn LockGuard>>, Vec<NodeReport>), LockError> {
         let owner = holder.owner();
-        let deadline = Instant::now() + self.wait;
+        let deadline = Instant::now() + wait;
         loop {
             let start = Instant::now();
             let round_end = start + self.round;
@@ -275,12 +276,13 @@ impl DistributedLock for QuorumLock {
         self.wait
     }
 
-    async fn acquire_as(
+    async fn acquire_as_within(
         &self,
         holder: Holder,
         key: &str,
+        wait: Duration,
     ) -> Result<Option<Box<dyn LockGuard>>, LockError> {
-        Ok(self.acquire_reported(holder, key).await?.0)
+        Ok(self.acquire_reported(holder, key, wait).await?.0)
     }
 }
 

@@ -22,7 +22,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::Connection;
-use crate::{refuse, LockGuard, Holder, LockError, LockMode, DistributedLock};
+use crate::{refuse, DistributedLock, Holder, LockError, LockGuard, LockMode};
 
 /// Any single-Redis lock whose holds are replicated before they are handed out.
 pub struct SyncReplicas {
@@ -72,12 +72,13 @@ impl DistributedLock for SyncReplicas {
         self.inner.wait()
     }
 
-    async fn acquire_as(
+    async fn acquire_as_within(
         &self,
         holder: Holder,
         key: &str,
+        wait: Duration,
     ) -> Result<Option<Box<dyn LockGuard>>, LockError> {
-        let Some(held) = self.inner.acquire_as(holder, key).await? else {
+        let Some(held) = self.inner.acquire_as_within(holder, key, wait).await? else {
             return Ok(None);
         };
         let failure = match self.acknowledged().await {

@@ -10,7 +10,7 @@ use rand::RngExt;
 use tokio::time::Instant;
 
 use crate::LockMode;
-use crate::{release_dropped, Faults, LockGuard, Holder, LockError, DistributedLock, Release};
+use crate::{release_dropped, DistributedLock, Faults, Holder, LockError, LockGuard, Release};
 
 /// How a `SET NX` lock gives its key back: the one step in which lock v1,
 /// v2 and v3 differ.
@@ -52,12 +52,13 @@ impl<U: Unlock> DistributedLock for SetNxLock<U> {
         self.set_nx.wait
     }
 
-    async fn acquire_as(
+    async fn acquire_as_within(
         &self,
         _holder: Holder,
         key: &str,
+        wait: Duration,
     ) -> Result<Option<Box<dyn LockGuard>>, LockError> {
-        let taken = self.set_nx.take(key).await?;
+        let taken = self.set_nx.take(key, wait).await?;
         Ok(taken.map(|taken| {
             Box::new(SetNxHold {
                 taken: Some(taken),
@@ -122,12 +123,12 @@ impl SetNx {
 
     /// Sets `key` to a fresh owner token (a new holder's: these locks do not
     /// re-enter) unless somebody holds it, retrying
-    /// until the wait deadline; `None` when it stayed busy throughout.
-    pub async fn take(&self, key: &str) -> Result<Option<Taken>, LockError> {
+    /// for `wait`; `None` when it stayed busy throughout.
+    pub async fn take(&self, key: &str, wait: Duration) -> Result<Option<Taken>, LockError> {
         let token = Holder::new().owner();
         // PX 0 is an error in Redis; a sub-millisecond lease rounds up.
         let lease_ms = self.lease.as_millis().max(1) as u64;
-        let deadline = Instant::now() + self.wait;
+        let deadline = Instant::now() + wait;
         let mut redis = self.redis.clone();
         loop {
             let set: Option<String> = redis::cmd("SET")

@@ -15,7 +15,7 @@ use super::watchdog::Watching;
 use crate::owner;
 use crate::scripts::GiveBack;
 use crate::Connection;
-use crate::{release_dropped, LockGuard, Holder, LockError, LostReason, Release};
+use crate::{release_dropped, Holder, LockError, LockGuard, LostReason, Release};
 
 /// Sent at most this many times per release; the latch outlives them all
 /// ([`RELEASE_LATCH`](crate::scripts::RELEASE_LATCH)).

@@ -38,7 +38,7 @@ use tokio::time::Instant;
 use crate::release_events::{ReleaseEvents, ReleaseSource};
 use crate::scripts::{Take, Taken};
 use crate::sibling;
-use crate::{LockGuard, Holder, LockError, LockMode, Observer, DistributedLock, Unobserved};
+use crate::{DistributedLock, Holder, LockError, LockGuard, LockMode, Observer, Unobserved};
 use hold::{is_transient, Registry, Undo};
 use watchdog::Watchdogs;
 
@@ -219,39 +219,45 @@ impl DistributedLock for ReentrantLock {
         self.inner.options.wait
     }
 
-    async fn acquire_as(
+    async fn acquire_as_within(
         &self,
         holder: Holder,
         key: &str,
+        wait: Duration,
     ) -> Result<Option<Box<dyn LockGuard>>, LockError> {
-        self.take(holder, key, true).await
+        self.take(holder, key, true, wait).await
     }
 
     /// A holder of its own that the caller never sees, so never re-enters:
     /// its hold stays out of the registry.
-    async fn acquire(&self, key: &str) -> Result<Option<Box<dyn LockGuard>>, LockError> {
-        self.take(Holder::new(), key, false).await
+    async fn acquire_within(
+        &self,
+        key: &str,
+        wait: Duration,
+    ) -> Result<Option<Box<dyn LockGuard>>, LockError> {
+        self.take(Holder::new(), key, false, wait).await
     }
 }
 
 impl ReentrantLock {
-    /// Takes `key` as `holder`, waiting as configured; `reenterable`: see
+    /// Takes `key` as `holder`, waiting up to `wait`; `reenterable`: see
     /// [`hold::Landed`].
     async fn take(
         &self,
         holder: Holder,
         key: &str,
         reenterable: bool,
+        wait: Duration,
     ) -> Result<Option<Box<dyn LockGuard>>, LockError> {
         let owner = holder.owner();
         let guard = |owner, count, sent| self.guard(key, holder, owner, reenterable, count, sent);
-        let deadline = Instant::now() + self.inner.options.wait;
+        let deadline = Instant::now() + wait;
         let busy_for = match self.try_lock(key, holder, &owner, reenterable).await? {
             Attempt {
                 taken: Taken::Yes { count },
                 sent,
             } => return Ok(Some(guard(owner, count, sent))),
-            Attempt { .. } if self.inner.options.wait.is_zero() => return Ok(None),
+            Attempt { .. } if wait.is_zero() => return Ok(None),
             Attempt {
                 taken: Taken::Busy { expires_in },
                 ..

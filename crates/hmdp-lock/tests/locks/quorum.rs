@@ -2,7 +2,7 @@
 //! leaves nothing behind, a majority still locks, and both say who agreed;
 //! a re-entry that fails on a node leaves the outer hold there.
 
-use hmdp_lock::{LockGuard, Holder, QuorumLock, Release};
+use hmdp_lock::{DistributedLock, Holder, LockGuard, QuorumLock, Release};
 use std::time::Duration;
 
 use hmdp_test_support::RedisServer;
@@ -33,7 +33,7 @@ async fn multi_with_a_node_down_fails_cleanly_and_leaves_no_partial_locks() {
     servers[1].kill();
 
     let (held, votes) = lock
-        .acquire_reported(Holder::new(), "lock:order:1")
+        .acquire_reported(Holder::new(), "lock:order:1", DistributedLock::wait(&lock))
         .await
         .unwrap();
     assert!(held.is_none(), "all-or-nothing: one node is down");
@@ -51,7 +51,7 @@ async fn redlock_with_one_of_three_down_still_locks() {
     servers[2].kill();
 
     let (held, votes) = lock
-        .acquire_reported(Holder::new(), "lock:order:1")
+        .acquire_reported(Holder::new(), "lock:order:1", DistributedLock::wait(&lock))
         .await
         .unwrap();
     let held = held.expect("two of three is a majority");
@@ -60,7 +60,7 @@ async fn redlock_with_one_of_three_down_still_locks() {
     held.ensure_held().await.expect("within its validity time");
 
     let (refused, _) = rival
-        .acquire_reported(Holder::new(), "lock:order:1")
+        .acquire_reported(Holder::new(), "lock:order:1", DistributedLock::wait(&lock))
         .await
         .unwrap();
     assert!(refused.is_none(), "the majority is taken");
@@ -77,7 +77,7 @@ async fn redlock_without_a_majority_fails_and_releases_what_it_took() {
     servers[2].kill();
 
     let (held, votes) = lock
-        .acquire_reported(Holder::new(), "lock:order:1")
+        .acquire_reported(Holder::new(), "lock:order:1", DistributedLock::wait(&lock))
         .await
         .unwrap();
     assert!(held.is_none(), "one of three is no majority: {votes:?}");
@@ -106,10 +106,16 @@ async fn reenter_while_node_3_refuses(
     servers: &[RedisServer],
 ) -> (Box<dyn LockGuard>, Option<Box<dyn LockGuard>>) {
     let holder = Holder::new();
-    let (outer, _) = lock.acquire_reported(holder, "lock:order:1").await.unwrap();
+    let (outer, _) = lock
+        .acquire_reported(holder, "lock:order:1", DistributedLock::wait(lock))
+        .await
+        .unwrap();
     let outer = outer.expect("all three are up");
     refuse_writes(&servers[2], true).await;
-    let (inner, votes) = lock.acquire_reported(holder, "lock:order:1").await.unwrap();
+    let (inner, votes) = lock
+        .acquire_reported(holder, "lock:order:1", DistributedLock::wait(lock))
+        .await
+        .unwrap();
     refuse_writes(&servers[2], false).await;
     let agreed: Vec<bool> = votes.iter().map(|vote| vote.agreed).collect();
     assert_eq!(agreed, [true, true, false], "{votes:?}");

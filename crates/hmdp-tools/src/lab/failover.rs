@@ -115,7 +115,9 @@ async fn independent_nodes(lab: &Lab) -> anyhow::Result<String> {
         ),
     );
 
-    let (a, votes) = node_a.acquire_reported(Holder::new(), lab.key()).await?;
+    let (a, votes) = node_a
+        .acquire_reported(Holder::new(), lab.key(), Duration::ZERO)
+        .await?;
     lab.say("A", format!("asks every node: {}", describe(&votes)));
     let a = a.context("A could not lock the free nodes")?;
     lab.say("A", "acquires the lock");
@@ -123,7 +125,9 @@ async fn independent_nodes(lab: &Lab) -> anyhow::Result<String> {
     servers[1].kill();
     lab.say("redis", format!("server {} dies", ports[1]));
 
-    let (b, votes) = node_b.acquire_reported(Holder::new(), lab.key()).await?;
+    let (b, votes) = node_b
+        .acquire_reported(Holder::new(), lab.key(), Duration::ZERO)
+        .await?;
     lab.say("B", format!("asks every node: {}", describe(&votes)));
     match b {
         Some(held) => {
