@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use hmdp_lock::Connection as RedisConnection;
-use hmdp_lock::{LockMode, DistributedLock, Release};
+use hmdp_lock::{DistributedLock, LockMode, Release};
 use rand::RngExt;
 use redis::AsyncCommands;
 use serde::de::DeserializeOwned;

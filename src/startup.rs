@@ -11,7 +11,7 @@ use actix_web::middleware::{from_fn, DefaultHeaders};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use hmdp_lock::{Faults, DistributedLock};
+use hmdp_lock::{DistributedLock, Faults};
 use tracing_actix_web::TracingLogger;
 
 use crate::api::{self, AppState};

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use hmdp_lock::{LockGuard, LockError, DistributedLock};
+use hmdp_lock::{DistributedLock, LockError, LockGuard};
 
 use super::sale_state::{Readmit, SaleState};
 use crate::error::{Error, Rejection};

@@ -126,20 +126,28 @@ async fn wait_drained(app: &TestApp, voucher: i64, orders: i64) {
 
 const STREAM: &str = "--seckill=stream";
 
+/// Two nodes started with `flags`, once both consumers joined the group.
+async fn two_consumers(app: &TestApp, flags: &[&str]) -> [NodeProcess; 2] {
+    let nodes = [
+        NodeProcess::start(app, flags).await,
+        NodeProcess::start(app, flags).await,
+    ];
+    wait_until(
+        "both consumers in the group",
+        Duration::from_secs(10),
+        || async { consumers(app).await.len() == 2 },
+    )
+    .await;
+    nodes
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_share_the_stream_and_write_every_order_once() {
     const ORDERS: u64 = 300;
     let app = spawn_app(|_| {}).await;
     let voucher = app.create_open_seckill(ORDERS as i64).await;
-    let flags = [STREAM, "--stream-batch=10", "--chaos-hold-ms=20"];
-    let first = NodeProcess::start(&app, &flags).await;
-    let second = NodeProcess::start(&app, &flags).await;
-    wait_until(
-        "both consumers in the group",
-        Duration::from_secs(10),
-        || async { consumers(&app).await.len() == 2 },
-    )
-    .await;
+    let [first, second] =
+        two_consumers(&app, &[STREAM, "--stream-batch=10", "--chaos-hold-ms=20"]).await;
 
     add_orders(&app, voucher, 1..=ORDERS).await;
     wait_drained(&app, voucher, ORDERS as i64).await;
@@ -643,15 +651,7 @@ async fn fenced_batches_of_two_consumers_write_every_order_without_a_failed_roun
     const ORDERS: u64 = 300;
     let app = spawn_app(|_| {}).await;
     let voucher = app.create_open_seckill(ORDERS as i64).await;
-    let flags = [STREAM, "--fencing", "--stream-batch=20"];
-    let first = NodeProcess::start(&app, &flags).await;
-    let second = NodeProcess::start(&app, &flags).await;
-    wait_until(
-        "both consumers in the group",
-        Duration::from_secs(10),
-        || async { consumers(&app).await.len() == 2 },
-    )
-    .await;
+    let [first, second] = two_consumers(&app, &[STREAM, "--fencing", "--stream-batch=20"]).await;
 
     // Users from both ends at once, so that batches' users interleave.
     let users = (1..=ORDERS / 2).flat_map(|user| [user, ORDERS + 1 - user]);

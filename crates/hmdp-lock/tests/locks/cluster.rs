@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hmdp_lock::{LockGuard, LockMode, Options, DistributedLock};
+use hmdp_lock::{DistributedLock, LockGuard, LockMode, Options};
 use hmdp_test_support::{poll_until, RedisCluster, RedisServer};
 use tokio::task::JoinHandle;
 

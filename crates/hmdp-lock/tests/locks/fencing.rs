@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hmdp_lock::{Fenced, Holder, DistributedLock, ReentrantLock, ReentrantOptions};
+use hmdp_lock::{DistributedLock, Fenced, Holder, ReentrantLock, ReentrantOptions};
 use redis::AsyncCommands;
 
 use crate::helpers::{connect, redis_url};

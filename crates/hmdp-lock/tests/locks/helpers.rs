@@ -2,7 +2,7 @@
 //! `--lock-lease-ms` and `--lock-wait-ms` build them, under a key prefix of
 //! each test's own; waiters queued on held keys.
 
-use hmdp_lock::{LockGuard, LockMode, Options, DistributedLock, Release};
+use hmdp_lock::{DistributedLock, LockGuard, LockMode, Options, Release};
 use std::sync::Arc;
 use std::time::Duration;
 

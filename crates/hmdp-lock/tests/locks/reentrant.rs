@@ -1,7 +1,7 @@
 //! `reentrant` beyond the shared contract: re-entry by the same holder,
 //! waiting on release messages, the watchdog and its lost-lock signal.
 
-use hmdp_lock::{LockGuard, Holder, DistributedLock, ReentrantLock, ReentrantOptions, Release};
+use hmdp_lock::{DistributedLock, Holder, LockGuard, ReentrantLock, ReentrantOptions, Release};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -17,7 +17,7 @@ use hmdp::ids::{OrderId, UserId};
 use hmdp::keys::Keys;
 use hmdp::seckill::{Locks, Seckill};
 use hmdp::store::{self, NewOrder, NewSeckillVoucher, NewVoucher, Store};
-use hmdp_lock::{NoLock, DistributedLock};
+use hmdp_lock::{DistributedLock, NoLock};
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchDbArgs {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use hmdp_lock::{Connection, Faults, DistributedLock};
+use hmdp_lock::{Connection, DistributedLock, Faults};
 use redis::Script;
 use serde::Serialize;
 

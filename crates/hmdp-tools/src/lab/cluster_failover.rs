@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use hmdp_lock::{LockGuard, Holder, LockError, DistributedLock};
+use hmdp_lock::{DistributedLock, Holder, LockError, LockGuard};
 use redis::Value;
 
 use super::failover::has_key;
@@ -150,7 +150,10 @@ pub(super) async fn run(lab: &Lab, args: &ClusterFailoverArgs) -> anyhow::Result
 }
 
 /// A takes the lock; a refusal for want of replicas goes on the timeline.
-async fn acquire_a(lab: &Lab, lock: &dyn DistributedLock) -> anyhow::Result<Option<Box<dyn LockGuard>>> {
+async fn acquire_a(
+    lab: &Lab,
+    lock: &dyn DistributedLock,
+) -> anyhow::Result<Option<Box<dyn LockGuard>>> {
     match lock.acquire_as(Holder::new(), lab.key()).await {
         Ok(Some(held)) => {
             lab.say("A", "acquires the lock");
@@ -173,7 +176,10 @@ async fn acquire_a(lab: &Lab, lock: &dyn DistributedLock) -> anyhow::Result<Opti
 }
 
 /// B takes the lock, retrying while its connection finds the new master.
-async fn acquire_b(lab: &Lab, lock: &dyn DistributedLock) -> anyhow::Result<Option<Box<dyn LockGuard>>> {
+async fn acquire_b(
+    lab: &Lab,
+    lock: &dyn DistributedLock,
+) -> anyhow::Result<Option<Box<dyn LockGuard>>> {
     let deadline = tokio::time::Instant::now() + RETRY_DEADLINE;
     loop {
         match lock.acquire_as(Holder::new(), lab.key()).await {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::Context;
 use futures::FutureExt;
 use hmdp_lock::Connection as RedisConnection;
-use hmdp_lock::{Faults, LockGuard, Holder, LockMode, DistributedLock, Release};
+use hmdp_lock::{DistributedLock, Faults, Holder, LockGuard, LockMode, Release};
 use redis::AsyncCommands;
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -131,7 +131,11 @@ impl Lab {
     /// fault points wired in.
     /// `reentrant` runs as the purchase runs it, with its watchdog: the
     /// scenario's lease becomes the lease the watchdog renews.
-    pub fn lock(&self, lease: Duration, wait: Duration) -> anyhow::Result<Arc<dyn DistributedLock>> {
+    pub fn lock(
+        &self,
+        lease: Duration,
+        wait: Duration,
+    ) -> anyhow::Result<Arc<dyn DistributedLock>> {
         self.build_lock(
             &self.redis,
             &self.redis_url,
