@@ -11,7 +11,7 @@ use actix_web::middleware::{from_fn, DefaultHeaders};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use hmdp_lock::{DistributedLock, Faults};
+use hmdp_lock::DistributedLock;
 use tracing_actix_web::TracingLogger;
 
 use crate::api::{self, AppState};
@@ -28,16 +28,14 @@ use crate::seckill::Seckill;
 use crate::store::{self, Store};
 use crate::telemetry::RequestIdSpan;
 
-/// The lock `settings` configure, on `redis` (see [`hmdp_lock::build`]), with
-/// `faults` injected, counting its events into the node's metrics.
+/// The lock `settings` configure, on `redis` (see [`hmdp_lock::build`]),
+/// counting its events into the node's metrics.
 pub fn build_lock(
     settings: &LockSettings,
     redis: impl Into<hmdp_lock::Connection>,
     redis_url: &str,
-    faults: Faults,
 ) -> anyhow::Result<Arc<dyn DistributedLock>> {
     let options = hmdp_lock::Options {
-        faults,
         observer: Arc::new(metrics::LockMetrics),
         ..settings.options()
     };
@@ -78,12 +76,7 @@ impl Application {
         }
         let redis = connect_redis(&settings.store.redis.url, timeout)?;
         let keys = Keys::new(settings.store.redis.prefix.clone());
-        let lock = build_lock(
-            &settings.lock,
-            redis.clone(),
-            &settings.store.redis.url,
-            Faults::none(),
-        )?;
+        let lock = build_lock(&settings.lock, redis.clone(), &settings.store.redis.url)?;
 
         let listener = TcpListener::bind((settings.host.as_str(), settings.port))
             .with_context(|| format!("cannot listen on {}:{}", settings.host, settings.port))?;

@@ -5,14 +5,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::redis_lua::{LuaUnlock, RedisLuaLock};
+#[cfg(feature = "teaching")]
 use crate::redis_naive::{DelUnlock, RedisNaiveLock};
+#[cfg(feature = "teaching")]
 use crate::redis_owner::{GetThenDelUnlock, RedisOwnerLock};
 use crate::release_events::ReleaseSource;
 use crate::set_nx::SetNx;
+#[cfg(feature = "teaching")]
+use crate::teaching::{LocalLock, NoLock};
 use crate::Connection;
+#[cfg(feature = "fault-injection")]
+use crate::Faults;
 use crate::{
-    DistributedLock, Faults, Fenced, LocalLock, LockMode, NoLock, Observer, QuorumLock,
-    ReentrantLock, ReentrantOptions, SyncReplicas, Unobserved,
+    DistributedLock, Fenced, LockMode, Observer, QuorumLock, ReentrantLock, ReentrantOptions,
+    SyncReplicas, Unobserved,
 };
 
 /// How [`build`] makes a lock.
@@ -42,6 +48,7 @@ pub struct Options {
     /// How long an acquisition waits for those acknowledgements.
     pub sync_replicas_timeout: Duration,
     /// Fault injection points (see [`Faults`]); none by default.
+    #[cfg(feature = "fault-injection")]
     pub faults: Faults,
     /// Receives the lock's events; ignored by default.
     pub observer: Arc<dyn Observer>,
@@ -68,6 +75,7 @@ impl Options {
             fencing: false,
             sync_replicas: 0,
             sync_replicas_timeout: Self::DEFAULT_SYNC_REPLICAS_TIMEOUT,
+            #[cfg(feature = "fault-injection")]
             faults: Faults::none(),
             observer: Unobserved::shared(),
         }
@@ -100,7 +108,6 @@ impl std::fmt::Debug for Options {
             .field("fencing", &self.fencing)
             .field("sync_replicas", &self.sync_replicas)
             .field("sync_replicas_timeout", &self.sync_replicas_timeout)
-            .field("faults", &self.faults)
             .finish_non_exhaustive()
     }
 }
@@ -148,13 +155,18 @@ pub fn build(
             redis.clone(),
             options.fixed_lease(),
             options.wait,
+            #[cfg(feature = "fault-injection")]
             options.faults.clone(),
         )
     };
     let lock: Arc<dyn DistributedLock> = match options.mode {
+        #[cfg(feature = "teaching")]
         LockMode::NoLock => Arc::new(NoLock),
+        #[cfg(feature = "teaching")]
         LockMode::Local => Arc::new(LocalLock::new(options.wait)),
+        #[cfg(feature = "teaching")]
         LockMode::RedisNaive => Arc::new(RedisNaiveLock::new(set_nx(), DelUnlock)),
+        #[cfg(feature = "teaching")]
         LockMode::RedisOwner => Arc::new(RedisOwnerLock::new(set_nx(), GetThenDelUnlock)),
         LockMode::RedisLua => Arc::new(RedisLuaLock::new(set_nx(), LuaUnlock)),
         LockMode::Reentrant => Arc::new(ReentrantLock::observed(

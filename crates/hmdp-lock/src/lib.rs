@@ -100,17 +100,22 @@
 
 mod builder;
 mod connection;
+#[cfg(feature = "fault-injection")]
 mod faults;
 mod fencing;
 mod keys;
+#[cfg(feature = "teaching")]
 mod local;
 mod mode;
+#[cfg(feature = "teaching")]
 mod none;
 mod observer;
 mod owner;
 mod quorum;
 mod redis_lua;
+#[cfg(feature = "teaching")]
 mod redis_naive;
+#[cfg(feature = "teaching")]
 mod redis_owner;
 mod reentrant;
 mod release_events;
@@ -124,18 +129,27 @@ use async_trait::async_trait;
 
 pub use builder::{build, cluster_nodes, connect, connection_manager, BuildError, Options};
 pub use connection::Connection;
+#[cfg(feature = "fault-injection")]
 pub use faults::{Faults, Pause};
 pub use fencing::Fenced;
 pub use keys::sibling;
-pub use local::LocalLock;
 pub use mode::LockMode;
-pub use none::NoLock;
 pub use observer::{LockEvent, LostReason, Observer, Unobserved};
 pub use owner::Holder;
 pub use quorum::{NodeReport, QuorumLock, Vote};
 pub use reentrant::{ReentrantLock, ReentrantOptions};
 pub use release_events::ReleaseSource;
 pub use replicated::SyncReplicas;
+
+/// The locks that exist to show how a lock fails (feature `teaching`): no
+/// lock at all, and a lock that holds only within one process. The two
+/// weaker Redis locks of the course (`redis-naive`, `redis-owner`) are made
+/// by [`build`] from their [`LockMode`].
+#[cfg(feature = "teaching")]
+pub mod teaching {
+    pub use crate::local::LocalLock;
+    pub use crate::none::NoLock;
+}
 
 /// Something that went wrong talking to the lock's backing store, or a hold
 /// that turned out to be gone before the work under it committed.

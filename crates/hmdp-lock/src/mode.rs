@@ -8,13 +8,17 @@
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum LockMode {
     /// No lock at all: duplicates appear even on one node.
+    #[cfg(feature = "teaching")]
     #[cfg_attr(feature = "clap", value(name = "none"))]
     NoLock,
     /// A per-key mutex inside this process (Java's `synchronized(key.intern())`).
+    #[cfg(feature = "teaching")]
     Local,
     /// Lock v1: `SET NX PX`, release = `DEL` (deletes whoever holds it).
+    #[cfg(feature = "teaching")]
     RedisNaive,
     /// Lock v2: release = `GET`, compare, then `DEL` (two commands).
+    #[cfg(feature = "teaching")]
     RedisOwner,
     /// Lock v3: release = one Lua compare-and-delete.
     RedisLua,
@@ -27,11 +31,15 @@ pub enum LockMode {
 }
 
 impl LockMode {
-    /// Every mode, from the weakest to the strongest.
-    pub const ALL: [LockMode; 8] = [
+    /// Every mode built in, from the weakest to the strongest.
+    pub const ALL: &'static [LockMode] = &[
+        #[cfg(feature = "teaching")]
         LockMode::NoLock,
+        #[cfg(feature = "teaching")]
         LockMode::Local,
+        #[cfg(feature = "teaching")]
         LockMode::RedisNaive,
+        #[cfg(feature = "teaching")]
         LockMode::RedisOwner,
         LockMode::RedisLua,
         LockMode::Reentrant,
@@ -46,9 +54,13 @@ impl LockMode {
     /// ```
     pub fn as_str(self) -> &'static str {
         match self {
+            #[cfg(feature = "teaching")]
             LockMode::NoLock => "none",
+            #[cfg(feature = "teaching")]
             LockMode::Local => "local",
+            #[cfg(feature = "teaching")]
             LockMode::RedisNaive => "redis-naive",
+            #[cfg(feature = "teaching")]
             LockMode::RedisOwner => "redis-owner",
             LockMode::RedisLua => "redis-lua",
             LockMode::Reentrant => "reentrant",
@@ -61,10 +73,14 @@ impl LockMode {
     /// to (replicated or not): not `none` and `local` (no Redis), nor
     /// `multi` and `redlock` (independent servers of their own).
     pub fn uses_main_redis(self) -> bool {
-        matches!(
-            self,
-            LockMode::RedisNaive | LockMode::RedisOwner | LockMode::RedisLua | LockMode::Reentrant
-        )
+        match self {
+            LockMode::RedisLua | LockMode::Reentrant => true,
+            #[cfg(feature = "teaching")]
+            LockMode::RedisNaive | LockMode::RedisOwner => true,
+            #[cfg(feature = "teaching")]
+            LockMode::NoLock | LockMode::Local => false,
+            LockMode::Multi | LockMode::Redlock => false,
+        }
     }
 }
 
@@ -82,7 +98,7 @@ mod tests {
     #[test]
     fn command_line_names_are_the_display_names() {
         use clap::ValueEnum;
-        for mode in LockMode::ALL {
+        for &mode in LockMode::ALL {
             let value = mode.to_possible_value().expect("no skipped variants");
             assert_eq!(value.get_name(), mode.as_str());
         }
@@ -91,6 +107,6 @@ mod tests {
 
     #[test]
     fn names_are_kebab_case() {
-        assert_eq!(LockMode::RedisNaive.to_string(), "redis-naive");
+        assert_eq!(LockMode::RedisLua.to_string(), "redis-lua");
     }
 }

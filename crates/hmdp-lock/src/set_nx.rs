@@ -9,8 +9,10 @@ use async_trait::async_trait;
 use rand::RngExt;
 use tokio::time::Instant;
 
+#[cfg(feature = "fault-injection")]
+use crate::Faults;
 use crate::LockMode;
-use crate::{release_dropped, DistributedLock, Faults, Holder, LockError, LockGuard, Release};
+use crate::{release_dropped, DistributedLock, Holder, LockError, LockGuard, Release};
 
 /// How a `SET NX` lock gives its key back: the one step in which lock v1,
 /// v2 and v3 differ.
@@ -100,6 +102,7 @@ pub(crate) struct SetNx {
     lease: Duration,
     /// Zero: try once (hmdp's `tryLock()`); otherwise retry until this has passed.
     wait: Duration,
+    #[cfg(feature = "fault-injection")]
     faults: Faults,
 }
 
@@ -108,15 +111,22 @@ pub(crate) struct Taken {
     pub redis: Connection,
     pub key: String,
     pub token: String,
+    #[cfg(feature = "fault-injection")]
     pub faults: Faults,
 }
 
 impl SetNx {
-    pub fn new(redis: Connection, lease: Duration, wait: Duration, faults: Faults) -> Self {
+    pub fn new(
+        redis: Connection,
+        lease: Duration,
+        wait: Duration,
+        #[cfg(feature = "fault-injection")] faults: Faults,
+    ) -> Self {
         SetNx {
             redis,
             lease,
             wait,
+            #[cfg(feature = "fault-injection")]
             faults,
         }
     }
@@ -144,6 +154,7 @@ impl SetNx {
                     redis,
                     key: key.to_owned(),
                     token,
+                    #[cfg(feature = "fault-injection")]
                     faults: self.faults.clone(),
                 }));
             }
@@ -160,6 +171,7 @@ impl SetNx {
 impl Taken {
     /// `DEL` without any check: `Released` when a key was removed (whoever's
     /// it was: this step cannot tell), `Expired` when none was there.
+    #[cfg(feature = "teaching")]
     pub async fn delete(&mut self) -> Result<Release, LockError> {
         let deleted: u64 = redis::AsyncCommands::del(&mut self.redis, &self.key).await?;
         Ok(if deleted == 1 {
@@ -171,6 +183,7 @@ impl Taken {
 
     /// Runs the fault injected before the deleting command, if any.
     pub async fn before_delete(&self) {
+        #[cfg(feature = "fault-injection")]
         if let Some(pause) = &self.faults.before_delete {
             pause().await;
         }

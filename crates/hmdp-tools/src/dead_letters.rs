@@ -9,7 +9,6 @@ use clap::{Args, Subcommand};
 use hmdp::config::{LockSettings, StoreSettings};
 use hmdp::seckill::stream::{replay, Replay};
 use hmdp::seckill::{DeadLetter, OrderSource, Seckill};
-use hmdp_lock::Faults;
 
 /// `hmdp dead-letters`.
 #[derive(Debug, Clone, Args)]
@@ -92,8 +91,7 @@ pub async fn run(settings: &DeadLettersSettings) -> anyhow::Result<i32> {
             };
             let url = &settings.store.redis.url;
             let redis = hmdp::config::connect_redis(url, settings.store.backend_timeout())?;
-            let lock =
-                hmdp::startup::build_lock(&settings.lock, redis.clone(), url, Faults::none())?;
+            let lock = hmdp::startup::build_lock(&settings.lock, redis.clone(), url)?;
             let keys = hmdp::keys::Keys::new(settings.store.redis.prefix.clone());
             let writer = Seckill::new(store, lock, redis, keys, Duration::ZERO)
                 .writer()

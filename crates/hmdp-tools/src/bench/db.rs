@@ -17,7 +17,8 @@ use hmdp::ids::{OrderId, UserId};
 use hmdp::keys::Keys;
 use hmdp::seckill::{Locks, Seckill};
 use hmdp::store::{self, NewOrder, NewSeckillVoucher, NewVoucher, Store};
-use hmdp_lock::{DistributedLock, NoLock};
+use hmdp_lock::teaching::NoLock;
+use hmdp_lock::DistributedLock;
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchDbArgs {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use hmdp_lock::{Connection, DistributedLock, Faults};
+use hmdp_lock::{Connection, DistributedLock};
 use redis::Script;
 use serde::Serialize;
 
@@ -222,8 +222,7 @@ pub async fn run(args: BenchLockArgs) -> anyhow::Result<BenchLockResult> {
                 .into()
         }
     };
-    let lock =
-        hmdp::startup::build_lock(&args.lock, shared.clone(), &args.redis.url, Faults::none())?;
+    let lock = hmdp::startup::build_lock(&args.lock, shared.clone(), &args.redis.url)?;
     let bare = args.baseline.then_some(shared);
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     let prefix = format!("{}bench:lock:{run_id}", args.redis.prefix);

@@ -193,7 +193,12 @@ impl Lab {
             lock_sync_timeout_ms: SYNC_REPLICAS_TIMEOUT.as_millis() as u64,
         };
         *self.lease.lock().expect("lease poisoned") = Some(lease);
-        hmdp::startup::build_lock(&settings, redis.clone(), redis_url, self.faults())
+        let options = hmdp_lock::Options {
+            faults: self.faults(),
+            ..settings.options()
+        };
+        hmdp_lock::build(&options, redis.clone(), redis_url)
+            .with_context(|| format!("cannot build --lock {}", settings.mode))
     }
 
     /// The lock key the actors contend for.
