@@ -1,33 +1,49 @@
-//! Redis locks for async Rust, from the textbook's first `SET NX` to a
-//! Redisson-grade reentrant lock, behind one trait.
+//! Distributed locks on Redis for async Rust (tokio, redis-rs), for code
+//! that must do one thing at a time across processes: one purchase per user
+//! on two nodes, one cache rebuild per key, one job per tick.
 //!
-//! It grew out of a Rust rewrite of the flash-sale backend of the Heima
-//! Dianping (黑马点评, "hmdp") course, which walks through every way a
-//! per-user purchase lock breaks and how each is fixed; every one of those
-//! locks is here, so their failures can be shown side by side.
-//!
-//! Every lock implements [`DistributedLock`]: [`acquire`](DistributedLock::acquire) a
-//! key, get a [`LockGuard`] guard, [`release`](LockGuard::release) it and learn
+//! A Redis lock is easy to write and easy to get wrong: a release that
+//! deletes someone else's key, a lease that runs out under a slow holder
+//! who then commits anyway, a waiter that polls Redis in a loop, a holder
+//! that calls into code which takes the same lock again. This crate is the
+//! lock with those holes closed — Redisson's reentrant lock with pub/sub
+//! waiting and a watchdog, fencing tokens, quorum locks — behind one trait,
+//! [`DistributedLock`]: [`acquire`](DistributedLock::acquire) a key (or
+//! [`acquire_within`](DistributedLock::acquire_within) a wait of the call's
+//! own), get a [`LockGuard`], [`release`](LockGuard::release) it and learn
 //! what the release did ([`Release`]: released, still held n times, already
 //! expired, not the owner). Every wait has a deadline; a guard dropped
 //! without a release (a panic, a cancelled task) gives its hold back in the
 //! background. [`build`] makes the lock a [`LockMode`] names, so the code that
 //! takes the lock does not know which one runs.
 //!
+//! It grew out of a Rust rewrite of the flash-sale backend of the Heima
+//! Dianping (黑马点评, "hmdp") course, which walks through every way a
+//! per-user purchase lock breaks; the broken locks are here too, behind the
+//! `teaching` feature, so their failures can be shown side by side.
+//!
 //! # Modes
 //!
 //! | [`LockMode`] | what it is | what it shows |
 //! |---|---|---|
-//! | `none` | no lock ([`NoLock`]) | duplicates even on one node |
-//! | `local` | a per-key mutex in this process ([`LocalLock`]) | correct on one node, not on two |
-//! | `redis-naive` | `SET NX PX`, release = `DEL` | deletes whoever holds the key |
-//! | `redis-owner` | owner token checked with `GET`, then `DEL` | a gap between check and delete |
-//! | `redis-lua` | compare-and-delete in one script | no renewal: a slow holder loses the key |
+//! | `redis-lua` | `SET NX PX`, compare-and-delete in one script | no renewal: a slow holder loses the key |
 //! | `reentrant` | Redisson `RLock` ([`ReentrantLock`]) | the fix: see below |
 //! | `multi` | all of several independent Redis servers ([`QuorumLock`]) | survives losing a server's writes |
 //! | `redlock` | a majority of them, within a validity time | the same, with a server down |
+//! | `none` (`teaching`) | no lock (`teaching::NoLock`) | duplicates even on one node |
+//! | `local` (`teaching`) | a per-key mutex in this process (`teaching::LocalLock`) | correct on one node, not on two |
+//! | `redis-naive` (`teaching`) | `SET NX PX`, release = `DEL` | deletes whoever holds the key |
+//! | `redis-owner` (`teaching`) | owner token checked with `GET`, then `DEL` | a gap between check and delete |
 //!
-//! [`Fenced`] wraps any mode with fencing tokens.
+//! [`Fenced`] wraps any mode with fencing tokens, [`SyncReplicas`] makes an
+//! acquisition wait for replicas (`WAIT`).
+//!
+//! # Features
+//!
+//! - `teaching`: the four locks that exist to show a failure (above).
+//! - `fault-injection`: `Options::faults`, pauses a test stops a holder with
+//!   inside a release.
+//! - `clap`: [`LockMode`] as a `clap::ValueEnum`, for a `--lock` flag.
 //!
 //! # What it offers that other Rust lock crates lack
 //!
@@ -54,7 +70,10 @@
 //!
 //! # Example
 //!
-//! ```
+//! Needs a Redis server (`REDIS_URL`); the crate's `examples/` show
+//! reentrancy, fencing, RedLock and an observer the same way.
+//!
+//! ```no_run
 //! use std::time::Duration;
 //!
 //! use hmdp_lock::{build, Holder, LockMode, Options, Release};
@@ -96,7 +115,7 @@
 //! identity), `connection` (the connection a lock sends on), `builder`,
 //! `mode`, `observer`, `faults` and `keys`.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod builder;
 mod connection;
