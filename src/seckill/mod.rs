@@ -350,6 +350,7 @@ impl Seckill {
             let outcome = match ended {
                 Ended::Committed(outcomes) => outcomes[0],
                 Ended::NoStock => return Err(Rejection::SoldOut.into()),
+                Ended::IdTaken => Outcome::IdTaken,
                 Ended::Resold(_) => return Err(not_counted_again()),
             };
             match outcome {

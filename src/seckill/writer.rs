@@ -100,11 +100,18 @@ pub const FENCED_OUT: &str = "a newer lock holder's fencing token wrote";
 /// does not have (Redis and MySQL disagree), which no retry changes.
 pub const NO_STOCK_IN_MYSQL: &str = "no stock left in MySQL";
 
+/// [`Ended::IdTaken`] ends a purchase's transaction only: an admitted
+/// order's taken id is found before its insert ([`Outcome::IdTaken`]).
+const ID_TAKEN_OUTSIDE_A_PURCHASE: &str = "an admitted order's insert hit a taken id";
+
 /// How one transaction ended.
 pub enum Ended {
     Committed(Vec<Outcome>),
     /// Rolled back: a voucher's stock did not cover its orders.
     NoStock,
+    /// Rolled back: a purchase's order id, fresh from the id worker, is
+    /// taken already (the worker's counter in Redis started over).
+    IdTaken,
     /// Rolled back: these orders' units went to buyers admitted after Redis
     /// lost the sale.
     Resold(Vec<OrderId>),
@@ -331,6 +338,7 @@ impl OrderWriter {
                 // Each round leaves out at least one order: it ends.
                 Ended::Resold(ids) => resold.extend(ids),
                 Ended::NoStock => break,
+                Ended::IdTaken => anyhow::bail!("{}", ID_TAKEN_OUTSIDE_A_PURCHASE),
             }
         }
         tracing::warn!(
@@ -351,6 +359,7 @@ impl OrderWriter {
                     Ended::Committed(alone) => alone[0],
                     Ended::NoStock => Outcome::Deferred(NO_STOCK_IN_MYSQL),
                     Ended::Resold(_) => Outcome::Resold,
+                    Ended::IdTaken => anyhow::bail!("{}", ID_TAKEN_OUTSIDE_A_PURCHASE),
                 },
             );
         }
@@ -391,7 +400,7 @@ impl OrderWriter {
         };
         match &ended {
             Ended::Committed(_) => tx.commit().await?,
-            Ended::NoStock | Ended::Resold(_) => tx.rollback().await?,
+            Ended::NoStock | Ended::IdTaken | Ended::Resold(_) => tx.rollback().await?,
         }
         Ok(ended)
     }
@@ -426,17 +435,21 @@ impl OrderWriter {
             }
         }
 
-        // Idempotency: an order id already written is this order again, or
-        // (another user, another voucher) an id the counter handed out twice.
-        let ids: Vec<_> = orders.iter().map(|order| order.id).collect();
-        let existing = store::orders_by_id(tx, &ids).await?;
-        for (order, outcome) in orders.iter().zip(outcomes.iter_mut()) {
-            if let Some(row) = existing.iter().find(|row| row.id == order.id) {
-                *outcome = Some(if row == order {
-                    Outcome::AlreadyWritten
-                } else {
-                    Outcome::IdTaken
-                });
+        // Idempotency: an admitted order id already written is this order
+        // again (a redelivery, a replay), or (another user, another voucher)
+        // an id the counter handed out twice. A purchase's id is fresh: its
+        // insert finds out, without a statement of its own.
+        if self.source != OrderSource::Purchase {
+            let ids: Vec<_> = orders.iter().map(|order| order.id).collect();
+            let existing = store::orders_by_id(tx, &ids).await?;
+            for (order, outcome) in orders.iter().zip(outcomes.iter_mut()) {
+                if let Some(row) = existing.iter().find(|row| row.id == order.id) {
+                    *outcome = Some(if row == order {
+                        Outcome::AlreadyWritten
+                    } else {
+                        Outcome::IdTaken
+                    });
+                }
             }
         }
 
@@ -467,7 +480,14 @@ impl OrderWriter {
         let new: Vec<NewOrder> = undecided(orders, &outcomes)
             .map(|(order, _)| *order)
             .collect();
-        store::insert_orders(tx, &new).await?;
+        match store::insert_orders(tx, &new).await {
+            Err(sqlx::Error::Database(error))
+                if error.is_unique_violation() && self.source == OrderSource::Purchase =>
+            {
+                return Ok(Ended::IdTaken);
+            }
+            inserted => inserted?,
+        }
 
         // A holder that learnt it lost a lock rolls the whole transaction
         // back. Asked before the stock rows are locked (with fencing, a

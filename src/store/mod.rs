@@ -22,8 +22,7 @@ use crate::config::redact_url;
 pub use fence::record_fence;
 pub use invariants::VoucherAudit;
 pub use order::{
-    count_user_orders, insert_order, insert_orders, orders_by_id, take_stock, take_stock_units,
-    users_with_orders, NewOrder, VoucherOrder,
+    insert_orders, orders_by_id, take_stock_units, users_with_orders, NewOrder, VoucherOrder,
 };
 pub use sale::SaleSnapshot;
 pub use shop::{Shop, ShopType, UserInfo};

@@ -33,32 +33,10 @@ pub struct VoucherOrder {
     pub update_time: NaiveDateTime,
 }
 
-/// How many orders this user already has of this voucher.
-pub async fn count_user_orders(
-    conn: &mut MySqlConnection,
-    user_id: UserId,
-    voucher_id: VoucherId,
-) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE user_id = ? AND voucher_id = ?")
-        .bind(user_id)
-        .bind(voucher_id)
-        .fetch_one(conn)
-        .await
-}
-
-/// Takes one unit of stock if any is left; `false` when sold out. The
-/// `stock > 0` condition (hmdp's optimistic lock) is what prevents oversell,
-/// whatever the per-user lock does.
-pub async fn take_stock(
-    conn: &mut MySqlConnection,
-    voucher_id: VoucherId,
-) -> Result<bool, sqlx::Error> {
-    take_stock_units(conn, voucher_id, 1).await
-}
-
 /// Takes `units` of stock at once if at least that many are left; `false`
-/// (and nothing taken) otherwise: a batch's orders of one voucher in one
-/// statement, with the same guard as [`take_stock`].
+/// (and nothing taken) otherwise: a transaction's orders of one voucher in
+/// one statement. The guard (hmdp's optimistic lock, `stock > 0` for one
+/// unit) is what prevents oversell, whatever the per-user lock does.
 pub async fn take_stock_units(
     conn: &mut MySqlConnection,
     voucher_id: VoucherId,
@@ -135,16 +113,6 @@ pub async fn insert_orders(
                 .push_bind(order.voucher_id);
         })
         .build()
-        .execute(conn)
-        .await
-        .map(drop)
-}
-
-pub async fn insert_order(conn: &mut MySqlConnection, order: NewOrder) -> Result<(), sqlx::Error> {
-    sqlx::query("INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES (?, ?, ?)")
-        .bind(order.id)
-        .bind(order.user_id)
-        .bind(order.voucher_id)
         .execute(conn)
         .await
         .map(drop)

@@ -328,8 +328,8 @@ async fn a_redelivered_written_order_is_acknowledged_not_written_again() {
         user_id: hmdp::ids::UserId::new(1),
         voucher_id: VoucherId::new(voucher),
     };
-    store::insert_order(&mut tx, order).await.unwrap();
-    assert!(store::take_stock(&mut tx, VoucherId::new(voucher))
+    store::insert_orders(&mut tx, &[order]).await.unwrap();
+    assert!(store::take_stock_units(&mut tx, VoucherId::new(voucher), 1)
         .await
         .unwrap());
     tx.commit().await.unwrap();

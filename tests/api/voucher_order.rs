@@ -137,11 +137,22 @@ async fn users_see_only_their_own_orders() {
 }
 
 /// Redis restarted empty: the id counter starts over, and the next id can be
-/// one an order already has. The insert fails alone and runs again under the
-/// next id.
+/// one an order already has. The insert fails, and the purchase is placed
+/// again under the next id.
 #[tokio::test]
 async fn an_order_id_already_taken_is_replaced_by_the_next_one() {
-    let app = spawn_app(|_| {}).await;
+    an_order_id_already_taken_is_replaced_by_the_next_one_with(false).await;
+}
+
+/// The same with `--fencing`: the purchase is placed again in a transaction
+/// of its own, whose fence is its lock's token as the first one's was.
+#[tokio::test]
+async fn an_order_id_already_taken_is_replaced_by_the_next_one_when_fenced() {
+    an_order_id_already_taken_is_replaced_by_the_next_one_with(true).await;
+}
+
+async fn an_order_id_already_taken_is_replaced_by_the_next_one_with(fencing: bool) {
+    let app = spawn_app(|s| s.lock.fencing = fencing).await;
     let voucher = app.create_open_seckill(10).await;
     let token = app.login(&phone(3)).await;
 

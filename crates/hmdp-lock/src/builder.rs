@@ -234,15 +234,26 @@ pub fn cluster_nodes(url: &str) -> Option<Vec<String>> {
 /// on a cluster its seed nodes (sharded pub/sub, each channel on the master
 /// of its lock's slot).
 fn release_source(redis_url: &str) -> redis::RedisResult<ReleaseSource> {
-    use redis::IntoConnectionInfo;
     match cluster_nodes(redis_url) {
+        #[cfg(feature = "cluster")]
         Some(nodes) => nodes
             .into_iter()
-            .map(IntoConnectionInfo::into_connection_info)
+            .map(redis::IntoConnectionInfo::into_connection_info)
             .collect::<redis::RedisResult<_>>()
             .map(ReleaseSource::Cluster),
+        #[cfg(not(feature = "cluster"))]
+        Some(_) => Err(no_cluster_support()),
         None => redis::Client::open(redis_url).map(ReleaseSource::from),
     }
+}
+
+/// A `redis+cluster://` URL given to a build without the `cluster` feature.
+#[cfg(not(feature = "cluster"))]
+fn no_cluster_support() -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::InvalidClientConfig,
+        "a Redis Cluster URL needs hmdp-lock's `cluster` feature",
+    ))
 }
 
 /// The shared connection to the Redis at `url`: one server
@@ -252,6 +263,7 @@ fn release_source(redis_url: &str) -> redis::RedisResult<ReleaseSource> {
 /// reply. Connects on first use.
 pub fn connect(url: &str, timeout: Duration) -> redis::RedisResult<Connection> {
     match cluster_nodes(url) {
+        #[cfg(feature = "cluster")]
         Some(nodes) => Ok(redis::cluster::ClusterClient::builder(nodes)
             .connection_timeout(timeout)
             .response_timeout(timeout)
@@ -261,6 +273,8 @@ pub fn connect(url: &str, timeout: Duration) -> redis::RedisResult<Connection> {
             .max_retry_wait(200)
             .build()?
             .into()),
+        #[cfg(not(feature = "cluster"))]
+        Some(_) => Err(no_cluster_support()),
         None => connection_manager(url, timeout).map(Connection::from),
     }
 }

@@ -4,12 +4,16 @@
 //! Cluster connection, which routes each command to the master of its key's
 //! slot.
 
+#[cfg(feature = "cluster")]
 use std::sync::Arc;
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+#[cfg(feature = "cluster")]
 use redis::cluster::ClusterClient;
+#[cfg(feature = "cluster")]
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
+#[cfg(feature = "cluster")]
 use tokio::sync::OnceCell;
 
 /// Where a lock's commands go. Cloning shares the connection, as cloning
@@ -28,19 +32,22 @@ pub enum Connection {
     /// Fails for good once its socket breaks.
     Multiplexed(MultiplexedConnection),
     /// A Redis Cluster: follows `MOVED` / `ASK` redirections and refreshes
-    /// its slot map after a failover by itself.
+    /// its slot map after a failover by itself (feature `cluster`).
+    #[cfg(feature = "cluster")]
     Cluster(LazyCluster),
 }
 
 /// A cluster connection opened on first use, as a `ConnectionManager` is:
 /// building a lock (or a node) must not need Redis up, nor an `.await`.
 /// Clones share the one connection.
+#[cfg(feature = "cluster")]
 #[derive(Clone)]
 pub struct LazyCluster {
     /// One allocation shared by the clones (and a small enum variant).
     shared: Arc<(ClusterClient, OnceCell<ClusterConnection>)>,
 }
 
+#[cfg(feature = "cluster")]
 impl LazyCluster {
     pub fn new(client: ClusterClient) -> Self {
         LazyCluster {
@@ -71,6 +78,7 @@ impl From<MultiplexedConnection> for Connection {
     }
 }
 
+#[cfg(feature = "cluster")]
 impl From<ClusterClient> for Connection {
     fn from(client: ClusterClient) -> Self {
         Connection::Cluster(LazyCluster::new(client))
@@ -82,6 +90,7 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Reconnecting(connection) => connection.req_packed_command(cmd),
             Connection::Multiplexed(connection) => connection.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
             Connection::Cluster(cluster) => {
                 Box::pin(async move { cluster.connection().await?.req_packed_command(cmd).await })
             }
@@ -101,6 +110,7 @@ impl ConnectionLike for Connection {
             Connection::Multiplexed(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
+            #[cfg(feature = "cluster")]
             Connection::Cluster(cluster) => Box::pin(async move {
                 cluster
                     .connection()
@@ -116,6 +126,7 @@ impl ConnectionLike for Connection {
             Connection::Reconnecting(connection) => connection.get_db(),
             Connection::Multiplexed(connection) => connection.get_db(),
             // A cluster has database 0 only.
+            #[cfg(feature = "cluster")]
             Connection::Cluster(_) => 0,
         }
     }

@@ -33,10 +33,15 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
+#[cfg(feature = "cluster")]
 use redis::cluster::ClusterClient;
+#[cfg(feature = "cluster")]
 use redis::cluster_async::ClusterConnection;
+#[cfg(feature = "cluster")]
 use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
-use redis::{PushInfo, PushKind, RedisResult};
+use redis::RedisResult;
+#[cfg(feature = "cluster")]
+use redis::{PushInfo, PushKind};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
@@ -64,7 +69,8 @@ pub enum ReleaseSource {
     /// One server: classic pub/sub.
     Server(redis::Client),
     /// A Redis Cluster (any of its nodes; the rest is discovered): sharded
-    /// pub/sub.
+    /// pub/sub (feature `cluster`).
+    #[cfg(feature = "cluster")]
     Cluster(Vec<redis::ConnectionInfo>),
 }
 
@@ -77,6 +83,7 @@ impl ReleaseSource {
     /// waiters poll.)
     pub(crate) fn matching(self, commands: &crate::Connection) -> ReleaseSource {
         match (self, commands) {
+            #[cfg(feature = "cluster")]
             (ReleaseSource::Server(client), crate::Connection::Cluster(_)) => {
                 ReleaseSource::Cluster(vec![client.get_connection_info().clone()])
             }
@@ -217,6 +224,7 @@ enum Subscriber {
     Server(redis::aio::PubSubSink),
     /// `SSUBSCRIBE` on a cluster connection of its own (RESP3, pushes
     /// delivered to the dispatcher).
+    #[cfg(feature = "cluster")]
     Cluster(ClusterConnection),
 }
 
@@ -225,7 +233,9 @@ enum Notice {
     /// A release was published on this channel.
     Released(String),
     /// The server ended this channel's subscription: the answer to our own
-    /// unsubscribe, or (sharded) its slot moved to another node.
+    /// unsubscribe, or (sharded) its slot moved to another node. Only the
+    /// cluster connection reports these.
+    #[cfg(feature = "cluster")]
     Unsubscribed(String),
     /// The connection (or, on a cluster, one node's) dropped.
     Disconnected,
@@ -245,6 +255,7 @@ impl Subscriber {
                         .chain(futures::stream::once(async { Notice::Disconnected }));
                     Ok((Subscriber::Server(sink), notices.boxed()))
                 }
+                #[cfg(feature = "cluster")]
                 ReleaseSource::Cluster(nodes) => {
                     let (pushes, received) = mpsc::unbounded_channel::<PushInfo>();
                     let connection = ClusterClient::builder(nodes.clone())
@@ -275,6 +286,7 @@ impl Subscriber {
     async fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
         match self {
             Subscriber::Server(sink) => sink.subscribe(channel).await,
+            #[cfg(feature = "cluster")]
             Subscriber::Cluster(connection) => connection.ssubscribe(channel).await,
         }
     }
@@ -282,6 +294,7 @@ impl Subscriber {
     async fn unsubscribe(&mut self, channel: &str) -> RedisResult<()> {
         match self {
             Subscriber::Server(sink) => sink.unsubscribe(channel).await,
+            #[cfg(feature = "cluster")]
             Subscriber::Cluster(connection) => connection.sunsubscribe(channel).await,
         }
     }
@@ -291,6 +304,7 @@ impl Subscriber {
     async fn ping(&mut self) -> RedisResult<()> {
         match self {
             Subscriber::Server(sink) => sink.ping::<redis::Value>().await.map(drop),
+            #[cfg(feature = "cluster")]
             Subscriber::Cluster(connection) => {
                 let every_master = RoutingInfo::MultiNode((
                     MultipleNodeRoutingInfo::AllMasters,
@@ -305,6 +319,7 @@ impl Subscriber {
     }
 }
 
+#[cfg(feature = "cluster")]
 impl Notice {
     /// The notice a RESP3 push of the cluster connection carries, if any.
     fn of_push(push: PushInfo) -> Option<Notice> {
@@ -370,6 +385,7 @@ async fn dispatch(
             tokio::select! {
                 notice = notices.next() => match notice {
                     Some(Notice::Released(name)) => wake_one(&shared, &name),
+                    #[cfg(feature = "cluster")]
                     Some(Notice::Unsubscribed(name)) => {
                         healthy = subscriptions.unsubscribed(&name);
                     }
@@ -407,9 +423,11 @@ struct Subscriptions {
     active: std::collections::HashSet<String>,
     /// Our own unsubscribes, per channel, whose answer has not been seen
     /// among the notices (it comes back on the same ordered stream).
+    #[cfg(feature = "cluster")]
     unsubscribing: HashMap<String, usize>,
 }
 
+#[cfg(feature = "cluster")]
 impl Subscriptions {
     /// Notes the server ending `name`'s subscription; false when it is one
     /// we did not ask to end (its slot moved): the connection is then no
@@ -466,8 +484,9 @@ async fn reconcile(
             entry.subscribed.send_replace(true);
         }
         None if subscriptions.active.remove(&name) => {
+            // Only the cluster connection reports unsubscribes.
+            #[cfg(feature = "cluster")]
             if matches!(subscriber, Subscriber::Cluster(_)) {
-                // Only the cluster connection reports unsubscribes.
                 *subscriptions.unsubscribing.entry(name.clone()).or_default() += 1;
             }
             if let Err(error) = answered(subscriber.unsubscribe(&name)).await {

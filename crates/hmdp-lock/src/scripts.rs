@@ -237,6 +237,7 @@ impl GiveBack<'_> {
         // Sharded on a cluster: a classic PUBLISH there is broadcast to
         // every node over the cluster bus.
         let announce = match redis {
+            #[cfg(feature = "cluster")]
             Connection::Cluster(_) => "spublish",
             _ => "publish",
         };

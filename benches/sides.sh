@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Two builds of hmdp compared on one purchase path's own sides of
+# benches/run.sh's rows, alternating build by build, ROUNDS times, on two
+# nodes behind nginx:
+#
+#   SECKILL=stream (default)  the stream sale's admissions/s (row 9's
+#                             numerator) and the consumers' orders/s on a
+#                             backlog (bench-drain, row 10's numerator)
+#   SECKILL=sync              the synchronous sale's orders/s (row 4's
+#                             numerator, row 9's denominator)
+#
+# The ceilings (bench-db, nginx -> /health) are left out: compare them with
+# run.sh when a change touches them.
+#
+#   OLD=path/to/old/hmdp NEW=target/release/hmdp SECKILL=sync benches/sides.sh
+#
+# Knobs: ROUNDS (default 2), USERS (default 4000; bench-drain writes five
+# times as many orders).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=benches/common.sh
+. benches/common.sh
+OLD=${OLD:?the old hmdp binary} NEW=${NEW:?the new hmdp binary}
+ROUNDS=${ROUNDS:-2} USERS=${USERS:-4000} SECKILL=${SECKILL:-stream}
+OUT=$(mktemp -d)
+export HMDP_DB_POOL=4
+trap stop_clusters EXIT
+side() { # label, binary, round
+  local label=$1 round=$3 env=$OUT/$1.env
+  HMDP=$2
+  start_cluster "$env" "$OUT/$label-$round.log" --lock reentrant --seckill "$SECKILL"
+  # shellcheck disable=SC1090 # HMDP_TARGET=..., DATABASE_URL=..., ...
+  . "$env"
+  local backend=(--database-url "$DATABASE_URL" --redis-url "$REDIS_URL" --redis-prefix "$HMDP_REDIS_PREFIX")
+  "$HMDP" tokens --target "$HMDP_TARGET" "${backend[@]:2}" --users "$USERS" --out "$OUT/tokens-$label.txt" >/dev/null
+  for run in warm-up sale; do
+    "$HMDP" loadtest --target "$HMDP_TARGET" "${backend[@]}" --admin-token "$HMDP_ADMIN_TOKEN" --workload sale \
+      --users "$USERS" --tokens "$OUT/tokens-$label.txt" --concurrency 64 --verify --json "$OUT/$run-$label-$round.json" >/dev/null
+  done
+  if [ "$SECKILL" = sync ]; then
+    printf '%s round %s: sync sale orders/s %.0f\n' "$label" "$round" "$(jq -r .rps "$OUT/sale-$label-$round.json")"
+  else
+    "$HMDP" bench-drain "${backend[@]}" --orders $((USERS * 5)) --json "$OUT/drain-$label-$round.json" >/dev/null
+    printf '%s round %s: stream sale admissions/s %.0f, bench-drain orders/s %.0f\n' "$label" "$round" \
+      "$(jq -r .rps "$OUT/sale-$label-$round.json")" "$(jq -r .written_per_s "$OUT/drain-$label-$round.json")"
+  fi
+  stop_clusters
+  CLUSTERS=()
+}
+for round in $(seq 1 "$ROUNDS"); do
+  side old "$OLD" "$round"
+  side new "$NEW" "$round"
+done
