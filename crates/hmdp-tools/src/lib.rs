@@ -13,6 +13,8 @@ pub mod cluster;
 pub mod dead_letters;
 /// Deterministic reproductions of the course's lock failures.
 pub mod lab;
+/// Latency percentiles, as the load test and the benchmarks report them.
+pub mod latency;
 /// The load generator and the bulk login behind `hmdp tokens`.
 pub mod loadtest;
 /// `hmdp seed`: sample shops, each with a seckill voucher, for the front end.

@@ -10,7 +10,8 @@ use std::time::Duration;
 use clap::Args;
 use serde::Serialize;
 
-use super::{timed_loop, write_json, Latency, RunShape};
+use super::{timed_loop, write_json, RunShape};
+use crate::latency::Latency;
 use hmdp::config::connect_redis;
 use hmdp::config::StoreSettings;
 use hmdp::ids::{OrderId, UserId};
@@ -102,6 +103,7 @@ pub async fn run(args: BenchDbArgs) -> anyhow::Result<BenchDbResult> {
         p50_ms,
         p99_ms,
         max_ms,
+        ..
     } = measured.latency;
     let result = BenchDbResult {
         tx_per_s: measured.per_second(),

@@ -18,6 +18,8 @@ use clap::Args;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use crate::latency::Latency;
+
 pub use db::{run as bench_db, BenchDbArgs};
 pub use drain::{run as bench_drain, BenchDrainArgs};
 pub use lock::{run as bench_lock, BenchLockArgs};
@@ -36,14 +38,6 @@ pub struct RunShape {
     /// Write the result as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
-}
-
-/// Latency summary in milliseconds.
-#[derive(Debug, Clone, Serialize)]
-pub struct Latency {
-    pub p50_ms: f64,
-    pub p99_ms: f64,
-    pub max_ms: f64,
 }
 
 /// What a timed loop measured.
@@ -109,16 +103,11 @@ where
         operations += ok;
         errors += failed;
     }
-    let ms = |micros: u64| micros as f64 / 1000.0;
     Measured {
         operations,
         errors,
         elapsed: Duration::from_secs(shape.duration),
-        latency: Latency {
-            p50_ms: ms(histogram.value_at_quantile(0.50)),
-            p99_ms: ms(histogram.value_at_quantile(0.99)),
-            max_ms: ms(histogram.max()),
-        },
+        latency: Latency::of(&histogram),
     }
 }
 

@@ -435,7 +435,7 @@ fn table(runs: &[ModeRun], with_paths: bool) -> String {
                     r.duplicate_users.unwrap_or(0),
                     r.oversold.unwrap_or(0),
                     r.rps,
-                    format!("{:.1}/{:.1}", r.latency_ms.p50, r.latency_ms.p99),
+                    format!("{:.1}/{:.1}", r.latency_ms.p50_ms, r.latency_ms.p99_ms),
                     format!("{}/{}", served(NODE_IDS[0]), served(NODE_IDS[1])),
                     drain(&drain_ms(run.seckill, *d)),
                 );

@@ -30,7 +30,7 @@ use hmdp::seckill::SaleState;
 
 use crate::audit;
 use lanes::Lanes;
-pub use report::{Latency, Report};
+pub use report::Report;
 use tokens::Login;
 
 /// `hmdp loadtest`.

@@ -5,33 +5,12 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context;
-use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::{Drain, Measured, Plan};
 use crate::audit::Audit;
+use crate::latency::Latency;
 use hmdp::store::VoucherAudit;
-
-/// Latency percentiles in milliseconds.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct Latency {
-    pub p50: f64,
-    pub p90: f64,
-    pub p99: f64,
-    pub max: f64,
-}
-
-impl Latency {
-    fn of(histogram: &Histogram<u64>) -> Latency {
-        let ms = |us: u64| us as f64 / 1000.0;
-        Latency {
-            p50: ms(histogram.value_at_quantile(0.50)),
-            p90: ms(histogram.value_at_quantile(0.90)),
-            p99: ms(histogram.value_at_quantile(0.99)),
-            max: ms(histogram.max()),
-        }
-    }
-}
 
 /// One run's numbers. The audit fields are `null` unless the database was read.
 #[derive(Debug, Clone, Serialize)]
@@ -173,7 +152,7 @@ impl Report {
         let _ = writeln!(
             out,
             "latency ms   p50 {:.1} · p90 {:.1} · p99 {:.1} · max {:.1}",
-            l.p50, l.p90, l.p99, l.max
+            l.p50_ms, l.p90_ms, l.p99_ms, l.max_ms
         );
         let _ = writeln!(out, "outcomes     {}", joined(&self.outcomes));
         let _ = writeln!(out, "served by    {}", joined(&self.served_by));

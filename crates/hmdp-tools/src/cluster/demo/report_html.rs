@@ -22,7 +22,7 @@ use hmdp::config::SeckillMode;
 
 use super::{drain_ms, DemoSettings, ModeRun, Run};
 use crate::cluster::NODE_IDS;
-use crate::loadtest::Latency;
+use crate::latency::Latency;
 
 /// The latency distribution of one run as the picture draws it: the latency
 /// at quantiles from 0 to 99.9 %, then the maximum.
@@ -492,7 +492,12 @@ fn latency_chart(
 ) {
     let x = |q: f64| PLOT_LEFT + nines(q) / MAX_AT * (PLOT_RIGHT - PLOT_LEFT);
     let y = |ms: f64| PLOT_BOTTOM - scale.fraction(ms) * (PLOT_BOTTOM - PLOT_TOP);
-    let marked = [latency.p50, latency.p90, latency.p99, latency.max];
+    let marked = [
+        latency.p50_ms,
+        latency.p90_ms,
+        latency.p99_ms,
+        latency.max_ms,
+    ];
     let summary = MARKS
         .iter()
         .zip(marked)
