@@ -15,6 +15,7 @@ use hmdp::keys::Keys;
 use hmdp::seckill::{RedisSale, SaleState};
 use hmdp::startup::Application;
 use hmdp::store::{Store, VoucherAudit};
+pub use hmdp_test_support::phone;
 use hmdp_test_support::{
     free_ports, mysql_server_url, poll_until, redis_url, ChildProcess, RedisNamespace, RedisServer,
     Stdout, TestDatabase,
@@ -329,11 +330,6 @@ impl TestApp {
             .await
             .unwrap()
     }
-}
-
-/// The `i`-th test phone number (valid for hmdp's pattern).
-pub fn phone(i: usize) -> String {
-    format!("138{i:08}")
 }
 
 /// The window of the tests' open sale: begun long ago, ending years ahead.

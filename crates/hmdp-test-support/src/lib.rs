@@ -39,6 +39,13 @@ pub fn redis_url() -> String {
     std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into())
 }
 
+/// The `i`-th phone number valid for hmdp's pattern: `138` and `i` in eight
+/// digits (13800000000, 13800000001, ...). The users of the tests and of
+/// the load tools log in with these.
+pub fn phone(i: usize) -> String {
+    format!("138{i:08}")
+}
+
 /// Polls `condition` every 10 ms until it holds; panics, saying it was
 /// waiting for `what`, if it has not within `within`. For tests that wait for
 /// a state instead of sleeping for as long as it usually takes.

@@ -498,7 +498,7 @@ async fn a_redis_cluster_master_killed_under_load_fails_over_and_the_sale_holds(
         Duration::from_millis(200),
         || async {
             let attempt = attempts.fetch_add(1, Ordering::SeqCst);
-            let phone = hmdp_tools::loadtest::tokens::phone(USERS + attempt);
+            let phone = hmdp_test_support::phone(USERS + attempt);
             let Ok(token) = login.user(phone).await else {
                 return Ok(false);
             };

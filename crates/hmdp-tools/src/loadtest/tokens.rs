@@ -10,6 +10,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use hmdp_lock::Connection as RedisConnection;
+use hmdp_test_support::phone;
 use redis::AsyncCommands;
 use serde::Deserialize;
 
@@ -52,11 +53,6 @@ pub struct TokensSettings {
 
     #[command(flatten)]
     pub timeout: TimeoutSettings,
-}
-
-/// The phone number of the `i`-th load-test user (valid for hmdp's pattern).
-pub fn phone(i: usize) -> String {
-    format!("138{i:08}")
 }
 
 /// Logs users in through one node or nginx.
