@@ -15,15 +15,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chrono::{Local, TimeDelta};
-use sqlx::migrate::MigrateDatabase;
-use sqlx::MySql;
 
 use super::harness::{Actor, Lab};
 use hmdp::error::Error;
 use hmdp::ids::{OrderId, UserId};
 use hmdp::keys::Keys;
 use hmdp::seckill::Seckill;
-use hmdp::store::{self, NewSeckillVoucher, NewVoucher, Store};
+use hmdp::store::{NewSeckillVoucher, NewVoucher, Store};
 
 const LEASE: Duration = Duration::from_millis(400);
 const PAUSE: Duration = Duration::from_millis(1200);
@@ -33,9 +31,9 @@ const B_STARTS: u64 = 600;
 /// The user both purchases are for: the lab's key is `lock:order:1`.
 const USER: UserId = UserId::new(1);
 
-/// Plays the scenario on `database`, created before the lab's clock started.
-pub(super) async fn run(lab: &Lab, database: &LabDatabase) -> anyhow::Result<String> {
-    let store = &database.store;
+/// Plays the scenario on `store`, a database of the run's own, created and
+/// migrated before the lab's clock started.
+pub(super) async fn run(lab: &Lab, store: &Store) -> anyhow::Result<String> {
     let now = Local::now().naive_local();
     let voucher = store
         .insert_seckill_voucher(
@@ -132,37 +130,5 @@ fn say_outcome(lab: &Lab, who: Actor, outcome: Result<OrderId, Error>) {
                 format!("{ended}: {} {error}{cause}", error.error_code()),
             );
         }
-    }
-}
-
-/// A database of the run's own next to the configured one, dropped afterwards.
-pub(super) struct LabDatabase {
-    url: String,
-    store: Store,
-}
-
-impl LabDatabase {
-    pub(super) async fn create(database_url: &str) -> anyhow::Result<Self> {
-        let (base, query) = match database_url.split_once('?') {
-            Some((base, query)) => (base, format!("?{query}")),
-            None => (database_url, String::new()),
-        };
-        let server = base
-            .rsplit_once('/')
-            .map(|(server, _)| server)
-            .context("DATABASE_URL names no database")?;
-        let name = format!("hmdp_lab_{}", uuid::Uuid::new_v4().simple());
-        let url = format!("{server}/{name}{query}");
-        store::create_database_if_missing(&url).await?;
-        let store = Store::connect_lazy(&url, 8, Duration::from_secs(10))?;
-        store.migrate().await?;
-        Ok(LabDatabase { url, store })
-    }
-
-    pub(super) async fn drop(self) -> anyhow::Result<()> {
-        self.store.pool().close().await;
-        MySql::drop_database(&self.url)
-            .await
-            .context("cannot drop the lab's database")
     }
 }

@@ -34,6 +34,8 @@ use clap::{Args, Subcommand};
 use hmdp_lock::LockMode;
 
 use hmdp::config::{redact_url, DatabaseSettings, RedisSettings};
+use hmdp::store::Store;
+use hmdp_test_support::TestDatabase;
 
 pub use cluster_failover::ClusterFailoverArgs;
 use harness::Lab;
@@ -282,9 +284,15 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
         .query_async(&mut redis.clone())
         .await
         .with_context(|| format!("cannot reach Redis at {}", redact_url(&args.redis.url)))?;
-    // The purchase's database too (gc-pause): creating it takes a while.
+    // The purchase's database too (gc-pause), one of the run's own next to
+    // the configured one: creating it takes a while.
     let database = match scenario {
-        Scenario::GcPause(args) => Some(gc_pause::LabDatabase::create(&args.database.url).await?),
+        Scenario::GcPause(args) => {
+            let database = TestDatabase::create(&args.database.url, "lab").await?;
+            let store = Store::connect_lazy(&database.url, 8, Duration::from_secs(10))?;
+            store.migrate().await?;
+            Some((database, store))
+        }
         _ => None,
     };
     let lab = Lab::new(mode, redis, args);
@@ -297,15 +305,17 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
         Scenario::Failover(_) => failover::run(&lab).await,
         Scenario::ClusterFailover(args) => cluster_failover::run(&lab, args).await,
         Scenario::GcPause(_) => match &database {
-            Some(database) => gc_pause::run(&lab, database).await,
+            Some((_, store)) => gc_pause::run(&lab, store).await,
             None => unreachable!("gc-pause sets up its database above"),
         },
         Scenario::QueueCrash(args) => queue_crash::run(&lab, args).await,
         Scenario::StreamCrash(args) => stream_crash::run(&lab, args).await,
         Scenario::RedisRestart(args) => redis_restart::run(&lab, args).await,
     };
-    if let Some(database) = database {
-        database.drop().await?;
+    if let Some((database, store)) = database {
+        // Its connections closed first, then the database is dropped.
+        store.pool().close().await;
+        drop(database);
     }
     let cleaned = lab.clean_up().await;
     let mut explanation = explanation?;
