@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Two builds of hmdp compared on one purchase path's own sides of
-# benches/run.sh's rows, alternating build by build, ROUNDS times, on two
+# benches/run.sh's rows, ROUNDS times, on two
 # nodes behind nginx:
 #
 #   SECKILL=stream (default)  the stream sale's admissions/s (row 9's
@@ -47,7 +47,14 @@ side() { # label, binary, round
   stop_clusters
   CLUSTERS=()
 }
+# Which build goes first alternates round by round: whatever a run leaves
+# behind on the shared servers weighs on both sides alike.
 for round in $(seq 1 "$ROUNDS"); do
-  side old "$OLD" "$round"
-  side new "$NEW" "$round"
+  if [ $((round % 2)) -eq 1 ]; then
+    side old "$OLD" "$round"
+    side new "$NEW" "$round"
+  else
+    side new "$NEW" "$round"
+    side old "$OLD" "$round"
+  fi
 done

@@ -7,12 +7,13 @@
 -- KEYS[3]: the order stream ({seckill}:orders)
 -- KEYS[4]: the pending orders hash ({seckill}:pending)
 -- KEYS[5]: the admitted orders' sequence ({seckill}:icr:order)
--- KEYS[6]: this attempt's answer ({seckill}:attempt:<attempt id>)
+-- KEYS[6]: this attempt's answer ({seckill}:attempt:<attempt id>), when kept
 -- ARGV[1]: user id
 -- ARGV[2]: voucher id
 -- ARGV[3]: '1' to append the order to the stream (`stream` mode), '0' not (`queue`)
 -- ARGV[4]: the voucher's sale token as MySQL has it
--- ARGV[5]: how long to keep this attempt's answer, in milliseconds
+-- ARGV[5]: how long to keep this attempt's answer, in milliseconds; '0' keeps
+--          none (a connection that never sends a call twice)
 -- A sale reloaded after Redis lost it opens at its `open_ms` (Redis's clock),
 -- once writers holding orders admitted before the loss have counted them
 -- again (lua/seckill_readmit.lua).
@@ -25,9 +26,12 @@
 -- The same attempt again: a client that lost the reply sent it anew (redis-rs's
 -- cluster connection does after a dropped connection). It was admitted, and
 -- is answered so, with the id it got.
-local answered = redis.call('GET', KEYS[6])
-if answered then
-  return answered
+local kept = ARGV[5] ~= '0'
+if kept then
+  local answered = redis.call('GET', KEYS[6])
+  if answered then
+    return answered
+  end
 end
 local sale = redis.call('HMGET', KEYS[1], 'stock', 'begin_ms', 'end_ms', 'token', 'open_ms')
 -- HMGET answers `false` for a missing field: test for it before any
@@ -79,5 +83,7 @@ if ARGV[3] == '1' then
   redis.call('XADD', KEYS[3], '*', 'id', id, 'userId', ARGV[1], 'voucherId', ARGV[2])
 end
 redis.call('HSET', KEYS[4], id, ARGV[1] .. ':' .. ARGV[2])
-redis.call('SET', KEYS[6], id, 'PX', ARGV[5])
+if kept then
+  redis.call('SET', KEYS[6], id, 'PX', ARGV[5])
+end
 return id

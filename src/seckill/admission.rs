@@ -8,13 +8,15 @@
 //! One call is also what makes it cancellation-safe: Redis runs a script to
 //! its end or not at all, so a client hanging up may lose the answer, never
 //! half an admission. A reply lost on the way is what redis-rs's cluster
-//! connection answers by sending the call again: each call carries a random
-//! attempt id, and the script answers an attempt it admitted already with the
-//! id it gave, instead of refusing its own buyer as one who ordered.
+//! connection answers by sending the call again: on a cluster each call
+//! carries a random attempt id, and the script answers an attempt it admitted
+//! already with the id it gave, instead of refusing its own buyer as one who
+//! ordered.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use hmdp_lock::Connection as RedisConnection;
 use redis::Script;
 
 use super::sale_state::SaleState;
@@ -113,7 +115,16 @@ impl SaleState {
         append_to_stream: bool,
     ) -> Result<Admission, Error> {
         let keys = &self.keys;
-        let attempt: u128 = rand::random();
+        // Only a cluster connection sends a call again after losing its
+        // reply (a `ConnectionManager` reconnects and reports the error):
+        // elsewhere no attempt is kept, which spares a write per admission.
+        let kept = matches!(self.redis, RedisConnection::Cluster(_));
+        let attempt: u128 = if kept { rand::random() } else { 0 };
+        let kept_ms = if kept {
+            ATTEMPT_ANSWER_KEPT.as_millis() as u64
+        } else {
+            0
+        };
         let reply: redis::Value = ADMIT
             .key(keys.seckill_voucher(voucher_id))
             .key(keys.seckill_buyers(voucher_id))
@@ -125,7 +136,7 @@ impl SaleState {
             .arg(voucher_id.get())
             .arg(u8::from(append_to_stream))
             .arg(token)
-            .arg(ATTEMPT_ANSWER_KEPT.as_millis() as u64)
+            .arg(kept_ms)
             .invoke_async(&mut self.redis.clone())
             .await?;
         Admission::from_reply(&reply)
