@@ -2,7 +2,8 @@
 //! course walks through, each run against a real Redis with the purchase's
 //! own lock implementations, printed as a timeline with a one-line verdict.
 //!
-//! One file per scenario; [`harness`] holds what they share, and
+//! One file per scenario; [`harness`] holds the stage they share,
+//! [`report`] what a run prints (its timeline and verdict), and
 //! [`late_release`] the story `misdelete` and `check-then-delete` both tell.
 //! The asynchronous purchase's scenarios (`queue-crash`, `stream-crash`,
 //! `redis-restart`) run real nodes on the stage of [`sale`] and judge the
@@ -23,6 +24,7 @@ mod misdelete;
 mod queue_crash;
 mod redis_restart;
 mod reentrancy;
+mod report;
 mod retry;
 mod sale;
 mod stream_crash;
@@ -38,9 +40,10 @@ use hmdp::store::Store;
 use hmdp_test_support::TestDatabase;
 
 pub use cluster_failover::ClusterFailoverArgs;
+pub use harness::Actor;
 use harness::Lab;
-pub use harness::{Actor, Event, Report};
 pub use redis_restart::RedisRestartArgs;
+pub use report::{Event, Report};
 
 /// Where and with what lock a scenario runs.
 #[derive(Debug, Clone, Args)]
