@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use hmdp_lock::Connection as RedisConnection;
-use hmdp_lock::{DistributedLock, LockMode, Release};
+use hmdp_lock::{DistributedLock, Release};
 use rand::RngExt;
 use redis::AsyncCommands;
 use serde::de::DeserializeOwned;
@@ -81,11 +81,8 @@ impl ShopCache {
     ) -> anyhow::Result<Self> {
         // hmdp's `tryLock`: `SET NX` with a 10 s lease (the default one),
         // no waiting; the release checks the owner, which hmdp's `DEL` does not.
-        let rebuild_lock = hmdp_lock::build(
-            &hmdp_lock::Options::new(LockMode::RedisLua),
-            redis.clone(),
-            redis_url,
-        )?;
+        let rebuild_lock = hmdp_lock::LockBuilder::redis_lua()
+            .build_sharing(redis.clone(), hmdp_lock::RedisSource::from_url(redis_url)?)?;
         Ok(ShopCache {
             redis,
             keys,

@@ -232,19 +232,23 @@ impl LockSettings {
     }
 
     /// What the lock crate builds from these settings (without an observer).
-    pub fn options(&self) -> hmdp_lock::Options {
-        hmdp_lock::Options {
-            lease: self.lock_lease_ms.map(Duration::from_millis),
-            watchdog_lease: Duration::from_millis(self.lock_watchdog_ms),
-            max_hold: (self.lock_max_hold_ms > 0)
-                .then(|| Duration::from_millis(self.lock_max_hold_ms)),
-            wait: self.wait(),
-            nodes: self.lock_nodes.clone(),
-            fencing: self.fencing,
-            sync_replicas: self.lock_sync_replicas,
-            sync_replicas_timeout: Duration::from_millis(self.lock_sync_timeout_ms),
-            ..hmdp_lock::Options::new(self.mode)
+    pub fn builder(&self) -> hmdp_lock::LockBuilder {
+        let mut builder = hmdp_lock::LockBuilder::new(self.mode)
+            .watchdog_lease(Duration::from_millis(self.lock_watchdog_ms))
+            .wait(self.wait())
+            .nodes(self.lock_nodes.iter().cloned())
+            .fencing(self.fencing)
+            .sync_replicas(
+                self.lock_sync_replicas,
+                Duration::from_millis(self.lock_sync_timeout_ms),
+            );
+        if let Some(lease) = self.lock_lease_ms {
+            builder = builder.lease(Duration::from_millis(lease));
         }
+        if self.lock_max_hold_ms > 0 {
+            builder = builder.max_hold(Duration::from_millis(self.lock_max_hold_ms));
+        }
+        builder
     }
 }
 

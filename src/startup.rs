@@ -19,7 +19,8 @@ use crate::auth::Sessions;
 use crate::cache::ShopCache;
 use crate::config::AdminToken;
 use crate::config::{
-    connect_redis, DatabaseSettings, LockSettings, SeckillMode, ServeSettings, TimeoutSettings,
+    connect_redis, redact_url, DatabaseSettings, LockSettings, SeckillMode, ServeSettings,
+    TimeoutSettings,
 };
 use crate::keys::Keys;
 use crate::metrics;
@@ -35,11 +36,12 @@ pub fn build_lock(
     redis: impl Into<hmdp_lock::Connection>,
     redis_url: &str,
 ) -> anyhow::Result<Arc<dyn DistributedLock>> {
-    let options = hmdp_lock::Options {
-        observer: Arc::new(metrics::LockMetrics),
-        ..settings.options()
-    };
-    hmdp_lock::build(&options, redis, redis_url)
+    let source = hmdp_lock::RedisSource::from_url(redis_url)
+        .with_context(|| format!("invalid REDIS_URL `{}`", redact_url(redis_url)))?;
+    settings
+        .builder()
+        .observer(Arc::new(metrics::LockMetrics))
+        .build_sharing(redis, source)
         .with_context(|| format!("cannot build --lock {}", settings.mode))
 }
 

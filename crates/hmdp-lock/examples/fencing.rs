@@ -6,19 +6,14 @@
 //! REDIS_URL=redis://127.0.0.1:6379/0 cargo run -p hmdp-lock --example fencing
 //! ```
 
-use std::time::Duration;
-
-use hmdp_lock::{build, connect, LockMode, Options};
+use hmdp_lock::{LockBuilder, RedisSource};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into());
-    let redis = connect(&url, Duration::from_secs(2))?;
-    let options = Options {
-        fencing: true,
-        ..Options::new(LockMode::Reentrant)
-    };
-    let lock = build(&options, redis, &url)?;
+    let lock = LockBuilder::reentrant()
+        .fencing(true)
+        .build(RedisSource::from_url(&url)?)?;
     let key = format!("example:fencing:{}", std::process::id());
 
     // The storage's side: the largest token it has accepted.

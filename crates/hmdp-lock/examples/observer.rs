@@ -10,26 +10,24 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hmdp_lock::{build, connect, LockEvent, LockMode, Options};
+use hmdp_lock::{LockBuilder, LockEvent, RedisSource};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into());
     let renewals = Arc::new(AtomicU64::new(0));
     let counted = renewals.clone();
-    let options = Options {
+    let lock = LockBuilder::reentrant()
         // A short watchdog lease, renewed every third of it.
-        watchdog_lease: Duration::from_millis(600),
-        observer: Arc::new(move |event| match event {
+        .watchdog_lease(Duration::from_millis(600))
+        .observer(Arc::new(move |event| match event {
             LockEvent::LeaseRenewed => {
                 counted.fetch_add(1, Ordering::Relaxed);
             }
             LockEvent::HoldLost(reason) => eprintln!("lock lost: {reason}"),
             LockEvent::FencingRejected => eprintln!("a newer holder fenced this one out"),
-        }),
-        ..Options::new(LockMode::Reentrant)
-    };
-    let lock = build(&options, connect(&url, Duration::from_secs(2))?, &url)?;
+        }))
+        .build(RedisSource::from_url(&url)?)?;
     let key = format!("example:observer:{}", std::process::id());
 
     let held = lock.acquire(&key).await?.expect("a free key");

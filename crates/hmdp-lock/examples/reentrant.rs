@@ -8,13 +8,12 @@
 
 use std::time::Duration;
 
-use hmdp_lock::{build, connect, Holder, LockMode, Options, Release};
+use hmdp_lock::{Holder, LockBuilder, RedisSource, Release};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into());
-    let redis = connect(&url, Duration::from_secs(2))?;
-    let lock = build(&Options::new(LockMode::Reentrant), redis, &url)?;
+    let lock = LockBuilder::reentrant().build(RedisSource::from_url(&url)?)?;
     let key = format!("example:reentrant:{}", std::process::id());
 
     let me = Holder::new();

@@ -1,5 +1,6 @@
-//! One entry point from settings to a lock: the caller names a mode and its
-//! durations, and gets the [`DistributedLock`] without knowing which type runs.
+//! One entry point from settings to a lock, [`LockBuilder`]: the caller
+//! names a mode and what applies to it, and gets the [`DistributedLock`]
+//! without knowing which type runs.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use crate::redis_lua::{LuaUnlock, RedisLuaLock};
 use crate::redis_naive::{DelUnlock, RedisNaiveLock};
 #[cfg(feature = "teaching")]
 use crate::redis_owner::{GetThenDelUnlock, RedisOwnerLock};
-use crate::release_events::ReleaseSource;
+use crate::release_events::RedisSource;
 use crate::set_nx::SetNx;
 #[cfg(feature = "teaching")]
 use crate::teaching::{LocalLock, NoLock};
@@ -21,51 +22,62 @@ use crate::{
     SyncReplicas, Unobserved,
 };
 
-/// How [`build`] makes a lock.
+/// How to make a lock: its mode, then what applies to it, one method each;
+/// [`build`](Self::build) makes it on a Redis (a `redis::Client`, or a Redis
+/// Cluster's nodes: a [`RedisSource`]), or
+/// [`build_sharing`](Self::build_sharing) on a connection the caller
+/// already has.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use hmdp_lock::LockBuilder;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let redis = redis::Client::open("redis://127.0.0.1:6379/0")?;
+/// // Nothing connects until the first acquisition.
+/// let lock = LockBuilder::reentrant()
+///     .wait(Duration::from_millis(100))
+///     .max_hold(Duration::from_secs(60))
+///     .fencing(true)
+///     .build(redis)?;
+/// # let _ = lock;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
-pub struct Options {
-    /// Which lock.
-    pub mode: LockMode,
-    /// An explicit lease. The simple Redis locks and the quorum locks use
-    /// [`Options::DEFAULT_LEASE`] without one; `reentrant` runs its watchdog
-    /// instead, and an explicit lease turns the watchdog off.
-    pub lease: Option<Duration>,
-    /// `reentrant` without an explicit lease: the lease the watchdog keeps
-    /// renewing, every third of it, while the holder lives.
-    pub watchdog_lease: Duration,
-    /// `reentrant`: the watchdog stops renewing after a hold has lasted this
-    /// long, so a stuck holder cannot keep a key locked forever.
-    pub max_hold: Option<Duration>,
-    /// How long an acquisition waits for a busy key; zero fails at once.
-    pub wait: Duration,
-    /// `multi` and `redlock`: URLs of independent Redis servers.
-    pub nodes: Vec<String>,
-    /// Wraps the lock in [`Fenced`]: every hold gets a fencing token.
-    pub fencing: bool,
-    /// Above 0, wraps the lock in [`SyncReplicas`]: a hold is handed out once
-    /// this many replicas acknowledged it (single-Redis modes only).
-    pub sync_replicas: u32,
-    /// How long an acquisition waits for those acknowledgements.
-    pub sync_replicas_timeout: Duration,
-    /// Fault injection points (see [`Faults`]); none by default.
+pub struct LockBuilder {
+    mode: LockMode,
+    lease: Option<Duration>,
+    watchdog_lease: Duration,
+    max_hold: Option<Duration>,
+    wait: Duration,
+    nodes: Vec<String>,
+    fencing: bool,
+    sync_replicas: u32,
+    sync_replicas_timeout: Duration,
+    reply_timeout: Duration,
     #[cfg(feature = "fault-injection")]
-    pub faults: Faults,
-    /// Receives the lock's events; ignored by default.
-    pub observer: Arc<dyn Observer>,
+    faults: Faults,
+    observer: Arc<dyn Observer>,
 }
 
-impl Options {
+impl LockBuilder {
     /// Lease of the simple Redis locks and the quorum locks when none is given.
     pub const DEFAULT_LEASE: Duration = Duration::from_millis(10_000);
     /// The watchdog's default lease, Redisson's `lockWatchdogTimeout`.
     pub const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
     /// How long an acquisition waits for its replicas by default.
     pub const DEFAULT_SYNC_REPLICAS_TIMEOUT: Duration = Duration::from_millis(1000);
+    /// How long a connection [`build`](Self::build) opens waits to connect
+    /// or for a reply by default.
+    pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(2);
 
-    /// `mode` with the defaults: default leases, no maximum hold, no wait
-    /// (a busy key fails at once), no fencing, no faults, no observer.
+    /// A lock of `mode` with the defaults: default leases, no maximum hold,
+    /// no wait (a busy key fails at once), no fencing, no observer.
     pub fn new(mode: LockMode) -> Self {
-        Options {
+        LockBuilder {
             mode,
             lease: None,
             watchdog_lease: Self::DEFAULT_WATCHDOG_LEASE,
@@ -75,10 +87,108 @@ impl Options {
             fencing: false,
             sync_replicas: 0,
             sync_replicas_timeout: Self::DEFAULT_SYNC_REPLICAS_TIMEOUT,
+            reply_timeout: Self::DEFAULT_REPLY_TIMEOUT,
             #[cfg(feature = "fault-injection")]
             faults: Faults::none(),
             observer: Unobserved::shared(),
         }
+    }
+
+    /// `reentrant`: Redisson's `RLock`, with pub/sub waiting and a watchdog.
+    pub fn reentrant() -> Self {
+        Self::new(LockMode::Reentrant)
+    }
+
+    /// `redis-lua`: `SET NX PX` and a compare-and-delete release.
+    pub fn redis_lua() -> Self {
+        Self::new(LockMode::RedisLua)
+    }
+
+    /// `multi`: all of these independent Redis servers (`redis://` URLs).
+    pub fn multi(nodes: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self::new(LockMode::Multi).nodes(nodes)
+    }
+
+    /// `redlock`: a majority of these independent Redis servers, within a
+    /// validity time.
+    pub fn redlock(nodes: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self::new(LockMode::Redlock).nodes(nodes)
+    }
+
+    /// `multi` and `redlock`: the URLs of their independent Redis servers.
+    pub fn nodes(mut self, nodes: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.nodes = nodes.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// How long an acquisition waits for a busy key by default; zero (the
+    /// default) fails at once. A call may wait otherwise
+    /// ([`DistributedLock::acquire_within`]).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// An explicit lease. The simple Redis locks and the quorum locks use
+    /// [`DEFAULT_LEASE`](Self::DEFAULT_LEASE) without one; `reentrant` runs
+    /// its watchdog instead, and an explicit lease turns the watchdog off.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// `reentrant` without an explicit lease: the lease the watchdog keeps
+    /// renewing, every third of it, while the hold lives.
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.watchdog_lease = lease;
+        self
+    }
+
+    /// `reentrant`: the watchdog stops renewing after a hold has lasted this
+    /// long, so a stuck holder cannot keep a key locked forever.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Wraps the lock in [`Fenced`]: every hold gets a fencing token.
+    pub fn fencing(mut self, fencing: bool) -> Self {
+        self.fencing = fencing;
+        self
+    }
+
+    /// Wraps the lock in [`SyncReplicas`]: a hold is handed out once
+    /// `replicas` replicas acknowledged it, waiting up to `timeout` (modes
+    /// kept on one replicated Redis only; 0 replicas: no waiting).
+    pub fn sync_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.sync_replicas = replicas;
+        self.sync_replicas_timeout = timeout;
+        self
+    }
+
+    /// How long the connections the lock opens itself wait to connect or
+    /// for a reply ([`DEFAULT_REPLY_TIMEOUT`](Self::DEFAULT_REPLY_TIMEOUT)).
+    pub fn reply_timeout(mut self, timeout: Duration) -> Self {
+        self.reply_timeout = timeout;
+        self
+    }
+
+    /// Receives the lock's events ([`Observer`]); ignored by default.
+    pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = observer;
+        self
+    }
+
+    /// Fault injection points (see [`Faults`]); none by default.
+    #[cfg(feature = "fault-injection")]
+    pub fn faults(mut self, faults: Faults) -> Self {
+        self.faults = faults;
+        self
+    }
+
+    /// The mode this builder makes.
+    pub fn mode(&self) -> LockMode {
+        self.mode
     }
 
     /// The lease of the modes that always lease.
@@ -86,7 +196,7 @@ impl Options {
         self.lease.unwrap_or(Self::DEFAULT_LEASE)
     }
 
-    fn reentrant(&self) -> ReentrantOptions {
+    fn reentrant_options(&self) -> ReentrantOptions {
         ReentrantOptions {
             lease: self.lease,
             watchdog_lease: self.watchdog_lease,
@@ -94,11 +204,106 @@ impl Options {
             wait: self.wait,
         }
     }
+
+    /// Builds the lock on `redis`, opening its own connection to it (a
+    /// reconnecting one, or a cluster connection), which waits no longer
+    /// than the reply timeout. Nothing connects yet: connections open on
+    /// first use. Call it inside a Tokio runtime (the reconnecting
+    /// connection starts a task of its own).
+    pub fn build(
+        &self,
+        redis: impl Into<RedisSource>,
+    ) -> Result<Arc<dyn DistributedLock>, BuildError> {
+        let source = redis.into();
+        let connection = open(&source, self.reply_timeout)?;
+        self.build_sharing(connection, source)
+    }
+
+    /// Builds the lock on `connection`, which the caller shares with its
+    /// other commands; `redis` is the same Redis, for what the lock must open
+    /// a connection of its own for (the release subscription of
+    /// `reentrant`, and the lock's connection when it waits for replicas).
+    ///
+    /// With [`sync_replicas`](Self::sync_replicas), the lock opens a
+    /// connection of its own instead: `WAIT` counts the replicas that have
+    /// every write sent *on its connection*, so the lock's writes and its
+    /// `WAIT` share one; and `WAIT` blocks that connection while it waits,
+    /// which on the shared connection would hold up every other command
+    /// queued behind it. A slow replica then costs acquisitions their wait,
+    /// and nothing else.
+    pub fn build_sharing(
+        &self,
+        connection: impl Into<Connection>,
+        redis: impl Into<RedisSource>,
+    ) -> Result<Arc<dyn DistributedLock>, BuildError> {
+        let source = redis.into();
+        let redis = if self.sync_replicas > 0 && self.mode.uses_main_redis() {
+            // A command queued behind a `WAIT` waits for it: its reply may
+            // take the `WAIT`'s timeout and a round trip.
+            open(&source, self.sync_replicas_timeout + SYNC_REPLY_MARGIN)?
+        } else {
+            connection.into()
+        };
+        let set_nx = || {
+            SetNx::new(
+                redis.clone(),
+                self.fixed_lease(),
+                self.wait,
+                #[cfg(feature = "fault-injection")]
+                self.faults.clone(),
+            )
+        };
+        let lock: Arc<dyn DistributedLock> = match self.mode {
+            #[cfg(feature = "teaching")]
+            LockMode::NoLock => Arc::new(NoLock),
+            #[cfg(feature = "teaching")]
+            LockMode::Local => Arc::new(LocalLock::new(self.wait)),
+            #[cfg(feature = "teaching")]
+            LockMode::RedisNaive => Arc::new(RedisNaiveLock::new(set_nx(), DelUnlock)),
+            #[cfg(feature = "teaching")]
+            LockMode::RedisOwner => Arc::new(RedisOwnerLock::new(set_nx(), GetThenDelUnlock)),
+            LockMode::RedisLua => Arc::new(RedisLuaLock::new(set_nx(), LuaUnlock)),
+            LockMode::Reentrant => Arc::new(ReentrantLock::observed(
+                source,
+                redis.clone(),
+                self.reentrant_options(),
+                self.observer.clone(),
+            )),
+            LockMode::Multi => Arc::new(QuorumLock::multi(
+                &self.nodes,
+                self.fixed_lease(),
+                self.wait,
+            )?),
+            LockMode::Redlock => Arc::new(QuorumLock::redlock(
+                &self.nodes,
+                self.fixed_lease(),
+                self.wait,
+            )?),
+        };
+        let lock: Arc<dyn DistributedLock> = if self.fencing {
+            Arc::new(Fenced::observed(lock, redis.clone(), self.observer.clone()))
+        } else {
+            lock
+        };
+        if self.sync_replicas == 0 {
+            return Ok(lock);
+        }
+        if !self.mode.uses_main_redis() {
+            return Err(BuildError::NoReplicas(self.mode));
+        }
+        // Outermost, so that the fencing counter's write is waited for too.
+        Ok(Arc::new(SyncReplicas::new(
+            lock,
+            redis,
+            self.sync_replicas,
+            self.sync_replicas_timeout,
+        )))
+    }
 }
 
-impl std::fmt::Debug for Options {
+impl std::fmt::Debug for LockBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Options")
+        f.debug_struct("LockBuilder")
             .field("mode", &self.mode)
             .field("lease", &self.lease)
             .field("watchdog_lease", &self.watchdog_lease)
@@ -108,15 +313,16 @@ impl std::fmt::Debug for Options {
             .field("fencing", &self.fencing)
             .field("sync_replicas", &self.sync_replicas)
             .field("sync_replicas_timeout", &self.sync_replicas_timeout)
+            .field("reply_timeout", &self.reply_timeout)
             .finish_non_exhaustive()
     }
 }
 
-/// Why [`build`] could not make a lock.
+/// Why a lock could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// `multi` and `redlock` need at least one node.
-    #[error("lock mode {0} needs independent Redis servers (Options::nodes), none given")]
+    #[error("lock mode {0} needs independent Redis servers (LockBuilder::nodes), none given")]
     NoNodes(LockMode),
     /// Waiting for replicas is for a lock kept on one (replicated) Redis.
     #[error("lock mode {0} keeps no lock on a replicated Redis: it cannot wait for replicas")]
@@ -124,90 +330,6 @@ pub enum BuildError {
     /// A Redis URL did not parse.
     #[error("invalid Redis URL")]
     Redis(#[from] redis::RedisError),
-}
-
-/// Builds the lock `options` describe on `redis` (from [`connect`], or any
-/// [`Connection`]); `redis_url` lets modes that need a dedicated connection
-/// of their own (the release subscription of `reentrant`) open one. Nothing
-/// connects yet: connections open on first use.
-///
-/// With [`Options::sync_replicas`], the lock opens a connection of its own
-/// to `redis_url` instead: `WAIT` counts the replicas that have every write
-/// sent *on its connection*, so the lock's writes and its `WAIT` share one;
-/// and `WAIT` blocks that connection while it waits, which on the shared
-/// connection would hold up every other command queued behind it (sessions,
-/// ids, scripts). A slow replica then costs acquisitions their wait, and
-/// nothing else.
-pub fn build(
-    options: &Options,
-    redis: impl Into<Connection>,
-    redis_url: &str,
-) -> Result<Arc<dyn DistributedLock>, BuildError> {
-    let redis = if options.sync_replicas > 0 && options.mode.uses_main_redis() {
-        // A command queued behind a `WAIT` waits for it: its reply may take
-        // the `WAIT`'s timeout and a round trip.
-        connect(redis_url, options.sync_replicas_timeout + SYNC_REPLY_MARGIN)?
-    } else {
-        redis.into()
-    };
-    let set_nx = || {
-        SetNx::new(
-            redis.clone(),
-            options.fixed_lease(),
-            options.wait,
-            #[cfg(feature = "fault-injection")]
-            options.faults.clone(),
-        )
-    };
-    let lock: Arc<dyn DistributedLock> = match options.mode {
-        #[cfg(feature = "teaching")]
-        LockMode::NoLock => Arc::new(NoLock),
-        #[cfg(feature = "teaching")]
-        LockMode::Local => Arc::new(LocalLock::new(options.wait)),
-        #[cfg(feature = "teaching")]
-        LockMode::RedisNaive => Arc::new(RedisNaiveLock::new(set_nx(), DelUnlock)),
-        #[cfg(feature = "teaching")]
-        LockMode::RedisOwner => Arc::new(RedisOwnerLock::new(set_nx(), GetThenDelUnlock)),
-        LockMode::RedisLua => Arc::new(RedisLuaLock::new(set_nx(), LuaUnlock)),
-        LockMode::Reentrant => Arc::new(ReentrantLock::observed(
-            release_source(redis_url)?,
-            redis.clone(),
-            options.reentrant(),
-            options.observer.clone(),
-        )),
-        LockMode::Multi => Arc::new(QuorumLock::multi(
-            &options.nodes,
-            options.fixed_lease(),
-            options.wait,
-        )?),
-        LockMode::Redlock => Arc::new(QuorumLock::redlock(
-            &options.nodes,
-            options.fixed_lease(),
-            options.wait,
-        )?),
-    };
-    let lock: Arc<dyn DistributedLock> = if options.fencing {
-        Arc::new(Fenced::observed(
-            lock,
-            redis.clone(),
-            options.observer.clone(),
-        ))
-    } else {
-        lock
-    };
-    if options.sync_replicas == 0 {
-        return Ok(lock);
-    }
-    if !options.mode.uses_main_redis() {
-        return Err(BuildError::NoReplicas(options.mode));
-    }
-    // Outermost, so that the fencing counter's write is waited for too.
-    Ok(Arc::new(SyncReplicas::new(
-        lock,
-        redis,
-        options.sync_replicas,
-        options.sync_replicas_timeout,
-    )))
 }
 
 /// What a reply on the connection of a lock that waits for replicas may
@@ -230,20 +352,42 @@ pub fn cluster_nodes(url: &str) -> Option<Vec<String>> {
     )
 }
 
-/// Where the release subscription of `reentrant` connects: the server, or
-/// on a cluster its seed nodes (sharded pub/sub, each channel on the master
-/// of its lock's slot).
-fn release_source(redis_url: &str) -> redis::RedisResult<ReleaseSource> {
-    match cluster_nodes(redis_url) {
+impl RedisSource {
+    /// The Redis at `url`: one server (`redis://host:port/db`) or a Redis
+    /// Cluster (`redis+cluster://host:port,host:port,...`: any of its nodes,
+    /// the rest is discovered).
+    pub fn from_url(url: &str) -> redis::RedisResult<RedisSource> {
+        match cluster_nodes(url) {
+            #[cfg(feature = "cluster")]
+            Some(nodes) => nodes
+                .into_iter()
+                .map(redis::IntoConnectionInfo::into_connection_info)
+                .collect::<redis::RedisResult<_>>()
+                .map(RedisSource::Cluster),
+            #[cfg(not(feature = "cluster"))]
+            Some(_) => Err(no_cluster_support()),
+            None => redis::Client::open(url).map(RedisSource::from),
+        }
+    }
+}
+
+/// A connection to `source` that waits no longer than `timeout` to connect
+/// or for a reply, and connects on first use.
+fn open(source: &RedisSource, timeout: Duration) -> redis::RedisResult<Connection> {
+    match source {
         #[cfg(feature = "cluster")]
-        Some(nodes) => nodes
-            .into_iter()
-            .map(redis::IntoConnectionInfo::into_connection_info)
-            .collect::<redis::RedisResult<_>>()
-            .map(ReleaseSource::Cluster),
-        #[cfg(not(feature = "cluster"))]
-        Some(_) => Err(no_cluster_support()),
-        None => redis::Client::open(redis_url).map(ReleaseSource::from),
+        RedisSource::Cluster(nodes) => Ok(redis::cluster::ClusterClient::builder(nodes.clone())
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
+            // A failover answers MOVED until the slot map is refreshed, and
+            // a MOVED followed counts as a retry: a few, quickly.
+            .retries(3)
+            .max_retry_wait(200)
+            .build()?
+            .into()),
+        RedisSource::Server(client) => {
+            timed_connection(client.clone(), timeout, 1).map(Connection::from)
+        }
     }
 }
 
@@ -262,21 +406,7 @@ fn no_cluster_support() -> redis::RedisError {
 /// discovered), never waiting longer than `timeout` to connect or for a
 /// reply. Connects on first use.
 pub fn connect(url: &str, timeout: Duration) -> redis::RedisResult<Connection> {
-    match cluster_nodes(url) {
-        #[cfg(feature = "cluster")]
-        Some(nodes) => Ok(redis::cluster::ClusterClient::builder(nodes)
-            .connection_timeout(timeout)
-            .response_timeout(timeout)
-            // A failover answers MOVED until the slot map is refreshed, and
-            // a MOVED followed counts as a retry: a few, quickly.
-            .retries(3)
-            .max_retry_wait(200)
-            .build()?
-            .into()),
-        #[cfg(not(feature = "cluster"))]
-        Some(_) => Err(no_cluster_support()),
-        None => connection_manager(url, timeout).map(Connection::from),
-    }
+    open(&RedisSource::from_url(url)?, timeout)
 }
 
 /// A connection for the locks to share: it reconnects by itself, and never

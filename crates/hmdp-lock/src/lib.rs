@@ -14,8 +14,9 @@
 //! what the release did ([`Release`]: released, still held n times, already
 //! expired, not the owner). Every wait has a deadline; a guard dropped
 //! without a release (a panic, a cancelled task) gives its hold back in the
-//! background. [`build`] makes the lock a [`LockMode`] names, so the code that
-//! takes the lock does not know which one runs.
+//! background. [`LockBuilder`] makes the lock a [`LockMode`] names, on a
+//! `redis::Client` or a Redis Cluster's nodes ([`RedisSource`]), so the code
+//! that takes the lock does not know which one runs.
 //!
 //! It grew out of a Rust rewrite of the flash-sale backend of the Heima
 //! Dianping (黑马点评, "hmdp") course, which walks through every way a
@@ -41,8 +42,8 @@
 //! # Features
 //!
 //! - `teaching`: the four locks that exist to show a failure (above).
-//! - `fault-injection`: `Options::faults`, pauses a test stops a holder with
-//!   inside a release.
+//! - `fault-injection`: `LockBuilder::faults`, pauses a test stops a holder
+//!   with inside a release.
 //! - `clap`: [`LockMode`] as a `clap::ValueEnum`, for a `--lock` flag.
 //!
 //! # What it offers that other Rust lock crates lack
@@ -76,20 +77,14 @@
 //! ```no_run
 //! use std::time::Duration;
 //!
-//! use hmdp_lock::{build, Holder, LockMode, Options, Release};
+//! use hmdp_lock::{Holder, LockBuilder, Release};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into());
-//! let redis = redis::aio::ConnectionManager::new(redis::Client::open(url.as_str())?).await?;
-//! let lock = build(
-//!     &Options {
-//!         wait: Duration::from_millis(100),
-//!         ..Options::new(LockMode::Reentrant)
-//!     },
-//!     redis.clone(),
-//!     &url,
-//! )?;
+//! let lock = LockBuilder::reentrant()
+//!     .wait(Duration::from_millis(100))
+//!     .build(redis::Client::open(url.as_str())?)?;
 //! let key = format!("doc:{}:lock", std::process::id());
 //!
 //! // The same holder re-enters; anybody else waits, then gives up.
@@ -146,7 +141,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-pub use builder::{build, cluster_nodes, connect, connection_manager, BuildError, Options};
+pub use builder::{cluster_nodes, connect, connection_manager, BuildError, LockBuilder};
 pub use connection::Connection;
 #[cfg(feature = "fault-injection")]
 pub use faults::{Faults, Pause};
@@ -157,13 +152,13 @@ pub use observer::{LockEvent, LostReason, Observer, Unobserved};
 pub use owner::Holder;
 pub use quorum::{NodeReport, QuorumLock, Vote};
 pub use reentrant::{ReentrantLock, ReentrantOptions};
-pub use release_events::ReleaseSource;
+pub use release_events::RedisSource;
 pub use replicated::SyncReplicas;
 
 /// The locks that exist to show how a lock fails (feature `teaching`): no
 /// lock at all, and a lock that holds only within one process. The two
 /// weaker Redis locks of the course (`redis-naive`, `redis-owner`) are made
-/// by [`build`] from their [`LockMode`].
+/// by [`LockBuilder`] from their [`LockMode`].
 #[cfg(feature = "teaching")]
 pub mod teaching {
     pub use crate::local::LocalLock;

@@ -1,7 +1,7 @@
 //! The lock modes, one per stage of the course the crate reproduces: from no
 //! lock at all to a quorum over independent Redis servers.
 
-/// Which lock [`build`](crate::build) makes. With the `clap` feature it is a
+/// Which lock [`LockBuilder`](crate::LockBuilder) makes. With the `clap` feature it is a
 /// `clap::ValueEnum`, so a command line can take it as it is (`--lock
 /// redis-lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -66,20 +66,17 @@ impl std::fmt::Display for LostReason {
 /// use std::sync::atomic::{AtomicU64, Ordering};
 /// use std::sync::Arc;
 ///
-/// use hmdp_lock::{LockEvent, LockMode, Options};
+/// use hmdp_lock::{LockBuilder, LockEvent};
 ///
 /// let lost = Arc::new(AtomicU64::new(0));
 /// let counted = lost.clone();
-/// let options = Options {
-///     observer: Arc::new(move |event| {
-///         if let LockEvent::HoldLost(reason) = event {
-///             eprintln!("lock lost: {}", reason.as_str());
-///             counted.fetch_add(1, Ordering::Relaxed);
-///         }
-///     }),
-///     ..Options::new(LockMode::Reentrant)
-/// };
-/// # let _ = options;
+/// let builder = LockBuilder::reentrant().observer(Arc::new(move |event| {
+///     if let LockEvent::HoldLost(reason) = event {
+///         eprintln!("lock lost: {}", reason.as_str());
+///         counted.fetch_add(1, Ordering::Relaxed);
+///     }
+/// }));
+/// # let _ = builder;
 /// ```
 pub trait Observer: Send + Sync {
     /// Called once per event.

@@ -1,5 +1,5 @@
 //! `multi` and `redlock`: one lock over several independent Redis servers
-//! ([`Options::nodes`](crate::Options::nodes)), not replicas of each other,
+//! ([`LockBuilder::nodes`](crate::LockBuilder::nodes)), not replicas of each other,
 //! so losing one server (or its unreplicated writes) cannot hand the lock to
 //! a second holder.
 //!

@@ -62,39 +62,40 @@ const KEEPALIVE_EVERY: Duration = Duration::from_secs(1);
 /// reconnect, with waiters polling meanwhile.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Where the release subscription connects: the lock's one server, or the
-/// seed nodes of its Redis Cluster.
+/// The Redis a lock runs on: one server, or the seed nodes of a Redis
+/// Cluster. [`LockBuilder::build`](crate::LockBuilder::build) connects to it,
+/// and `reentrant`'s release subscription too.
 #[derive(Clone)]
-pub enum ReleaseSource {
-    /// One server: classic pub/sub.
+pub enum RedisSource {
+    /// One server: classic pub/sub for the release notices.
     Server(redis::Client),
     /// A Redis Cluster (any of its nodes; the rest is discovered): sharded
-    /// pub/sub (feature `cluster`).
+    /// pub/sub for the release notices (feature `cluster`).
     #[cfg(feature = "cluster")]
     Cluster(Vec<redis::ConnectionInfo>),
 }
 
-impl ReleaseSource {
+impl RedisSource {
     /// The source that hears what the release script announces on
     /// `commands`: a cluster connection's releases are `SPUBLISH`ed, which
     /// only a sharded subscription hears, so a server's client given for
     /// one becomes a seed node of a sharded subscription. (The other way
     /// round, a sharded subscription cannot be opened on one server, and
     /// waiters poll.)
-    pub(crate) fn matching(self, commands: &crate::Connection) -> ReleaseSource {
+    pub(crate) fn matching(self, commands: &crate::Connection) -> RedisSource {
         match (self, commands) {
             #[cfg(feature = "cluster")]
-            (ReleaseSource::Server(client), crate::Connection::Cluster(_)) => {
-                ReleaseSource::Cluster(vec![client.get_connection_info().clone()])
+            (RedisSource::Server(client), crate::Connection::Cluster(_)) => {
+                RedisSource::Cluster(vec![client.get_connection_info().clone()])
             }
             (source, _) => source,
         }
     }
 }
 
-impl From<redis::Client> for ReleaseSource {
+impl From<redis::Client> for RedisSource {
     fn from(client: redis::Client) -> Self {
-        ReleaseSource::Server(client)
+        RedisSource::Server(client)
     }
 }
 
@@ -104,7 +105,7 @@ pub(crate) struct ReleaseEvents {
     /// Started on first use: building a lock must not need Redis or a runtime.
     dispatcher: std::sync::Once,
     /// Handed to the dispatcher when it starts.
-    pending: Mutex<Option<(ReleaseSource, mpsc::UnboundedReceiver<String>)>>,
+    pending: Mutex<Option<(RedisSource, mpsc::UnboundedReceiver<String>)>>,
 }
 
 struct Shared {
@@ -130,7 +131,7 @@ pub(crate) struct Listener {
 }
 
 impl ReleaseEvents {
-    pub fn new(source: ReleaseSource) -> Self {
+    pub fn new(source: RedisSource) -> Self {
         let (changed, receiver) = mpsc::unbounded_channel();
         ReleaseEvents {
             shared: Arc::new(Shared {
@@ -244,11 +245,11 @@ enum Notice {
 impl Subscriber {
     /// Opens the connection, within [`CONNECT_TIMEOUT`].
     async fn connect(
-        source: &ReleaseSource,
+        source: &RedisSource,
     ) -> Result<(Subscriber, BoxStream<'static, Notice>), String> {
         let connecting = async {
             match source {
-                ReleaseSource::Server(client) => {
+                RedisSource::Server(client) => {
                     let (sink, messages) = client.get_async_pubsub().await?.split();
                     let notices = messages
                         .map(|message| Notice::Released(message.get_channel_name().to_owned()))
@@ -256,7 +257,7 @@ impl Subscriber {
                     Ok((Subscriber::Server(sink), notices.boxed()))
                 }
                 #[cfg(feature = "cluster")]
-                ReleaseSource::Cluster(nodes) => {
+                RedisSource::Cluster(nodes) => {
                     let (pushes, received) = mpsc::unbounded_channel::<PushInfo>();
                     let connection = ClusterClient::builder(nodes.clone())
                         .use_protocol(redis::ProtocolVersion::RESP3)
@@ -341,7 +342,7 @@ impl Notice {
 /// The dispatcher: owns the subscription connection, applies interest
 /// changes in order and turns each release message into one wake-up.
 async fn dispatch(
-    source: ReleaseSource,
+    source: RedisSource,
     shared: Weak<Shared>,
     mut changed: mpsc::UnboundedReceiver<String>,
 ) {

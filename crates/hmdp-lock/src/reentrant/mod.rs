@@ -35,7 +35,7 @@ use crate::Connection;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::release_events::{ReleaseEvents, ReleaseSource};
+use crate::release_events::{RedisSource, ReleaseEvents};
 use crate::scripts::{Take, Taken};
 use crate::sibling;
 use crate::{DistributedLock, Holder, LockError, LockGuard, LockMode, Observer, Unobserved};
@@ -86,9 +86,9 @@ struct Attempt {
 impl ReentrantLock {
     /// `releases` is where the release subscription connects (lazily, on
     /// the first wait): a `redis::Client` of the server, or
-    /// [`ReleaseSource::Cluster`]; `redis` carries the lock commands.
+    /// [`RedisSource::Cluster`]; `redis` carries the lock commands.
     pub fn new(
-        releases: impl Into<ReleaseSource>,
+        releases: impl Into<RedisSource>,
         redis: impl Into<Connection>,
         options: ReentrantOptions,
     ) -> Self {
@@ -98,7 +98,7 @@ impl ReentrantLock {
     /// Like [`ReentrantLock::new`], reporting renewals and lost holds to
     /// `observer`.
     pub fn observed(
-        releases: impl Into<ReleaseSource>,
+        releases: impl Into<RedisSource>,
         redis: impl Into<Connection>,
         options: ReentrantOptions,
         observer: Arc<dyn Observer>,

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hmdp_lock::{DistributedLock, LockGuard, LockMode, Options};
+use hmdp_lock::{DistributedLock, LockBuilder, LockGuard, RedisSource};
 use hmdp_test_support::{poll_until, RedisCluster, RedisServer};
 use tokio::task::JoinHandle;
 
@@ -23,13 +23,12 @@ const WAIT: Duration = Duration::from_secs(20);
 
 fn reentrant_on(cluster: &RedisCluster) -> Arc<dyn DistributedLock> {
     let url = cluster.url();
-    let options = Options {
-        lease: Some(LEASE),
-        wait: WAIT,
-        ..Options::new(LockMode::Reentrant)
-    };
-    let redis = hmdp_lock::connect(&url, Duration::from_secs(5)).expect("a cluster URL");
-    hmdp_lock::build(&options, redis, &url).expect("reentrant builds")
+    LockBuilder::reentrant()
+        .lease(LEASE)
+        .wait(WAIT)
+        .reply_timeout(Duration::from_secs(5))
+        .build(RedisSource::from_url(&url).expect("a cluster URL"))
+        .expect("reentrant builds")
 }
 
 /// `PUBSUB SHARDNUMSUB` of `channel` on `server` (only the subscribers of

@@ -2,7 +2,7 @@
 //! `--lock-lease-ms` and `--lock-wait-ms` build them, under a key prefix of
 //! each test's own; waiters queued on held keys.
 
-use hmdp_lock::{DistributedLock, LockGuard, LockMode, Options, Release};
+use hmdp_lock::{DistributedLock, LockBuilder, LockGuard, LockMode, RedisSource, Release};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,13 +50,15 @@ impl Subject {
 
     /// A lock of this mode, as `--lock-lease-ms` and `--lock-wait-ms` would build it.
     pub fn lock(&self, lease: Duration, wait: Duration) -> Arc<dyn DistributedLock> {
-        let options = Options {
-            lease: Some(lease),
-            wait,
-            nodes: self.nodes.iter().map(RedisServer::url).collect(),
-            ..Options::new(self.mode)
-        };
-        hmdp_lock::build(&options, self.redis.clone(), &redis_url()).expect("mode is available")
+        LockBuilder::new(self.mode)
+            .lease(lease)
+            .wait(wait)
+            .nodes(self.nodes.iter().map(RedisServer::url))
+            .build_sharing(
+                self.redis.clone(),
+                RedisSource::from_url(&redis_url()).expect("a Redis URL"),
+            )
+            .expect("mode is available")
     }
 
     pub fn key(&self, name: &str) -> String {

@@ -186,11 +186,10 @@ impl Lab {
             lock_sync_timeout_ms: SYNC_REPLICAS_TIMEOUT.as_millis() as u64,
         };
         *self.lease.lock().expect("lease poisoned") = Some(lease);
-        let options = hmdp_lock::Options {
-            faults: self.faults(),
-            ..settings.options()
-        };
-        hmdp_lock::build(&options, redis.clone(), redis_url)
+        settings
+            .builder()
+            .faults(self.faults())
+            .build_sharing(redis.clone(), hmdp_lock::RedisSource::from_url(redis_url)?)
             .with_context(|| format!("cannot build --lock {}", settings.mode))
     }
 
