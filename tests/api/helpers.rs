@@ -3,6 +3,7 @@
 //! machine's real MySQL and Redis.
 
 use std::net::SocketAddr;
+use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
@@ -17,8 +18,8 @@ use hmdp::startup::Application;
 use hmdp::store::{Store, VoucherAudit};
 pub use hmdp_test_support::phone;
 use hmdp_test_support::{
-    free_ports, mysql_server_url, poll_until, redis_url, ChildProcess, RedisNamespace, RedisServer,
-    Stdout, TestDatabase,
+    free_ports, mysql_server_url, poll_until, redis_url, ChildProcess, NodeCommand, Probe,
+    RedisNamespace, RedisServer, Stdout, TestDatabase,
 };
 use redis::AsyncCommands;
 use serde_json::{json, Value};
@@ -383,9 +384,10 @@ pub async fn serve_refusal(flags: &[&str], env: &[(&str, &str)], refusal: &str) 
 
 /// A second node in a process of its own, serving a [`TestApp`]'s database
 /// and Redis namespace, logging at `info` to a file a test can read; killed
-/// with SIGKILL when dropped.
+/// with SIGKILL when dropped. The node itself (kill, terminate, wait_exit,
+/// log) is the [`hmdp_test_support::NodeProcess`] it derefs to.
 pub struct NodeProcess {
-    process: ChildProcess,
+    node: hmdp_test_support::NodeProcess,
     pub address: String,
     /// Removed with the node, after it.
     _log: NamedTempFile,
@@ -394,56 +396,48 @@ pub struct NodeProcess {
 impl NodeProcess {
     /// Starts `hmdp-server serve` with `app`'s settings given through the
     /// environment, so `flags` (`--lock=local`, `--database-url=...`)
-    /// override them (flags win over the environment).
+    /// override them (flags win over the environment). It counts as started
+    /// once `/health` answers: a test may start it away from its MySQL.
     pub async fn start(app: &TestApp, flags: &[&str]) -> NodeProcess {
         let log = NamedTempFile::new().unwrap();
         let [port] = free_ports().unwrap();
-        let mut command = tokio::process::Command::new(NODE_BINARY);
+        let mut command = NodeCommand::serve(NODE_BINARY, port);
         command
-            .arg("serve")
             .args(["--no-migrate", "--workers=1"])
             .args(flags)
-            .env("HMDP_HOST", "127.0.0.1")
-            .env("HMDP_PORT", port.to_string())
             .env("DATABASE_URL", app.database_url())
             .env("REDIS_URL", redis_url())
             .env("HMDP_REDIS_PREFIX", &app.prefix)
             .env("HMDP_ADMIN_TOKEN", ADMIN_TOKEN)
             .env("RUST_LOG", "info");
-        let mut process =
-            ChildProcess::spawn("hmdp-server serve", command, log.path(), Stdout::Log)
-                .expect("hmdp runs");
-        let address = format!("http://127.0.0.1:{port}");
-        process
-            .wait_until_answers(&format!("{address}/health"), Duration::from_secs(10))
+        let node = command
+            .start(
+                "hmdp-server serve",
+                log.path(),
+                Probe::Health,
+                Duration::from_secs(10),
+            )
             .await
             .unwrap_or_else(|error| panic!("node up: {error:#}"));
         NodeProcess {
-            process,
-            address,
+            address: node.url(),
+            node,
             _log: log,
         }
     }
+}
 
-    pub async fn kill(&mut self) {
-        self.process.kill().await;
+impl Deref for NodeProcess {
+    type Target = hmdp_test_support::NodeProcess;
+
+    fn deref(&self) -> &Self::Target {
+        &self.node
     }
+}
 
-    /// Sends SIGTERM: the node should stop accepting and finish in-flight
-    /// requests.
-    pub fn terminate(&self) {
-        self.process.terminate().expect("SIGTERM sent");
-    }
-
-    /// Waits for the process to exit by itself; `None` if it did not within
-    /// `within`.
-    pub async fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
-        self.process.wait_exit(within).await
-    }
-
-    /// Everything the node has logged so far.
-    pub fn log(&self) -> String {
-        self.process.log()
+impl DerefMut for NodeProcess {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.node
     }
 }
 

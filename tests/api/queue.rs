@@ -55,7 +55,7 @@ async fn sigterm_writes_every_queued_order_before_the_node_exits() {
         "orders still queued when the stop request comes"
     );
 
-    node.terminate();
+    node.terminate().expect("SIGTERM sent");
     let status = node
         .wait_exit(Duration::from_secs(60))
         .await

@@ -38,7 +38,7 @@ async fn sigterm_finishes_in_flight_purchases_and_exits_zero() {
             || async { app.lock_keys().await.len() == USERS },
         )
         .await;
-        node.terminate();
+        node.terminate().expect("SIGTERM sent");
         // A fresh connection after SIGTERM is not served, once the node has
         // closed its listener.
         let fresh_health_check = || {

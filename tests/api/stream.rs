@@ -392,7 +392,7 @@ async fn sigterm_lets_the_consumer_write_and_acknowledge_the_batch_it_holds() {
     )
     .await;
 
-    node.terminate();
+    node.terminate().expect("SIGTERM sent");
     let status = node.wait_exit(Duration::from_secs(20)).await;
     assert!(
         status.is_some_and(|s| s.success()),

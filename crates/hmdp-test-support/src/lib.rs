@@ -1,6 +1,6 @@
 //! What hmdp's tests and tools share: the servers they run against, a
 //! database and a Redis key prefix of their own, private redis-servers, child
-//! processes killed on drop, and free ports. It depends on
+//! processes killed on drop (nodes among them), and free ports. It depends on
 //! neither the product nor the lock crate, so both can test with it.
 
 use std::future::Future;
@@ -11,6 +11,9 @@ use std::time::Duration;
 pub mod database;
 /// Private `mariadbd` processes on free ports, to freeze, crash and restart.
 pub mod mariadb_server;
+/// Nodes (`serve` of a node binary) in child processes, waited for until
+/// they answer.
+pub mod node;
 /// Child processes that log to a file and are killed when dropped.
 pub mod process;
 /// A real Redis Cluster of private servers: three masters, three replicas.
@@ -22,6 +25,7 @@ pub mod redis_server;
 
 pub use database::TestDatabase;
 pub use mariadb_server::MariaDbServer;
+pub use node::{NodeCommand, NodeProcess, Probe};
 pub use process::{ChildProcess, Stdout};
 pub use redis_cluster::RedisCluster;
 pub use redis_keys::{remove_keys_with_prefix, RedisNamespace};

@@ -5,8 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use hmdp_test_support::{ChildProcess, Stdout};
-use tokio::process::Command;
+use hmdp_test_support::{NodeCommand, NodeProcess, Probe};
 
 use super::ClusterSpec;
 
@@ -19,7 +18,7 @@ pub struct Node {
     pub id: String,
     pub port: u16,
     log: PathBuf,
-    process: Option<ChildProcess>,
+    process: Option<NodeProcess>,
 }
 
 impl Node {
@@ -41,11 +40,8 @@ impl Node {
     /// two nodes never race to apply them.
     pub async fn start(&mut self, spec: &ClusterSpec, flags: &[String]) -> anyhow::Result<()> {
         self.kill().await;
-        let mut command = Command::new(&spec.exe);
+        let mut command = NodeCommand::serve(&spec.exe, self.port);
         command
-            .arg("serve")
-            .arg("--host=127.0.0.1")
-            .arg(format!("--port={}", self.port))
             .arg(format!("--node-id={}", self.id))
             .arg(format!("--database-url={}", spec.database_url))
             .arg(format!("--redis-url={}", spec.redis_url))
@@ -66,16 +62,16 @@ impl Node {
             command.env("HMDP_WORKERS", (cores / 2).max(1).to_string());
         }
         let name = format!("{} {flags:?}", self.id);
-        let ready = format!("{}/ready", self.url());
-        let process =
-            self.process
-                .insert(ChildProcess::spawn(&name, command, &self.log, Stdout::Log)?);
-        process.wait_until_answers(&ready, READY_TIMEOUT).await
+        let process = command
+            .start(&name, &self.log, Probe::Ready, READY_TIMEOUT)
+            .await?;
+        self.process = Some(process);
+        Ok(())
     }
 
     /// The process id while the node runs.
     pub fn pid(&self) -> Option<u32> {
-        self.process.as_ref().and_then(ChildProcess::id)
+        self.process.as_ref().and_then(NodeProcess::pid)
     }
 
     /// SIGKILL, like a crash or `kill -9`: nothing in flight is finished.
