@@ -48,8 +48,8 @@ async fn wait_until_written(app: &TestApp) {
 }
 
 /// User ids in ascending order, as [`RedisSale::buyers`] lists them.
-fn users(ids: &[u64]) -> Vec<UserId> {
-    let mut users: Vec<UserId> = ids.iter().copied().map(UserId::new).collect();
+fn users(ids: &[UserId]) -> Vec<UserId> {
+    let mut users = ids.to_vec();
     users.sort_unstable();
     users
 }
@@ -60,7 +60,7 @@ async fn the_script_answers_every_outcome() {
     let [first, second, third] = <[String; 3]>::try_from(app.login_many(3).await).unwrap();
 
     assert_eq!(
-        error_code(&app.purchase(999_999, &first).await),
+        error_code(&app.purchase(VoucherId::new(999_999), &first).await),
         "VOUCHER_NOT_FOUND"
     );
     let past = app
@@ -170,14 +170,10 @@ async fn a_sale_redis_lost_is_reloaded_from_mysql_by_the_next_purchase() {
 
     // Redis restarted empty: the sale and its buyers are gone.
     let keys = app.keys();
-    let voucher_id = VoucherId::new(voucher);
     let _: () = app
         .redis
         .clone()
-        .del(&[
-            keys.seckill_voucher(voucher_id),
-            keys.seckill_buyers(voucher_id),
-        ])
+        .del(&[keys.seckill_voucher(voucher), keys.seckill_buyers(voucher)])
         .await
         .unwrap();
     assert_eq!(app.redis_sale(voucher).await, None);
@@ -371,7 +367,7 @@ async fn queue_loses_admitted_orders_when_its_node_is_killed() {
     for (user_id, order_id) in told {
         let order = app
             .store
-            .order_of_user(OrderId::new(order_id), UserId::new(user_id))
+            .order_of_user(OrderId::new(order_id), user_id)
             .await
             .unwrap();
         assert!(order.is_none(), "order {order_id} was written");
@@ -506,7 +502,7 @@ async fn a_reused_voucher_id_never_inherits_the_sale_redis_kept() {
         )
         .await
         .unwrap();
-    assert_eq!(restored.get(), voucher);
+    assert_eq!(restored, voucher);
     // Refused as a buyer of the earlier voucher until the node reads the
     // voucher again (every 5 s), then admitted to the restored one's sale.
     wait_until(

@@ -12,6 +12,7 @@
 use std::time::{Duration, Instant};
 
 use hmdp::config::ServeSettings;
+use hmdp::ids::VoucherId;
 use hmdp::store::{NewSeckillVoucher, NewVoucher, Store};
 use hmdp_lock::LockMode;
 use hmdp_test_support::RedisServer;
@@ -29,7 +30,7 @@ const USERS: usize = 40;
 /// How long the two buyers keep buying after the reset request was sent.
 const BUYING_FOR: Duration = Duration::from_millis(80);
 
-fn purchase_request(voucher: i64, token: &str) -> String {
+fn purchase_request(voucher: VoucherId, token: &str) -> String {
     format!(
         "POST /voucher-order/seckill/{voucher} HTTP/1.1\r\nhost: node\r\n\
          authorization: {token}\r\ncontent-length: 0\r\n\r\n"
@@ -39,7 +40,7 @@ fn purchase_request(voucher: i64, token: &str) -> String {
 /// One user's race: a purchase reset `reset_after` it was sent, and two
 /// buyers that start right after it and keep buying. Returns the order ids
 /// the API answered with.
-async fn race(app: &TestApp, voucher: i64, token: &str, reset_after: Duration) -> Vec<i64> {
+async fn race(app: &TestApp, voucher: VoucherId, token: &str, reset_after: Duration) -> Vec<i64> {
     let request = purchase_request(voucher, token);
     let reset = send_then_reset(socket_address(app), &request, reset_after);
     let buyer = || async {

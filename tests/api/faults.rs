@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use hmdp::ids::UserId;
+use hmdp::ids::VoucherId;
 use hmdp_lock::LockMode;
 use hmdp_test_support::{free_ports, wait_until, RedisServer};
 use serde_json::Value;
@@ -18,7 +18,7 @@ use crate::slow_mysql::SlowCommitMariaDb;
 /// is 500 ms; this only catches hangs, it does not measure speed.
 const NO_HANG: Duration = Duration::from_secs(5);
 
-async fn timed_purchase(app: &TestApp, voucher: i64, token: &str) -> (u16, Value, Duration) {
+async fn timed_purchase(app: &TestApp, voucher: VoucherId, token: &str) -> (u16, Value, Duration) {
     let started = Instant::now();
     // Cut off here, so a regression fails in seconds instead of hanging
     // the suite for as long as MySQL waits.
@@ -102,7 +102,7 @@ async fn unreachable_mysql_answers_503_fast() {
     })
     .await;
     for _ in 0..2 {
-        let (status, body, took) = timed_purchase(&app, 10, &token).await;
+        let (status, body, took) = timed_purchase(&app, VoucherId::new(10), &token).await;
         assert_eq!(status, 503, "{body}");
         assert_eq!(body["errorCode"], "UNAVAILABLE");
         assert_eq!(body["errorMsg"], "服务繁忙，请稍后再试");
@@ -151,7 +151,7 @@ async fn mysql_lost_mid_transaction_rolls_back_and_releases_the_lock() {
 /// inside the hold and far beyond the few milliseconds from the lock to
 /// the hold.
 async fn inside_the_transaction(app: &TestApp, token: &str) {
-    let lock_key = app.keys().order_lock(UserId::new(app.user_id(token).await));
+    let lock_key = app.keys().order_lock(app.user_id(token).await);
     wait_until("the purchase took its lock", NO_HANG, || async {
         app.key_exists(&lock_key).await
     })
@@ -166,7 +166,7 @@ async fn inside_the_transaction(app: &TestApp, token: &str) {
 /// the backend timeout instead of waiting; then `unlock` lets the lock go.
 async fn purchase_answers_503_behind(
     app: &TestApp,
-    voucher: i64,
+    voucher: VoucherId,
     token: &str,
     lock: &str,
     unlock: &str,
@@ -191,7 +191,7 @@ async fn purchase_answers_503_behind(
 /// A node whose backend calls give up after 1 s, a voucher of stock 10 on
 /// sale and a user logged in: the set-up of the tests that hold a lock the
 /// purchase needs.
-async fn impatient_node_with_a_voucher() -> (TestApp, i64, String) {
+async fn impatient_node_with_a_voucher() -> (TestApp, VoucherId, String) {
     let app = spawn_app(|s| {
         s.lock.mode = LockMode::RedisLua;
         s.store.timeout.backend_timeout_ms = 1000;
@@ -391,7 +391,7 @@ async fn a_purchase_transaction_dropped_midway_is_rolled_back() {
 async fn an_unknown_voucher_is_refused_again_without_asking_mysql() {
     let app = spawn_app(|s| s.store.timeout.backend_timeout_ms = 1000).await;
     let token = app.login(&phone(1)).await;
-    let unknown = 987_654_321;
+    let unknown = VoucherId::new(987_654_321);
     let first = app.purchase(unknown, &token).await;
     assert_eq!(first["errorCode"], "VOUCHER_NOT_FOUND", "{first}");
 
@@ -523,7 +523,6 @@ async fn a_frozen_mysql_makes_sale_reloads_give_up_not_pile_up() {
     .await;
     // Redis loses both sales (evicted, or restarted empty).
     for voucher in vouchers {
-        let voucher = hmdp::ids::VoucherId::new(voucher);
         let keys = [
             app.keys().seckill_voucher(voucher),
             app.keys().seckill_buyers(voucher),

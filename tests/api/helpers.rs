@@ -11,7 +11,7 @@ use clap::Parser;
 use futures::future::join_all;
 use hmdp::config::AdminToken;
 use hmdp::config::ServeSettings;
-use hmdp::ids::VoucherId;
+use hmdp::ids::{UserId, VoucherId};
 use hmdp::keys::Keys;
 use hmdp::seckill::{RedisSale, SaleState};
 use hmdp::startup::Application;
@@ -234,7 +234,7 @@ impl TestApp {
 
     /// Creates a seckill voucher on sale now (or in the given window) and
     /// returns its id.
-    pub async fn create_seckill(&self, stock: i64, begin: &str, end: &str) -> i64 {
+    pub async fn create_seckill(&self, stock: i64, begin: &str, end: &str) -> VoucherId {
         let body: Value = self
             .post_voucher(
                 "/voucher/seckill",
@@ -246,16 +246,16 @@ impl TestApp {
             .await
             .unwrap();
         assert_eq!(body["success"], true, "{body}");
-        body["data"].as_str().unwrap().parse().unwrap()
+        VoucherId::new(body["data"].as_str().unwrap().parse().unwrap())
     }
 
     /// Creates a seckill voucher on sale now and for years, the tests' one
     /// open sale, and returns its id.
-    pub async fn create_open_seckill(&self, stock: i64) -> i64 {
+    pub async fn create_open_seckill(&self, stock: i64) -> VoucherId {
         self.create_seckill(stock, OPEN_SINCE, OPEN_UNTIL).await
     }
 
-    pub async fn purchase(&self, voucher_id: i64, token: &str) -> Value {
+    pub async fn purchase(&self, voucher_id: VoucherId, token: &str) -> Value {
         self.post_json(&format!("/voucher-order/seckill/{voucher_id}"), Some(token))
             .await
     }
@@ -298,9 +298,9 @@ impl TestApp {
     }
 
     /// The id of the user logged in with `token`.
-    pub async fn user_id(&self, token: &str) -> u64 {
+    pub async fn user_id(&self, token: &str) -> UserId {
         let me = self.get_json("/user/me", Some(token)).await;
-        me["data"]["id"].as_u64().expect("a user id")
+        UserId::new(me["data"]["id"].as_u64().expect("a user id"))
     }
 
     /// The asynchronous purchase's Redis state under the test's prefix.
@@ -309,11 +309,8 @@ impl TestApp {
     }
 
     /// The voucher's sale as Redis holds it.
-    pub async fn redis_sale(&self, voucher_id: i64) -> Option<RedisSale> {
-        self.sale_state()
-            .read(VoucherId::new(voucher_id))
-            .await
-            .unwrap()
+    pub async fn redis_sale(&self, voucher_id: VoucherId) -> Option<RedisSale> {
+        self.sale_state().read(voucher_id).await.unwrap()
     }
 
     /// Orders admitted and not yet written.
@@ -325,11 +322,8 @@ impl TestApp {
             .unwrap()
     }
 
-    pub async fn audit(&self, voucher_id: i64) -> VoucherAudit {
-        self.store
-            .audit_voucher(VoucherId::new(voucher_id))
-            .await
-            .unwrap()
+    pub async fn audit(&self, voucher_id: VoucherId) -> VoucherAudit {
+        self.store.audit_voucher(voucher_id).await.unwrap()
     }
 }
 
@@ -443,7 +437,7 @@ impl DerefMut for NodeProcess {
 
 /// A purchase of `voucher` by `token`'s user at the node at `address`; the
 /// answer's body.
-pub async fn buy_at(address: &str, voucher: i64, token: &str) -> Value {
+pub async fn buy_at(address: &str, voucher: VoucherId, token: &str) -> Value {
     reqwest::Client::new()
         .post(format!("{address}/voucher-order/seckill/{voucher}"))
         .header("authorization", token)

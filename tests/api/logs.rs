@@ -2,6 +2,7 @@
 //! is routine and logs nothing, while a backend failure is still reported.
 
 use futures::future::join_all;
+use hmdp::ids::VoucherId;
 use hmdp_test_support::free_ports;
 
 use crate::helpers::{phone, spawn_app, NodeProcess};
@@ -13,7 +14,7 @@ const REFUSALS: usize = 100;
 /// below one line per refusal.
 const MAX_LOG_BYTES_FOR_REFUSALS: u64 = 2048;
 
-async fn purchase(node: &NodeProcess, voucher: i64, token: &str) -> reqwest::Response {
+async fn purchase(node: &NodeProcess, voucher: VoucherId, token: &str) -> reqwest::Response {
     reqwest::Client::new()
         .post(format!("{}/voucher-order/seckill/{voucher}", node.address))
         .header("authorization", token)
@@ -78,7 +79,7 @@ async fn an_unreachable_mysql_is_still_logged() {
     )
     .await;
 
-    let response = purchase(&node, 10, &token).await;
+    let response = purchase(&node, VoucherId::new(10), &token).await;
 
     assert_eq!(response.status(), 503);
     let log = node.log();

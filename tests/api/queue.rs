@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use crate::helpers::{buy_at, NodeProcess, TestApp};
 use futures::future::join_all;
-use hmdp::ids::UserId;
+use hmdp::ids::VoucherId;
 use hmdp_test_support::wait_until;
 
 /// Buys `voucher` for each token through `node`, all at once; the order ids
 /// its buyers were told.
-async fn buy(node: &NodeProcess, voucher: i64, tokens: &[String]) -> Vec<i64> {
+async fn buy(node: &NodeProcess, voucher: VoucherId, tokens: &[String]) -> Vec<i64> {
     let answers = join_all(
         tokens
             .iter()
@@ -80,7 +80,7 @@ async fn an_order_whose_users_lock_stays_busy_for_seconds_is_written_not_dropped
     // Another holder (a killed node's purchase, say) keeps the user's lock
     // for 4 s: longer than any fixed number of quick retries.
     let _: () = redis::cmd("SET")
-        .arg(app.keys().order_lock(UserId::new(user)))
+        .arg(app.keys().order_lock(user))
         .arg("another-holder")
         .arg("PX")
         .arg(4000)

@@ -22,7 +22,7 @@ fn order_id(user: u64) -> i64 {
 }
 
 /// Adds one entry per user, and their orders to the pending hash.
-async fn add_orders(app: &TestApp, voucher: i64, users: impl IntoIterator<Item = u64>) {
+async fn add_orders(app: &TestApp, voucher: VoucherId, users: impl IntoIterator<Item = u64>) {
     let keys = app.keys();
     let mut pipe = redis::pipe();
     for user in users {
@@ -111,7 +111,7 @@ async fn consumers(app: &TestApp) -> Vec<String> {
 
 /// Waits until `orders` orders of `voucher` are written and every entry is
 /// acknowledged and gone from the stream.
-async fn wait_drained(app: &TestApp, voucher: i64, orders: i64) {
+async fn wait_drained(app: &TestApp, voucher: VoucherId, orders: i64) {
     wait_until(
         &format!("{orders} orders written and the stream drained"),
         Duration::from_secs(30),
@@ -326,12 +326,10 @@ async fn a_redelivered_written_order_is_acknowledged_not_written_again() {
     let order = NewOrder {
         id: hmdp::ids::OrderId::new(order_id(1)),
         user_id: hmdp::ids::UserId::new(1),
-        voucher_id: VoucherId::new(voucher),
+        voucher_id: voucher,
     };
     store::insert_orders(&mut tx, &[order]).await.unwrap();
-    assert!(store::take_stock_units(&mut tx, VoucherId::new(voucher), 1)
-        .await
-        .unwrap());
+    assert!(store::take_stock_units(&mut tx, voucher, 1).await.unwrap());
     tx.commit().await.unwrap();
     assert_eq!(pending(&app).await, 1);
     // And a second order of the same user, under another id.

@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use hmdp::ids::VoucherId;
 use hmdp_lock::LockMode;
 
 use crate::helpers::{phone, spawn_app};
@@ -35,7 +36,7 @@ async fn purchase_outcomes_in_the_documented_order() {
     let app = spawn_app(|_| {}).await;
     let token = app.login(&phone(2)).await;
 
-    let missing = app.purchase(999_999, &token).await;
+    let missing = app.purchase(VoucherId::new(999_999), &token).await;
     assert_rejected(&missing, "VOUCHER_NOT_FOUND", "秒杀券不存在！");
 
     let future = app
