@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use chrono::{Local, TimeDelta};
 
-use super::harness::{Actor, Lab};
+use super::harness::Lab;
+use super::report::Actor;
 use hmdp::error::Error;
 use hmdp::ids::{OrderId, UserId};
 use hmdp::keys::Keys;

@@ -20,15 +20,12 @@ use redis::AsyncCommands;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::report::{Event, Report};
+use super::report::{Actor, Event, Report};
 use super::LabArgs;
 use hmdp::config::LockSettings;
 use hmdp::ids::UserId;
 use hmdp::keys::Keys;
 use hmdp_test_support::remove_keys_with_prefix;
-
-/// A participant of a scenario: "A", "B", "C".
-pub type Actor = &'static str;
 
 /// The scenario clock and the events recorded against it. Shared with the
 /// fault injected into the lock, which outlives any borrow of the [`Lab`].

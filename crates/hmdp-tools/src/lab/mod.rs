@@ -40,10 +40,9 @@ use hmdp::store::Store;
 use hmdp_test_support::TestDatabase;
 
 pub use cluster_failover::ClusterFailoverArgs;
-pub use harness::Actor;
 use harness::Lab;
 pub use redis_restart::RedisRestartArgs;
-pub use report::{Event, Report};
+pub use report::{Actor, Event, Report};
 
 /// Where and with what lock a scenario runs.
 #[derive(Debug, Clone, Args)]

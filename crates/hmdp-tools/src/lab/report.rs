@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use hmdp_lock::{LockMode, Release};
 
-use super::harness::Actor;
+/// A participant of a scenario: "A", "B", "C".
+pub type Actor = &'static str;
 
 /// One line of the timeline.
 #[derive(Debug, Clone)]
