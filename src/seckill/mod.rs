@@ -48,7 +48,7 @@ pub use admission::Admission;
 use catalog::Catalog;
 pub use in_flight::DeadLetter;
 use queue::OrderQueue;
-pub use sale_state::{PendingOrder, Readmit, RedisSale, SaleState};
+pub use sale_state::{PendingOrder, RedisSale, SaleState};
 use writer::{Ended, Outcome, FENCED_OUT};
 pub use writer::{Locks, OrderSource, OrderWriter};
 

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use hmdp_lock::{DistributedLock, LockError, LockGuard};
+use hmdp_lock::{DistributedLock, LockError, LockGuard, LockMode};
 
 use super::sale_state::{Readmit, SaleState};
 use crate::error::{Error, Rejection};
@@ -186,8 +186,8 @@ impl OrderWriter {
     }
 
     /// The lock's mode, for logs and metrics.
-    pub fn lock_mode(&self) -> String {
-        self.lock.mode().to_string()
+    pub fn lock_mode(&self) -> LockMode {
+        self.lock.mode()
     }
 
     /// Takes the user's lock, timing it; a busy lock is hmdp's failed
