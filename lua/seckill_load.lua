@@ -5,7 +5,8 @@
 -- another token is an earlier voucher's sale under a reused id: replaced.
 -- KEYS[1]: the voucher's sale hash ({seckill}:voucher:<voucherId>)
 -- KEYS[2]: the voucher's buyer set ({seckill}:buyers:<voucherId>)
--- ARGV[1]: initial stock (MySQL stock + MySQL orders)
+-- KEYS[3]: the voucher's given-back orders ({seckill}:given-back:<voucherId>)
+-- ARGV[1]: initial stock (MySQL stock + MySQL's active orders)
 -- ARGV[2]: stock left (MySQL stock)
 -- ARGV[3]: sale begins, Unix epoch milliseconds
 -- ARGV[4]: sale ends, Unix epoch milliseconds
@@ -13,7 +14,10 @@
 -- ARGV[6]: milliseconds before the sale admits anyone (0: at once); a sale
 --          loaded after Redis lost it waits for writers still holding
 --          orders admitted before, which count them again meanwhile
--- ARGV[7..]: user ids that already hold an order of the voucher
+-- ARGV[7]: how many user ids follow (n)
+-- ARGV[8..7+n]: user ids that hold an active order of the voucher
+-- ARGV[8+n..]: closed orders whose give-back MySQL still owes Redis: their
+--          units are in ARGV[2] already, so they count as given back
 -- Returns 1 when the sale was loaded, 2 when it replaced another token's
 -- sale, 0 when this very sale was there (nothing written).
 local token = redis.call('HGET', KEYS[1], 'token')
@@ -30,14 +34,19 @@ if tonumber(ARGV[6]) > 0 then
   local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
   redis.call('HSET', KEYS[1], 'open_ms', now_ms + tonumber(ARGV[6]))
 end
--- Buyers left behind without their hash (an evicted hash), or another
--- voucher's, are MySQL's to say, not ours to keep.
-redis.call('DEL', KEYS[2])
+-- Buyers and give-backs left behind without their hash (an evicted hash),
+-- or another voucher's, are MySQL's to say, not ours to keep.
+redis.call('DEL', KEYS[2], KEYS[3])
 -- SADD in slices: unpack() of too many values overflows Lua's stack.
-local slice = 1000
-for first = 7, #ARGV, slice do
-  redis.call('SADD', KEYS[2], unpack(ARGV, first, math.min(first + slice - 1, #ARGV)))
+local function add_all(key, first, last)
+  local slice = 1000
+  for from = first, last, slice do
+    redis.call('SADD', key, unpack(ARGV, from, math.min(from + slice - 1, last)))
+  end
 end
+local buyers_end = 7 + tonumber(ARGV[7])
+add_all(KEYS[2], 8, buyers_end)
+add_all(KEYS[3], buyers_end + 1, #ARGV)
 if existed then
   return 2
 end

@@ -317,6 +317,43 @@ impl StreamSettings {
     }
 }
 
+/// The order's life after the sale: payment deadline and sweep.
+#[derive(Debug, Clone, Args)]
+pub struct AfterSaleSettings {
+    /// How long an order may stay unpaid: past `createTime` + this, it is
+    /// closed and its unit and its buyer's turn go back on sale.
+    #[arg(long, env = "HMDP_PAY_TIMEOUT_SECS", default_value_t = 900,
+          value_parser = clap::value_parser!(u64).range(1..=30 * 86_400))]
+    pub pay_timeout_secs: u64,
+
+    /// How often each node sweeps MySQL for unpaid orders past their
+    /// deadline that Redis lost the due time of (they are closed within
+    /// this, plus 5 seconds, of their deadline).
+    #[arg(long, env = "HMDP_PAY_SWEEP_SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub pay_sweep_secs: u64,
+
+    /// Fault injection: sleep this long between closing an order in MySQL
+    /// and giving its unit back to Redis, the window in which a node killed
+    /// leaves the give-back owed.
+    #[arg(long, env = "HMDP_CHAOS_GIVEBACK_DELAY_MS", default_value_t = 0)]
+    pub chaos_giveback_delay_ms: u64,
+}
+
+impl AfterSaleSettings {
+    pub fn pay_timeout(&self) -> Duration {
+        Duration::from_secs(self.pay_timeout_secs)
+    }
+
+    pub fn sweep_every(&self) -> Duration {
+        Duration::from_secs(self.pay_sweep_secs)
+    }
+
+    pub fn chaos_giveback_delay(&self) -> Duration {
+        Duration::from_millis(self.chaos_giveback_delay_ms)
+    }
+}
+
 /// Settings of one HTTP node (`hmdp serve`).
 #[derive(Debug, Clone, Args)]
 pub struct ServeSettings {
@@ -339,6 +376,9 @@ pub struct ServeSettings {
 
     #[command(flatten)]
     pub stream: StreamSettings,
+
+    #[command(flatten)]
+    pub after_sale: AfterSaleSettings,
 
     /// `queue`: on SIGTERM or SIGINT, how long the node keeps writing the
     /// orders still queued (already answered with their ids) before it

@@ -21,9 +21,42 @@ pub enum Rejection {
     AlreadyOrdered,
     OrderNotFound,
     ShopNotFound,
+    /// The order was cancelled, or closed unpaid at its deadline.
+    OrderClosed,
+    /// Paid (or used) already: it cannot be cancelled.
+    OrderPaid,
+    /// Unpaid: it cannot be used.
+    OrderNotPaid,
+    /// Admitted and not written to MySQL yet: asked again in a moment, it is.
+    OrderPending,
 }
 
 impl Rejection {
+    pub const ALL: [Rejection; 15] = [
+        Rejection::PhoneInvalid,
+        Rejection::CodeInvalid,
+        Rejection::CodeTooFrequent,
+        Rejection::VoucherNotFound,
+        Rejection::NotStarted,
+        Rejection::Ended,
+        Rejection::SoldOut,
+        Rejection::DuplicateRequest,
+        Rejection::AlreadyOrdered,
+        Rejection::OrderNotFound,
+        Rejection::ShopNotFound,
+        Rejection::OrderClosed,
+        Rejection::OrderPaid,
+        Rejection::OrderNotPaid,
+        Rejection::OrderPending,
+    ];
+
+    /// The rejection whose [`Rejection::code`] is `code`.
+    pub fn from_code(code: &str) -> Option<Rejection> {
+        Rejection::ALL
+            .into_iter()
+            .find(|rejection| rejection.code() == code)
+    }
+
     pub fn code(self) -> &'static str {
         match self {
             Rejection::PhoneInvalid => "PHONE_INVALID",
@@ -37,6 +70,10 @@ impl Rejection {
             Rejection::AlreadyOrdered => "ALREADY_ORDERED",
             Rejection::OrderNotFound => "ORDER_NOT_FOUND",
             Rejection::ShopNotFound => "SHOP_NOT_FOUND",
+            Rejection::OrderClosed => "ORDER_CLOSED",
+            Rejection::OrderPaid => "ORDER_PAID",
+            Rejection::OrderNotPaid => "ORDER_NOT_PAID",
+            Rejection::OrderPending => "ORDER_PENDING",
         }
     }
 
@@ -53,6 +90,10 @@ impl Rejection {
             Rejection::AlreadyOrdered => "用户已经购买过一次！",
             Rejection::OrderNotFound => "订单不存在！",
             Rejection::ShopNotFound => "店铺不存在！",
+            Rejection::OrderClosed => "订单已关闭！",
+            Rejection::OrderPaid => "订单已支付，不能取消！",
+            Rejection::OrderNotPaid => "订单尚未支付！",
+            Rejection::OrderPending => "订单处理中，请稍后再试！",
         }
     }
 }
@@ -73,6 +114,12 @@ pub enum Error {
     NotFound,
     #[error("请求体过大")]
     PayloadTooLarge,
+    /// A request with the same `Idempotency-Key` is still being answered.
+    #[error("相同的请求正在处理中")]
+    IdempotencyKeyInUse,
+    /// The `Idempotency-Key` was first sent with another request.
+    #[error("幂等键已用于另一个请求")]
+    IdempotencyKeyReused,
     /// The request body did not arrive within the body deadline.
     #[error("请求超时")]
     RequestTimeout,
@@ -92,6 +139,8 @@ impl Error {
             Error::Forbidden => "FORBIDDEN",
             Error::NotFound => "NOT_FOUND",
             Error::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            Error::IdempotencyKeyInUse => "IDEMPOTENCY_KEY_IN_USE",
+            Error::IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
             Error::RequestTimeout => "REQUEST_TIMEOUT",
             Error::Unavailable(_) => "UNAVAILABLE",
             Error::Internal(_) => "INTERNAL",

@@ -101,6 +101,25 @@ impl Keys {
         format!("{}{{seckill}}:buyers:{voucher_id}", self.prefix)
     }
 
+    /// `{seckill}:given-back:{voucherId}`: the closed orders whose unit and
+    /// buyer's turn went back to the sale (`lua/giveback.lua`), so that a
+    /// give-back sent twice counts once.
+    pub fn seckill_given_back(&self, voucher_id: VoucherId) -> String {
+        format!("{}{{seckill}}:given-back:{voucher_id}", self.prefix)
+    }
+
+    /// `{seckill}:due`: unpaid orders by their payment deadline (a sorted
+    /// set, score in Unix epoch milliseconds), claimed by the nodes' closers.
+    pub fn pay_deadlines(&self) -> String {
+        format!("{}{{seckill}}:due", self.prefix)
+    }
+
+    /// `idempotency:{userId}:{key}`: the answer to a purchase request sent
+    /// with an `Idempotency-Key` header.
+    pub fn idempotency(&self, user_id: UserId, key: &str) -> String {
+        format!("{}idempotency:{user_id}:{key}", self.prefix)
+    }
+
     /// `{seckill}:orders`: the stream of admitted orders (fields `id`,
     /// `userId`, `voucherId`) that the consumer group writes to MySQL. Every
     /// key of the asynchronous path carries the hash tag `{seckill}`, so a

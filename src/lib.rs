@@ -4,6 +4,9 @@
 //! `hmdp-tools`, on top of this library; the node's own binary is
 //! `hmdp-server` (`src/main.rs`).
 
+/// The order's life after the sale: pay, cancel, use, the unpaid-order
+/// timeout, and the unit given back.
+pub mod after_sale;
 /// hmdp's HTTP API: routes, handlers, the `Result` body.
 pub mod api;
 /// Login codes and Redis sessions.
@@ -16,6 +19,8 @@ pub mod config;
 pub mod error;
 /// hmdp's Redis id worker.
 pub mod id_worker;
+/// The answers to purchase requests sent with an `Idempotency-Key`.
+pub mod idempotency;
 /// Typed ids of users, shops, vouchers and orders, parsed at the edge.
 pub mod ids;
 /// Every Redis key, in one place.

@@ -104,6 +104,24 @@ metric!(STREAM_ORDERS: IntCounterVec = register_int_counter_vec_with_registry(
     "hmdp_stream_orders_total",
     "Stream entries settled by this node's consumer, by outcome", &["outcome"]));
 
+metric!(ORDERS_BY_STATUS: IntGaugeVec = register_int_gauge_vec_with_registry(
+    "hmdp_orders", "Orders in MySQL by status (unpaid, paid, used, closed, refunding, refunded), \
+     read by each node's closer every few seconds", &["status"]));
+metric!(ORDERS_PAID: IntCounter = register_int_counter_with_registry(
+    "hmdp_orders_paid_total", "Unpaid orders this node paid"));
+metric!(ORDERS_CLOSED: IntCounterVec = register_int_counter_vec_with_registry(
+    "hmdp_orders_closed_total",
+    "Unpaid orders this node closed, by cause (cancel, timeout: their due time in Redis came, \
+     sweep: found past their deadline in MySQL)", &["cause"]));
+metric!(GIVEBACKS: IntCounterVec = register_int_counter_vec_with_registry(
+    "hmdp_givebacks_total",
+    "Closed orders' units and buyers' turns this node sent back to the Redis sale, by outcome \
+     (given: now; already: an earlier send or a reload had; no_sale: Redis holds no sale, \
+     which its next load reads from MySQL)", &["outcome"]));
+metric!(UNPAID_OVERDUE: IntGauge = register_int_gauge_with_registry(
+    "hmdp_unpaid_overdue_oldest_seconds",
+    "How long past its payment deadline the oldest unpaid order is (0: none is)"));
+
 /// Counts what the lock reports into the metrics above.
 pub struct LockMetrics;
 
@@ -146,6 +164,8 @@ pub fn init(mode: &str) {
     }
     LazyLock::force(&DB_POOL);
     LazyLock::force(&CACHE_READS);
+    LazyLock::force(&ORDERS_PAID);
+    LazyLock::force(&UNPAID_OVERDUE);
     LOCK_ACQUIRE.with_label_values(&[mode]);
     LOCK_BUSY.with_label_values(&[mode]);
     for reason in LostReason::ALL {

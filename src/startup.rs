@@ -14,10 +14,12 @@ use clap::{Args, Subcommand};
 use hmdp_lock::DistributedLock;
 use tracing_actix_web::TracingLogger;
 
+use crate::after_sale::{AfterSale, Closer, PayDeadlines};
 use crate::api::{self, AppState};
 use crate::auth::Sessions;
 use crate::cache::ShopCache;
 use crate::config::AdminToken;
+use crate::idempotency::Idempotency;
 use crate::config::{
     connect_redis, redact_url, DatabaseSettings, LockSettings, SeckillMode, ServeSettings,
     TimeoutSettings,
@@ -60,6 +62,9 @@ pub struct Application {
     /// `--seckill stream`: this node's consumer of the order stream, started
     /// with the server and stopped after it.
     stream_consumer: Option<StreamConsumer>,
+    /// Closes this node's share of the unpaid orders past their deadline,
+    /// run alongside the server and stopped after it.
+    closer: Closer,
     /// Drained of its queued orders (`queue`) once the server has stopped.
     seckill: Arc<Seckill>,
     queue_drain: Duration,
@@ -100,15 +105,27 @@ impl Application {
             token
         });
 
+        let deadlines = PayDeadlines::new(redis.clone(), &keys, settings.after_sale.pay_timeout());
         let seckill = Seckill::new(
             store.clone(),
             lock,
             redis.clone(),
             keys.clone(),
+            deadlines.clone(),
             Duration::from_millis(settings.chaos_hold_ms),
         )
         .start(settings.seckill)
         .await;
+        let returned_to = seckill.clone();
+        let after_sale = Arc::new(AfterSale::new(
+            store.clone(),
+            redis.clone(),
+            keys.clone(),
+            deadlines,
+            Arc::new(move |voucher_id| returned_to.stock_returned(voucher_id)),
+            settings.after_sale.chaos_giveback_delay(),
+        ));
+        let closer = Closer::new(after_sale.clone(), settings.after_sale.sweep_every());
         let stream_consumer = match settings.seckill {
             SeckillMode::Stream => Some(StreamConsumer::new(
                 seckill.writer(),
@@ -127,6 +144,7 @@ impl Application {
             store.clone(),
             timeout,
         )?;
+        let idempotency = Idempotency::new(redis.clone(), keys.clone());
         let state = web::Data::new(AppState {
             node_id: node_id.clone(),
             shops,
@@ -137,8 +155,10 @@ impl Application {
                 Duration::from_secs(settings.code_interval_secs),
                 Duration::from_millis(settings.session_cache_ms),
             ),
+            idempotency,
             redis,
             seckill: seckill.clone(),
+            after_sale,
             admin_token,
             backend_timeout: timeout,
         });
@@ -173,6 +193,7 @@ impl Application {
             port,
             server: server.run(),
             stream_consumer,
+            closer,
             seckill,
             queue_drain: Duration::from_secs(settings.queue_drain_secs),
         })
@@ -195,7 +216,9 @@ impl Application {
     /// `--queue-drain-secs`.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let consumer = self.stream_consumer.map(StreamConsumer::spawn);
+        let closer = self.closer.spawn();
         let served = self.server.await;
+        closer.stop();
         if let Some(consumer) = consumer {
             consumer.stop().await;
         }

@@ -79,6 +79,8 @@ impl ResponseError for Error {
             Error::Forbidden => StatusCode::FORBIDDEN,
             Error::NotFound => StatusCode::NOT_FOUND,
             Error::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::IdempotencyKeyInUse => StatusCode::CONFLICT,
+            Error::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Error::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,

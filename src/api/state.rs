@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use hmdp_lock::Connection as RedisConnection;
 
+use crate::after_sale::AfterSale;
 use crate::auth::Sessions;
 use crate::cache::ShopCache;
 use crate::config::AdminToken;
+use crate::idempotency::Idempotency;
 use crate::seckill::Seckill;
 use crate::store::Store;
 
@@ -19,6 +21,10 @@ pub struct AppState {
     pub redis: RedisConnection,
     pub sessions: Sessions,
     pub seckill: Arc<Seckill>,
+    /// Pay, cancel, use and the unpaid-order timeout.
+    pub after_sale: Arc<AfterSale>,
+    /// Purchase answers kept under their `Idempotency-Key`.
+    pub idempotency: Idempotency,
     /// Shops and shop categories, read through Redis.
     pub shops: ShopCache,
     pub admin_token: AdminToken,

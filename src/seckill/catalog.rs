@@ -2,10 +2,13 @@
 //! memory: a flash sale hits one voucher thousands of times a second, and
 //! its sale window never changes once created.
 //!
-//! Stock is the one moving part. The cache only remembers that a voucher
-//! *sold out* — stock never grows again (there is no restocking API) — so a
-//! sold-out voucher is refused without touching MySQL. While stock remains,
-//! the transaction's `stock > 0` update stays the source of truth.
+//! Stock is the one moving part. The cache remembers that a voucher *sold
+//! out*, so that the storm after the last unit is refused without touching
+//! MySQL or Redis. While stock remains, the transaction's `stock > 0` update
+//! (or the admission script) stays the source of truth. Stock comes back
+//! when an unpaid order is cancelled or closed: the node that gave the unit
+//! back forgets the sold-out at once ([`Catalog::stock_returned`]), every
+//! other node when it reads the voucher again, within [`REREAD_AFTER`].
 //!
 //! A voucher is read again from MySQL every [`REREAD_AFTER`], by one
 //! purchase while the others go on with what was read: a database reset or
@@ -50,7 +53,7 @@ impl SaleInfo {
         self.sold_out.load(Ordering::Relaxed)
     }
 
-    /// Records that the last unit is gone; stock never comes back.
+    /// Records that the last unit is gone, until a unit comes back.
     pub fn mark_sold_out(&self) {
         self.sold_out.store(true, Ordering::Relaxed);
     }
@@ -124,8 +127,8 @@ impl Catalog {
     }
 
     /// Reads the voucher from MySQL into the catalog, replacing `known`.
-    /// The same voucher (same token) keeps what this node saw of it: a
-    /// sale it saw sell out stays sold out.
+    /// MySQL's stock says whether it is sold out: a unit given back by a
+    /// closed order on any node shows there.
     async fn read(
         &self,
         voucher_id: VoucherId,
@@ -142,11 +145,10 @@ impl Catalog {
             self.remember_missing(voucher_id);
             return Ok(None);
         };
-        let same = known.filter(|known| known.token == row.sale_token);
         let info = Arc::new(SaleInfo {
             begin_time: row.begin_time,
             end_time: row.end_time,
-            sold_out: AtomicBool::new(row.stock < 1 || same.is_some_and(SaleInfo::is_sold_out)),
+            sold_out: AtomicBool::new(row.stock < 1),
             token: row.sale_token,
             read_at: Instant::now(),
             rereading: AtomicBool::new(false),
@@ -167,6 +169,13 @@ impl Catalog {
         self.cached(voucher_id).is_some_and(|sale| {
             sale.refusal_at(Local::now().naive_local()) == Some(Rejection::SoldOut)
         })
+    }
+
+    /// A unit of the voucher came back on sale: it is not sold out.
+    pub fn stock_returned(&self, voucher_id: VoucherId) {
+        if let Some(sale) = self.cached(voucher_id) {
+            sale.sold_out.store(false, Ordering::Relaxed);
+        }
     }
 
     /// Drops what is known of the voucher, which is read again from MySQL

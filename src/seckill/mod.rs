@@ -37,6 +37,7 @@ use hmdp_lock::{DistributedLock, LockError, LockGuard, LostReason};
 use serde::Serialize;
 use tracing::Instrument;
 
+use crate::after_sale::PayDeadlines;
 use crate::config::SeckillMode;
 use crate::error::{Error, Rejection};
 use crate::id_worker::IdWorker;
@@ -102,7 +103,7 @@ fn counted(outcome: Result<OrderId, Error>) -> Result<OrderId, Error> {
     outcome
 }
 
-/// Places one-order-per-user flash-sale orders.
+/// Places flash-sale orders, one active order per user.
 pub struct Seckill {
     store: Store,
     catalog: Catalog,
@@ -124,6 +125,7 @@ impl Seckill {
         lock: Arc<dyn DistributedLock>,
         redis: RedisConnection,
         keys: Keys,
+        deadlines: PayDeadlines,
         chaos_hold: Duration,
     ) -> Self {
         let sale_state = Arc::new(SaleState::new(redis.clone(), keys.clone(), store.clone()));
@@ -133,6 +135,7 @@ impl Seckill {
             sale_state.clone(),
             keys.clone(),
             OrderSource::Purchase,
+            deadlines,
             chaos_hold,
         );
         Seckill {
@@ -214,6 +217,12 @@ impl Seckill {
             tracing::warn!(%voucher_id, ?error,
                 "seckill sale not stored in Redis; its first purchase loads it");
         }
+    }
+
+    /// A unit of the voucher came back on sale (an order closed unpaid):
+    /// this node forgets that it saw the voucher sell out.
+    pub fn stock_returned(&self, voucher_id: VoucherId) {
+        self.catalog.stock_returned(voucher_id);
     }
 
     /// The caller's order: written in MySQL, else admitted and pending in
@@ -437,11 +446,6 @@ impl Seckill {
             }
             Admission::Refused(rejection) => {
                 if rejection == Rejection::SoldOut {
-                    // Stock in Redis never grows during a sale, with one
-                    // exception: a Redis restarted empty reloads MySQL's
-                    // stock, which counts the admitted orders it lost as
-                    // unsold. This node keeps refusing those units: their
-                    // buyers were told success.
                     sale.mark_sold_out();
                 }
                 return Err(rejection.into());

@@ -212,14 +212,19 @@ impl SaleState {
         let mut load = LOAD.prepare_invoke();
         load.key(self.keys.seckill_voucher(voucher_id))
             .key(self.keys.seckill_buyers(voucher_id))
+            .key(self.keys.seckill_given_back(voucher_id))
             .arg(sale.initial())
             .arg(sale.stock)
             .arg(epoch_ms(sale.begin_time))
             .arg(epoch_ms(sale.end_time))
             .arg(sale.token)
-            .arg(opens_in.as_millis() as u64);
+            .arg(opens_in.as_millis() as u64)
+            .arg(sale.buyers.len());
         for buyer in &sale.buyers {
             load.arg(buyer.get());
+        }
+        for order in &sale.given_back {
+            load.arg(order.get());
         }
         let put: i64 = load.invoke_async(&mut self.redis.clone()).await?;
         Ok(match put {
@@ -236,6 +241,7 @@ impl SaleState {
         let keys = [
             self.keys.seckill_voucher(voucher_id),
             self.keys.seckill_buyers(voucher_id),
+            self.keys.seckill_given_back(voucher_id),
         ];
         self.redis.clone().del::<_, ()>(&keys).await?;
         Ok(())

@@ -1,7 +1,7 @@
 //! The purchase transaction, one for every path: under the buyers' per-user
 //! locks, ONE transaction records each lock's fencing token, leaves out
 //! order ids already written (idempotency) and users who hold an order of
-//! the voucher already (one order per user), inserts the orders, checks the
+//! the voucher already (one active order per user), inserts the orders, checks the
 //! locks are still held, takes the stock — the stock row's lock last, so
 //! that only the commit follows it — and commits.
 //!
@@ -10,7 +10,8 @@
 //! queued order, the stream's consumer for a batch of entries and a dead
 //! letter's replay for its order ([`OrderWriter::write_under_locks`]), where
 //! the orders were admitted in Redis first and are also counted again in a
-//! sale Redis reloaded meanwhile.
+//! sale Redis reloaded meanwhile. Each order written gets its payment
+//! deadline (`after_sale`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use futures::future::join_all;
 use hmdp_lock::{DistributedLock, LockError, LockGuard, LockMode};
 
 use super::sale_state::{Readmit, SaleState};
+use crate::after_sale::PayDeadlines;
 use crate::error::{Error, Rejection};
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
@@ -48,6 +50,8 @@ pub struct OrderWriter {
     keys: Keys,
     sale_state: Arc<SaleState>,
     source: OrderSource,
+    /// Where each order written gets its payment deadline.
+    deadlines: PayDeadlines,
     /// Fault injection: sleep with the locks held and the transaction open,
     /// standing in for a GC pause or a slow SQL statement.
     chaos_hold: Duration,
@@ -148,6 +152,7 @@ impl OrderWriter {
         sale_state: Arc<SaleState>,
         keys: Keys,
         source: OrderSource,
+        deadlines: PayDeadlines,
         chaos_hold: Duration,
     ) -> Self {
         OrderWriter {
@@ -156,6 +161,7 @@ impl OrderWriter {
             keys,
             sale_state,
             source,
+            deadlines,
             chaos_hold,
         }
     }
@@ -399,7 +405,16 @@ impl OrderWriter {
             None => statements.await?,
         };
         match &ended {
-            Ended::Committed(_) => tx.commit().await?,
+            Ended::Committed(outcomes) => {
+                tx.commit().await?;
+                let written = orders
+                    .iter()
+                    .zip(outcomes)
+                    .filter(|(_, outcome)| **outcome == Outcome::Written)
+                    .map(|(order, _)| order.id)
+                    .collect();
+                self.deadlines.schedule(written);
+            }
             Ended::NoStock | Ended::IdTaken | Ended::Resold(_) => tx.rollback().await?,
         }
         Ok(ended)
@@ -453,8 +468,9 @@ impl OrderWriter {
             }
         }
 
-        // One order per user: the users who hold an order of the voucher
-        // already, and a user's second order within the transaction.
+        // One active order per user: the users who hold an active order of
+        // the voucher already, and a user's second order within the
+        // transaction.
         let mut by_voucher: BTreeMap<VoucherId, Vec<UserId>> = BTreeMap::new();
         for (order, _) in undecided(orders, &outcomes) {
             by_voucher

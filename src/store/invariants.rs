@@ -3,37 +3,51 @@
 
 use serde::Serialize;
 
+use super::order_life::active_order;
 use super::Store;
 use crate::ids::{OrderId, UserId, VoucherId};
 
-/// What a voucher's sale left behind.
+/// What a voucher's sale left behind. An active order (unpaid, paid, used)
+/// holds a unit; a closed one (cancelled, or unpaid past its deadline) gave
+/// its unit back to the stock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct VoucherAudit {
-    /// Orders written for the voucher.
-    pub orders: i64,
+    /// Active orders written for the voucher.
+    pub active_orders: i64,
+    /// Closed orders (status 4).
+    pub closed_orders: i64,
+    /// Closed orders that carry a payment time: a buyer paid for an order
+    /// that was closed.
+    pub paid_and_closed: i64,
     /// Stock left in `tb_seckill_voucher`.
     pub stock_left: i64,
-    /// Users holding more than one order of the voucher.
+    /// Users holding more than one active order of the voucher.
     pub duplicate_users: i64,
-    /// Orders beyond the first of each user (sum over duplicate users).
+    /// Active orders beyond the first of each user (sum over duplicate
+    /// users).
     pub extra_orders: i64,
 }
 
 impl VoucherAudit {
     /// Units sold beyond the initial stock: orders that had no stock behind them.
     pub fn oversold(&self, initial_stock: i64) -> i64 {
-        (self.orders - initial_stock).max(0) + (-self.stock_left).max(0)
+        (self.active_orders - initial_stock).max(0) + (-self.stock_left).max(0)
     }
 
-    /// `orders + stock == initial` and `stock >= 0`.
+    /// `active orders + stock == initial` and `stock >= 0`.
     pub fn stock_balances(&self, initial_stock: i64) -> bool {
-        self.orders + self.stock_left == initial_stock && self.stock_left >= 0
+        self.active_orders + self.stock_left == initial_stock && self.stock_left >= 0
+    }
+
+    /// Every order written, closed ones included.
+    pub fn orders(&self) -> i64 {
+        self.active_orders + self.closed_orders
     }
 
     /// The units this audit accounts for, sold or left. Read before a run, it
     /// is the initial stock that the audit after the run must balance against.
     pub fn supply(&self) -> i64 {
-        self.orders + self.stock_left
+        self.active_orders + self.stock_left
     }
 
     /// The invariants of docs/design.md that this audit breaks, in words; empty
@@ -41,10 +55,10 @@ impl VoucherAudit {
     /// to let duplicates through (no lock, a local lock on two nodes).
     pub fn violations(&self, initial_stock: i64, one_order_per_user: bool) -> Vec<String> {
         let mut broken = Vec::new();
-        if self.orders + self.stock_left != initial_stock {
+        if self.active_orders + self.stock_left != initial_stock {
             broken.push(format!(
-                "orders + stock = {} + {} != initial stock {initial_stock}",
-                self.orders, self.stock_left
+                "active orders + stock = {} + {} != initial stock {initial_stock}",
+                self.active_orders, self.stock_left
             ));
         }
         if self.stock_left < 0 {
@@ -55,8 +69,14 @@ impl VoucherAudit {
         }
         if one_order_per_user && self.duplicate_users > 0 {
             broken.push(format!(
-                "{} users hold more than one order ({} extra orders)",
+                "{} users hold more than one active order ({} extra orders)",
                 self.duplicate_users, self.extra_orders
+            ));
+        }
+        if self.paid_and_closed > 0 {
+            broken.push(format!(
+                "{} orders were paid and closed (their buyers paid for nothing)",
+                self.paid_and_closed
             ));
         }
         broken
@@ -71,41 +91,54 @@ impl Store {
                 .bind(voucher_id)
                 .fetch_one(&self.pool)
                 .await?;
-        let (orders, duplicate_users, extra_orders): (i64, i64, i64) = sqlx::query_as(
-            "SELECT CAST(COALESCE(SUM(n), 0) AS SIGNED), \
-                    CAST(COALESCE(SUM(n > 1), 0) AS SIGNED), \
-                    CAST(COALESCE(SUM(n - 1), 0) AS SIGNED) \
-             FROM (SELECT COUNT(*) AS n FROM tb_voucher_order WHERE voucher_id = ? \
-                   GROUP BY user_id) AS per_user",
+        let (active_orders, duplicate_users, extra_orders): (i64, i64, i64) =
+            sqlx::query_as(concat!(
+                "SELECT CAST(COALESCE(SUM(n), 0) AS SIGNED), \
+                        CAST(COALESCE(SUM(n > 1), 0) AS SIGNED), \
+                        CAST(COALESCE(SUM(n - 1), 0) AS SIGNED) \
+                 FROM (SELECT COUNT(*) AS n FROM tb_voucher_order WHERE voucher_id = ? AND ",
+                active_order!(),
+                " GROUP BY user_id) AS per_user"
+            ))
+            .bind(voucher_id)
+            .fetch_one(&self.pool)
+            .await?;
+        let (closed_orders, paid_and_closed): (i64, i64) = sqlx::query_as(
+            "SELECT CAST(COUNT(*) AS SIGNED), CAST(COALESCE(SUM(pay_time IS NOT NULL), 0) AS SIGNED) \
+             FROM tb_voucher_order WHERE voucher_id = ? AND status = 4",
         )
         .bind(voucher_id)
         .fetch_one(&self.pool)
         .await?;
         Ok(VoucherAudit {
-            orders,
+            active_orders,
+            closed_orders,
+            paid_and_closed,
             stock_left: stock_left.into(),
             duplicate_users,
             extra_orders,
         })
     }
 
-    /// Every user holding an order of the voucher, with how many, by user
-    /// id: the reconciliation compares them with the buyers Redis admitted.
+    /// Every user holding an active order of the voucher, with how many, by
+    /// user id: the reconciliation compares them with the buyers Redis
+    /// admitted.
     pub async fn orders_per_user(
         &self,
         voucher_id: VoucherId,
     ) -> Result<Vec<(UserId, i64)>, sqlx::Error> {
-        sqlx::query_as(
-            "SELECT user_id, COUNT(*) FROM tb_voucher_order WHERE voucher_id = ? \
-             GROUP BY user_id ORDER BY user_id",
-        )
+        sqlx::query_as(concat!(
+            "SELECT user_id, COUNT(*) FROM tb_voucher_order WHERE voucher_id = ? AND ",
+            active_order!(),
+            " GROUP BY user_id ORDER BY user_id"
+        ))
         .bind(voucher_id)
         .fetch_all(&self.pool)
         .await
     }
 
-    /// The ids of every order of the voucher: what a run's success answers
-    /// are checked against.
+    /// The ids of every order of the voucher, closed ones included: what a
+    /// run's success answers are checked against.
     pub async fn order_ids_of(&self, voucher_id: VoucherId) -> Result<Vec<OrderId>, sqlx::Error> {
         sqlx::query_scalar("SELECT id FROM tb_voucher_order WHERE voucher_id = ?")
             .bind(voucher_id)
@@ -118,9 +151,11 @@ impl Store {
 mod tests {
     use super::VoucherAudit;
 
-    fn audit(orders: i64, stock_left: i64, duplicate_users: i64) -> VoucherAudit {
+    fn audit(active_orders: i64, stock_left: i64, duplicate_users: i64) -> VoucherAudit {
         VoucherAudit {
-            orders,
+            active_orders,
+            closed_orders: 0,
+            paid_and_closed: 0,
             stock_left,
             duplicate_users,
             extra_orders: duplicate_users,
@@ -137,6 +172,15 @@ mod tests {
     fn duplicates_count_only_where_one_order_per_user_is_expected() {
         assert_eq!(audit(100, 0, 7).violations(100, true).len(), 1);
         assert!(audit(100, 0, 7).violations(100, false).is_empty());
+    }
+
+    #[test]
+    fn closed_orders_count_as_stock_and_a_paid_one_is_reported() {
+        let mut closed = audit(60, 40, 0);
+        closed.closed_orders = 30;
+        assert!(closed.violations(100, true).is_empty());
+        closed.paid_and_closed = 1;
+        assert_eq!(closed.violations(100, true).len(), 1);
     }
 
     #[test]

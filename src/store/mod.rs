@@ -3,6 +3,7 @@
 mod fence;
 mod invariants;
 mod order;
+mod order_life;
 mod sale;
 mod shop;
 mod tx;
@@ -24,6 +25,7 @@ pub use invariants::VoucherAudit;
 pub use order::{
     insert_orders, orders_by_id, take_stock_units, users_with_orders, NewOrder, VoucherOrder,
 };
+pub use order_life::{CloseCause, Closing, Giveback, OrderState, Paid, Using};
 pub use sale::SaleSnapshot;
 pub use shop::{Shop, ShopType, UserInfo};
 pub use tx::Tx;

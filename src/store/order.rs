@@ -1,12 +1,12 @@
 //! `tb_voucher_order`: the purchase transaction's three statements, their
 //! batched forms for the order stream's consumer (one statement per step
-//! for a whole batch), and the owner-scoped order query.
+//! for a whole batch). The order's life after the sale is `order_life.rs`.
 
 use chrono::NaiveDateTime;
 use serde::Serialize;
 use sqlx::{FromRow, MySql, MySqlConnection, QueryBuilder};
 
-use super::Store;
+use super::order_life::active_order;
 use crate::ids::{OrderId, UserId, VoucherId};
 
 /// An order to insert.
@@ -75,7 +75,8 @@ pub async fn orders_by_id(
     query.build_query_as().fetch_all(conn).await
 }
 
-/// The users among `users` who already hold an order of `voucher_id`: the
+/// The users among `users` who already hold an active order of `voucher_id`
+/// (unpaid, paid or used: a closed order gave the buyer's turn back): the
 /// per-user count of the purchase, for a whole batch in one statement.
 pub async fn users_with_orders(
     conn: &mut MySqlConnection,
@@ -88,7 +89,9 @@ pub async fn users_with_orders(
     let mut query = QueryBuilder::<MySql>::new(
         "SELECT DISTINCT user_id FROM tb_voucher_order WHERE voucher_id = ",
     );
-    query.push_bind(voucher_id).push(" AND user_id IN (");
+    query
+        .push_bind(voucher_id)
+        .push(concat!(" AND ", active_order!(), " AND user_id IN ("));
     let mut list = query.separated(", ");
     for user in users {
         list.push_bind(*user);
@@ -116,27 +119,4 @@ pub async fn insert_orders(
         .execute(conn)
         .await
         .map(drop)
-}
-
-impl Store {
-    /// The order if it exists and belongs to `user_id`.
-    pub async fn order_of_user(
-        &self,
-        order_id: OrderId,
-        user_id: UserId,
-    ) -> Result<Option<VoucherOrder>, sqlx::Error> {
-        sqlx::query_as(
-            "SELECT id, user_id, CAST(voucher_id AS SIGNED) AS voucher_id, pay_type, status, \
-                    CAST(create_time AS DATETIME) AS create_time, \
-                    CAST(pay_time AS DATETIME) AS pay_time, \
-                    CAST(use_time AS DATETIME) AS use_time, \
-                    CAST(refund_time AS DATETIME) AS refund_time, \
-                    CAST(update_time AS DATETIME) AS update_time \
-             FROM tb_voucher_order WHERE id = ? AND user_id = ?",
-        )
-        .bind(order_id)
-        .bind(user_id)
-        .fetch_optional(&self.pool)
-        .await
-    }
 }

@@ -3,20 +3,26 @@
 
 use chrono::NaiveDateTime;
 
+use super::order_life::active_order;
 use super::{Store, Tx};
-use crate::ids::{UserId, VoucherId};
+use crate::ids::{OrderId, UserId, VoucherId};
 
 /// One seckill voucher's sale as MySQL has it.
 #[derive(Debug, Clone)]
 pub struct SaleSnapshot {
     /// Stock left in `tb_seckill_voucher`.
     pub stock: i64,
-    /// Orders written for the voucher.
+    /// Active orders written for the voucher (closed orders gave their
+    /// units back to `stock`).
     pub orders: i64,
     pub begin_time: NaiveDateTime,
     pub end_time: NaiveDateTime,
-    /// Users holding an order of the voucher.
+    /// Users holding an active order of the voucher.
     pub buyers: Vec<UserId>,
+    /// Closed orders whose give-back to Redis is still owed: their units
+    /// are in `stock` already, so the sale loaded from this snapshot marks
+    /// them as given back.
+    pub given_back: Vec<OrderId>,
     /// The voucher's sale token (`tb_seckill_voucher.sale_token`).
     pub token: u64,
     /// Whether the sale was loaded into Redis before: loading it again
@@ -25,7 +31,7 @@ pub struct SaleSnapshot {
 }
 
 impl SaleSnapshot {
-    /// The stock the sale began with: each order took one unit.
+    /// The stock the sale began with: each active order holds one unit.
     pub fn initial(&self) -> i64 {
         self.stock + self.orders
     }
@@ -77,14 +83,26 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
         }
-        let orders: i64 = sqlx::query_scalar(
-            "SELECT CAST(COUNT(*) AS SIGNED) FROM tb_voucher_order WHERE voucher_id = ?",
-        )
+        let orders: i64 = sqlx::query_scalar(concat!(
+            "SELECT CAST(COUNT(*) AS SIGNED) FROM tb_voucher_order WHERE voucher_id = ? AND ",
+            active_order!()
+        ))
         .bind(voucher_id)
         .fetch_one(&mut *tx)
         .await?;
-        let buyers = sqlx::query_scalar(
-            "SELECT DISTINCT user_id FROM tb_voucher_order WHERE voucher_id = ? ORDER BY user_id",
+        let buyers = sqlx::query_scalar(concat!(
+            "SELECT DISTINCT user_id FROM tb_voucher_order WHERE voucher_id = ? AND ",
+            active_order!(),
+            " ORDER BY user_id"
+        ))
+        .bind(voucher_id)
+        .fetch_all(&mut *tx)
+        .await?;
+        // Closing an order updates the stock row, which this transaction
+        // holds: a close committed before it is seen whole here (its unit in
+        // `stock`, its give-back owed), one after it waits for it.
+        let given_back = sqlx::query_scalar(
+            "SELECT order_id FROM tb_order_giveback WHERE voucher_id = ? ORDER BY order_id",
         )
         .bind(voucher_id)
         .fetch_all(&mut *tx)
@@ -95,6 +113,7 @@ impl Store {
             begin_time,
             end_time,
             buyers,
+            given_back,
             token,
             loaded_before,
         };

@@ -106,6 +106,7 @@ impl Store {
         let mut tx = self.begin().await?;
         for statement in [
             "DELETE FROM tb_voucher_order WHERE voucher_id = ?",
+            "DELETE FROM tb_order_giveback WHERE voucher_id = ?",
             "DELETE FROM tb_seckill_voucher WHERE voucher_id = ?",
             "DELETE FROM tb_voucher WHERE id = ?",
         ] {

@@ -169,7 +169,7 @@ async fn reset_purchases(db: &SlowCommitMariaDb, setup: &Setup, lock_nodes: &[St
     let audit = app.audit(voucher).await;
     Outcome {
         setup: setup.name.to_owned(),
-        orders: audit.orders,
+        orders: audit.active_orders,
         duplicate_users: audit.duplicate_users,
         open_transactions,
         open_detail,

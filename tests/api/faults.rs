@@ -57,7 +57,7 @@ async fn redis_outage_with(lock: LockMode) {
     assert_eq!(app.get("/ready", None).await.status(), 503);
     assert_eq!(app.get("/health", None).await.status(), 200);
     let audit = app.audit(voucher).await;
-    assert_eq!(audit.orders, 5, "no order without Redis: {audit:?}");
+    assert_eq!(audit.active_orders, 5, "no order without Redis: {audit:?}");
     assert!(audit.stock_balances(100));
 
     redis.restart().await.unwrap();
@@ -73,7 +73,7 @@ async fn redis_outage_with(lock: LockMode) {
     let after = app.purchase(voucher, &token).await;
     assert_eq!(after["success"], true, "{after}");
     let audit = app.audit(voucher).await;
-    assert_eq!((audit.orders, audit.duplicate_users), (6, 0));
+    assert_eq!((audit.active_orders, audit.duplicate_users), (6, 0));
     assert!(audit.stock_balances(100));
 }
 
@@ -136,7 +136,7 @@ async fn mysql_lost_mid_transaction_rolls_back_and_releases_the_lock() {
     let locks = app.lock_keys().await;
     assert!(locks.is_empty(), "lock released: {locks:?}");
     let audit = app.audit(voucher).await;
-    assert_eq!((audit.orders, audit.stock_left), (0, 10), "rolled back");
+    assert_eq!((audit.active_orders, audit.stock_left), (0, 10), "rolled back");
 
     let retry = app.purchase(voucher, &token).await;
     assert_eq!(retry["success"], true, "{retry}");
@@ -267,7 +267,7 @@ async fn a_mysql_frozen_mid_transaction_answers_503_within_the_backend_timeout()
     );
     let audit = app.audit(voucher).await;
     assert_eq!(
-        (audit.orders, audit.stock_left),
+        (audit.active_orders, audit.stock_left),
         (0, 10),
         "nothing committed"
     );
@@ -290,7 +290,7 @@ async fn a_stock_row_held_elsewhere_answers_503_within_the_backend_timeout() {
     purchase_answers_503_behind(&app, voucher, &token, &lock_the_row, "ROLLBACK").await;
 
     let audit = app.audit(voucher).await;
-    assert_eq!((audit.orders, audit.stock_left), (0, 10), "rolled back");
+    assert_eq!((audit.active_orders, audit.stock_left), (0, 10), "rolled back");
     let retry = app.purchase(voucher, &token).await;
     assert_eq!(retry["success"], true, "{retry}");
 }
@@ -317,7 +317,7 @@ async fn a_table_locked_elsewhere_answers_503_within_the_backend_timeout() {
     .await;
 
     let audit = app.audit(voucher).await;
-    assert_eq!((audit.orders, audit.stock_left), (1, 9), "rolled back");
+    assert_eq!((audit.active_orders, audit.stock_left), (1, 9), "rolled back");
     let retry = app.purchase(voucher, &token).await;
     assert_eq!(retry["success"], true, "{retry}");
 }
@@ -378,7 +378,7 @@ async fn a_purchase_transaction_dropped_midway_is_rolled_back() {
     )
     .await;
     let audit = app.audit(voucher).await;
-    assert_eq!((audit.orders, audit.stock_left), (0, 10), "rolled back");
+    assert_eq!((audit.active_orders, audit.stock_left), (0, 10), "rolled back");
     let token = app.login(&phone(1)).await;
     assert_eq!(app.purchase(voucher, &token).await["success"], true);
 }
@@ -481,7 +481,7 @@ async fn a_frozen_replica_costs_purchases_their_lock_and_nothing_else() {
         assert_eq!(answer["errorCode"], "UNAVAILABLE", "{answer}");
     }
     assert_eq!(
-        app.audit(voucher).await.orders,
+        app.audit(voucher).await.active_orders,
         0,
         "no order without its lock replicated"
     );

@@ -104,7 +104,7 @@ async fn a_buyer_whose_admission_reply_was_lost_is_told_the_order_the_retry_find
     wait_until(
         "the first order written",
         Duration::from_secs(20),
-        || async { app.audit(voucher).await.orders == 1 && app.pending_orders().await == 0 },
+        || async { app.audit(voucher).await.active_orders == 1 && app.pending_orders().await == 0 },
     )
     .await;
 
@@ -119,7 +119,7 @@ async fn a_buyer_whose_admission_reply_was_lost_is_told_the_order_the_retry_find
     wait_until(
         "the second order written",
         Duration::from_secs(20),
-        || async { app.audit(voucher).await.orders == 2 },
+        || async { app.audit(voucher).await.active_orders == 2 },
     )
     .await;
     let written: Vec<(i64,)> =
@@ -233,5 +233,5 @@ async fn a_purchase_with_a_lost_lock_script_reply_answers_and_frees_the_lock(nth
         "the lock is free once the purchase answered"
     );
     let audit = app.audit(voucher).await;
-    assert_eq!((audit.orders, audit.duplicate_users), (2, 0), "{audit:?}");
+    assert_eq!((audit.active_orders, audit.duplicate_users), (2, 0), "{audit:?}");
 }

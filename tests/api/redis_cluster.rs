@@ -143,7 +143,7 @@ async fn every_lock_mode_and_purchase_path_runs_on_a_redis_cluster() {
 
         // Every order in MySQL (the stream's consumer writes them afterwards).
         wait_until("the orders written", Duration::from_secs(20), || async {
-            app.audit(voucher).await.orders == STOCK
+            app.audit(voucher).await.active_orders == STOCK
         })
         .await;
         let audit = app.audit(voucher).await;

@@ -116,7 +116,7 @@ async fn wait_drained(app: &TestApp, voucher: VoucherId, orders: i64) {
         &format!("{orders} orders written and the stream drained"),
         Duration::from_secs(30),
         || async {
-            app.audit(voucher).await.orders == orders
+            app.audit(voucher).await.active_orders == orders
                 && pending(app).await == 0
                 && stream_length(app).await == 0
         },
@@ -154,7 +154,7 @@ async fn two_nodes_share_the_stream_and_write_every_order_once() {
 
     let audit = app.audit(voucher).await;
     assert_eq!(
-        (audit.orders, audit.stock_left, audit.duplicate_users),
+        (audit.active_orders, audit.stock_left, audit.duplicate_users),
         (300, 0, 0)
     );
     assert_eq!(
@@ -210,7 +210,7 @@ async fn a_killed_consumers_pending_entries_are_claimed_and_written_once() {
 
     let audit = app.audit(voucher).await;
     assert_eq!(
-        (audit.orders, audit.stock_left, audit.duplicate_users),
+        (audit.active_orders, audit.stock_left, audit.duplicate_users),
         (20, 30, 0)
     );
     assert!(metric(&survivor.address, "hmdp_stream_claimed_total").await >= ORDERS as f64);
@@ -295,7 +295,7 @@ async fn poison_entries_go_to_the_dead_letters_and_do_not_block_the_rest() {
 
     let audit = app.audit(voucher).await;
     assert_eq!(
-        (audit.orders, audit.stock_left),
+        (audit.active_orders, audit.stock_left),
         (1, 9),
         "the good order is written"
     );
@@ -353,7 +353,7 @@ async fn a_redelivered_written_order_is_acknowledged_not_written_again() {
 
     let audit = app.audit(voucher).await;
     assert_eq!(
-        (audit.orders, audit.stock_left, audit.duplicate_users),
+        (audit.active_orders, audit.stock_left, audit.duplicate_users),
         (1, 9, 0)
     );
     let outcome = |label: &str| format!(r#"hmdp_stream_orders_total{{outcome="{label}"}}"#);
@@ -402,7 +402,7 @@ async fn sigterm_lets_the_consumer_write_and_acknowledge_the_batch_it_holds() {
     assert_eq!(app.pending_orders().await, 0);
     let audit = app.audit(voucher).await;
     assert_eq!(
-        (audit.orders, audit.stock_left, audit.duplicate_users),
+        (audit.active_orders, audit.stock_left, audit.duplicate_users),
         (30, 70, 0)
     );
     assert!(
@@ -583,7 +583,7 @@ pub async fn an_order_in_its_transaction_when_redis_restarts_is_counted_in_the_r
     let tokens = app.login_many(6).await;
     let first = app.purchase(voucher, &tokens[1]).await;
     assert_eq!(
-        app.audit(voucher).await.orders,
+        app.audit(voucher).await.active_orders,
         0,
         "the batch is still in its transaction when the sale is reloaded: {first}"
     );
@@ -633,7 +633,7 @@ pub async fn an_order_in_its_transaction_when_redis_restarts_is_counted_in_the_r
     )
     .await;
     let audit = app.audit(voucher).await;
-    assert_eq!(audit.orders, told.len() as i64, "{audit:?} {told:?}");
+    assert_eq!(audit.active_orders, told.len() as i64, "{audit:?} {told:?}");
     assert!(audit.stock_balances(STOCK), "{audit:?}");
     assert_eq!(audit.duplicate_users, 0);
     assert_eq!(dead_letters(&app).await, 0);
@@ -657,7 +657,7 @@ async fn fenced_batches_of_two_consumers_write_every_order_without_a_failed_roun
     wait_drained(&app, voucher, ORDERS as i64).await;
 
     let audit = app.audit(voucher).await;
-    assert_eq!((audit.orders, audit.duplicate_users), (ORDERS as i64, 0));
+    assert_eq!((audit.active_orders, audit.duplicate_users), (ORDERS as i64, 0));
     let fences: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tb_lock_fence")
         .fetch_one(app.store.pool())
         .await

@@ -18,7 +18,7 @@ use hmdp::id_worker::minted_at;
 use hmdp::ids::{UserId, VoucherId};
 use hmdp::keys::Keys;
 use hmdp::seckill::SaleState;
-use hmdp::store::{Store, VoucherAudit};
+use hmdp::store::{Giveback, Store, VoucherAudit};
 
 /// `hmdp audit`.
 #[derive(Debug, Clone, Args)]
@@ -59,12 +59,19 @@ const CHECKS: &str = "\
 Checks, each holds / BROKEN / not checked:
   redis-stock          Redis stock + buyers = initial stock (the `initial` Redis
                        recorded when it loaded the sale), and stock >= 0.
-  mysql-stock          MySQL orders + MySQL stock = initial stock, and stock >= 0.
-  buyers               Redis's buyer set = users with an order in MySQL + users
-                       whose order is on its way (the pending orders hash, the
-                       order stream). A buyer in neither was told success and
-                       has no order.
-  one-order-per-user   No user holds two orders of the voucher.
+  mysql-stock          MySQL active orders (unpaid, paid, used) + MySQL stock =
+                       initial stock, and stock >= 0: a closed order's unit is
+                       back in stock.
+  buyers               Redis's buyer set = users with an active order in MySQL
+                       + users whose order is on its way (the pending orders
+                       hash, the order stream) + users whose closed order's
+                       give-back to Redis is still owed. A buyer in none was
+                       told success and has no order.
+  give-backs           No closed order's give-back to Redis owed for longer
+                       than --pending-within-secs (its unit stranded).
+  one-active-order-per-user
+                       No user holds two active orders of the voucher.
+  paid-and-closed      No closed order carries a payment.
   dead-letters         No order of the voucher in the dead-letter stream.
 A voucher Redis holds no sale for (a `sync` voucher, a wrong --redis-prefix, or
 a Redis restarted empty that nothing has loaded again) gets the MySQL checks
@@ -126,8 +133,12 @@ pub struct Audit {
     pub initial_stock: Option<i64>,
     /// Whether Redis held a sale for the voucher (`queue` / `stream`).
     pub redis_checked: bool,
-    /// Orders written, per MySQL.
+    /// Active orders written, per MySQL.
     pub orders: i64,
+    /// Closed orders (cancelled, or unpaid past their deadline), per MySQL.
+    pub closed_orders: i64,
+    /// Closed orders whose give-back to Redis is still owed.
+    pub givebacks_owed: usize,
     pub mysql_stock: i64,
     pub redis_stock: Option<i64>,
     pub buyers: Option<usize>,
@@ -285,6 +296,10 @@ pub async fn audit(
         .orders_per_user(voucher_id)
         .await
         .context("reading the voucher's orders")?;
+    let owed = store
+        .givebacks_owed_of(voucher_id)
+        .await
+        .context("reading the give-backs owed to Redis")?;
     let sale = sale_state
         .read(voucher_id)
         .await
@@ -296,7 +311,9 @@ pub async fn audit(
         voucher: voucher_id.get(),
         initial_stock: initial,
         redis_checked: sale.is_some(),
-        orders: mysql.orders,
+        orders: mysql.active_orders,
+        closed_orders: mysql.closed_orders,
+        givebacks_owed: owed.len(),
         mysql_stock: mysql.stock_left,
         redis_stock: sale.as_ref().map(|sale| sale.stock),
         buyers: sale.as_ref().map(|sale| sale.buyers.len()),
@@ -360,7 +377,9 @@ pub async fn audit(
                 .map(|order| order.user_id)
                 .collect();
             let ordered: BTreeSet<UserId> = orders_per_user.iter().map(|(user, _)| *user).collect();
-            let mut buyers = buyers_match(&sale.buyers, &ordered, &on_the_way);
+            let returning: BTreeSet<UserId> =
+                owed.iter().map(|(giveback, _)| giveback.user_id).collect();
+            let mut buyers = buyers_match(&sale.buyers, &ordered, &on_the_way, &returning);
             if !lost.is_empty() {
                 let users: Vec<UserId> = lost.iter().map(|order| order.user_id).collect();
                 buyers.status = Status::Broken;
@@ -374,6 +393,8 @@ pub async fn audit(
             }
             checks.push(buyers);
             checks.push(one_order_per_user(&orders_per_user));
+            checks.push(paid_and_closed(&mysql));
+            checks.push(givebacks(&owed, options.pending_within));
             let letters = dead
                 .iter()
                 .filter_map(|letter| {
@@ -393,6 +414,8 @@ pub async fn audit(
         None => {
             checks.push(Check::not_checked("buyers", no_sale));
             checks.push(one_order_per_user(&orders_per_user));
+            checks.push(paid_and_closed(&mysql));
+            checks.push(givebacks(&owed, options.pending_within));
             checks.push(Check::not_checked("dead-letters", no_sale));
         }
     }
@@ -405,16 +428,16 @@ fn mysql_stock(mysql: &VoucherAudit, initial: Option<i64>) -> Check {
     if mysql.stock_left < 0 {
         differences.push(format!("stock is negative: {}", mysql.stock_left));
     }
-    let sum = mysql.orders + mysql.stock_left;
+    let sum = mysql.active_orders + mysql.stock_left;
     let detail = format!(
-        "{} orders + stock {} = {sum}",
-        mysql.orders, mysql.stock_left
+        "{} active orders + stock {} = {sum} ({} closed)",
+        mysql.active_orders, mysql.stock_left, mysql.closed_orders
     );
     match initial {
         Some(initial) => {
             if sum != initial {
                 differences.push(format!(
-                    "orders + stock is {sum}, {} than the initial stock",
+                    "active orders + stock is {sum}, {} than the initial stock",
                     more_or_fewer(sum - initial)
                 ));
             }
@@ -432,13 +455,20 @@ fn mysql_stock(mysql: &VoucherAudit, initial: Option<i64>) -> Check {
     }
 }
 
+/// Redis's buyers against MySQL's: `returning` are the buyers of closed
+/// orders whose give-back is owed, in Redis's buyers until it arrives.
 fn buyers_match(
     buyers: &[UserId],
     ordered: &BTreeSet<UserId>,
     on_the_way: &BTreeSet<UserId>,
+    returning: &BTreeSet<UserId>,
 ) -> Check {
     let buyers: BTreeSet<UserId> = buyers.iter().copied().collect();
-    let accounted: BTreeSet<UserId> = ordered.union(on_the_way).copied().collect();
+    let accounted: BTreeSet<UserId> = ordered
+        .union(on_the_way)
+        .chain(returning)
+        .copied()
+        .collect();
     let mut differences = Vec::new();
     let lost: Vec<UserId> = buyers.difference(&accounted).copied().collect();
     if !lost.is_empty() {
@@ -486,8 +516,42 @@ fn one_order_per_user(orders_per_user: &[(UserId, i64)]) -> Check {
         .filter(|(_, orders)| *orders > 1)
         .map(|(user, orders)| format!("user {user}: {orders} orders"))
         .collect();
-    let detail = format!("{} user(s) hold more than one order", twice.len());
-    Check::judged("one-order-per-user", detail, twice)
+    let detail = format!("{} user(s) hold more than one active order", twice.len());
+    Check::judged("one-active-order-per-user", detail, twice)
+}
+
+fn paid_and_closed(mysql: &VoucherAudit) -> Check {
+    let detail = format!(
+        "{} of {} closed order(s) carry a payment",
+        mysql.paid_and_closed, mysql.closed_orders
+    );
+    let differences = if mysql.paid_and_closed > 0 {
+        vec![format!(
+            "{} order(s) were paid and closed: their buyers paid for nothing",
+            mysql.paid_and_closed
+        )]
+    } else {
+        Vec::new()
+    };
+    Check::judged("paid-and-closed", detail, differences)
+}
+
+/// The give-backs owed to Redis, and those owed for longer than `within`:
+/// a closer sends an owed give-back within seconds, so an old one is a unit
+/// stranded.
+fn givebacks(owed: &[(Giveback, i64)], within: std::time::Duration) -> Check {
+    let stranded: Vec<String> = owed
+        .iter()
+        .filter(|(_, age)| *age as u64 > within.as_secs())
+        .map(|(giveback, age)| {
+            format!(
+                "order {} of user {}: owed for {age} s (its unit is stranded)",
+                giveback.order_id, giveback.user_id
+            )
+        })
+        .collect();
+    let detail = format!("{} give-back(s) to Redis owed", owed.len());
+    Check::judged("give-backs", detail, stranded)
 }
 
 fn more_or_fewer(by: i64) -> String {
@@ -554,14 +618,23 @@ mod tests {
     #[test]
     fn buyers_are_orders_plus_orders_on_their_way() {
         let buyers: Vec<UserId> = users(&[1, 2, 3]).into_iter().collect();
-        let check = buyers_match(&buyers, &users(&[1, 2]), &users(&[3]));
+        let check = buyers_match(&buyers, &users(&[1, 2]), &users(&[3]), &users(&[]));
         assert_eq!(check.status, Status::Holds, "{check:?}");
+    }
+
+    #[test]
+    fn a_buyer_whose_give_back_is_owed_may_still_be_a_buyer_or_not() {
+        let buyers: Vec<UserId> = users(&[1, 2]).into_iter().collect();
+        for returning in [users(&[2]), users(&[2, 3])] {
+            let check = buyers_match(&buyers, &users(&[1]), &users(&[]), &returning);
+            assert_eq!(check.status, Status::Holds, "{check:?}");
+        }
     }
 
     #[test]
     fn each_kind_of_difference_names_its_users() {
         let buyers: Vec<UserId> = users(&[1, 2, 3]).into_iter().collect();
-        let check = buyers_match(&buyers, &users(&[1, 4]), &users(&[5]));
+        let check = buyers_match(&buyers, &users(&[1, 4]), &users(&[5]), &users(&[]));
         assert_eq!(check.status, Status::Broken);
         assert_eq!(
             check.differences,

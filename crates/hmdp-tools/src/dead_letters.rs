@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
+use hmdp::after_sale::{PayDeadlines, DEFAULT_PAY_TIMEOUT};
 use hmdp::config::{LockSettings, StoreSettings};
 use hmdp::seckill::stream::{replay, Replay};
 use hmdp::seckill::{DeadLetter, OrderSource, Seckill};
@@ -93,7 +94,10 @@ pub async fn run(settings: &DeadLettersSettings) -> anyhow::Result<i32> {
             let redis = hmdp::config::connect_redis(url, settings.store.backend_timeout())?;
             let lock = hmdp::startup::build_lock(&settings.lock, redis.clone(), url)?;
             let keys = hmdp::keys::Keys::new(settings.store.redis.prefix.clone());
-            let writer = Seckill::new(store, lock, redis, keys, Duration::ZERO)
+            // A replayed order's due time: the nodes' sweep closes it at
+            // their own deadline should it be shorter.
+            let deadlines = PayDeadlines::new(redis.clone(), &keys, DEFAULT_PAY_TIMEOUT);
+            let writer = Seckill::new(store, lock, redis, keys, deadlines, Duration::ZERO)
                 .writer()
                 .for_orders_from(OrderSource::Stream);
             let mut settled = 0;

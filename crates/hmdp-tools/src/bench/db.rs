@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use super::{timed_loop, write_json, RunShape};
 use crate::latency::Latency;
+use hmdp::after_sale::{PayDeadlines, DEFAULT_PAY_TIMEOUT};
 use hmdp::config::connect_redis;
 use hmdp::config::StoreSettings;
 use hmdp::ids::{OrderId, UserId};
@@ -67,8 +68,9 @@ pub async fn run(args: BenchDbArgs) -> anyhow::Result<BenchDbResult> {
     let seckill = Arc::new(Seckill::new(
         db.clone(),
         Arc::new(NoLock),
-        redis,
-        keys,
+        redis.clone(),
+        keys.clone(),
+        PayDeadlines::new(redis, &keys, DEFAULT_PAY_TIMEOUT),
         Duration::ZERO,
     ));
     let measured = {

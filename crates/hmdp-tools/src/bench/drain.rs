@@ -136,7 +136,7 @@ async fn measure(
     });
     try_join_all(admitters).await?;
     let admitted_in = started.elapsed();
-    let written_by_last_admission = store.audit_voucher(voucher).await?.orders;
+    let written_by_last_admission = store.audit_voucher(voucher).await?.active_orders;
 
     let deadline = started + Duration::from_secs(args.timeout_secs);
     loop {
@@ -156,9 +156,9 @@ async fn measure(
     let expected = i64::try_from(orders)?;
     let audit = store.audit_voucher(voucher).await?;
     anyhow::ensure!(
-        audit.orders == expected && audit.duplicate_users == 0,
+        audit.active_orders == expected && audit.duplicate_users == 0,
         "{} orders in MySQL for {expected} admitted, {} users with two",
-        audit.orders,
+        audit.active_orders,
         audit.duplicate_users
     );
     Ok(BenchDrainResult {

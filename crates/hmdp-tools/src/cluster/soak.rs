@@ -492,7 +492,7 @@ async fn judge(
     for sale in &tally.sales {
         let voucher = VoucherId::new(sale.voucher);
         let audit = store.audit_voucher(voucher).await?;
-        verdict.orders += audit.orders;
+        verdict.orders += audit.orders();
         verdict.told += sale.told.len();
         for broken in audit.violations(initial, true) {
             verdict

@@ -18,6 +18,7 @@ use chrono::{Local, TimeDelta};
 
 use super::harness::Lab;
 use super::report::Actor;
+use hmdp::after_sale::{PayDeadlines, DEFAULT_PAY_TIMEOUT};
 use hmdp::error::Error;
 use hmdp::ids::{OrderId, UserId};
 use hmdp::keys::Keys;
@@ -63,13 +64,15 @@ pub(super) async fn run(lab: &Lab, store: &Store) -> anyhow::Result<String> {
         lock.clone(),
         lab.redis(),
         keys.clone(),
+        PayDeadlines::new(lab.redis(), &keys, DEFAULT_PAY_TIMEOUT),
         PAUSE,
     ));
     let prompt = Arc::new(Seckill::new(
         store.clone(),
         lock,
         lab.redis(),
-        keys,
+        keys.clone(),
+        PayDeadlines::new(lab.redis(), &keys, DEFAULT_PAY_TIMEOUT),
         Duration::ZERO,
     ));
 
@@ -96,8 +99,8 @@ pub(super) async fn run(lab: &Lab, store: &Store) -> anyhow::Result<String> {
     observed?;
 
     let audit = store.audit_voucher(voucher).await?;
-    lab.say("mysql", format!("user 1 has {} order(s)", audit.orders));
-    if audit.orders > 1 {
+    lab.say("mysql", format!("user 1 has {} order(s)", audit.active_orders));
+    if audit.active_orders > 1 {
         lab.fail("A", "committed after its lease ran out, beside B's order");
     }
     Ok(if lab.broken() {

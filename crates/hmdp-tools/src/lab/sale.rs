@@ -176,7 +176,7 @@ impl SaleStage {
     /// Orders written to MySQL, and how many users hold more than one.
     pub async fn orders(&self) -> anyhow::Result<(i64, i64)> {
         let audit = self.store.audit_voucher(self.voucher()).await?;
-        Ok((audit.orders, audit.duplicate_users))
+        Ok((audit.active_orders, audit.duplicate_users))
     }
 
     /// Admitted orders not written yet: in the pending orders hash, in the

@@ -116,7 +116,7 @@ impl Report {
         one_order_per_user: bool,
     ) {
         self.initial_stock = Some(initial_stock);
-        self.orders = Some(audit.orders);
+        self.orders = Some(audit.active_orders);
         self.duplicate_users = Some(audit.duplicate_users);
         self.extra_orders = Some(audit.extra_orders);
         self.oversold = Some(audit.oversold(initial_stock));

@@ -92,7 +92,9 @@ fn ran(figures: Figures) -> ModeRun {
     report.add_audit(
         stock,
         &VoucherAudit {
-            orders: stock,
+            active_orders: stock,
+            closed_orders: 0,
+            paid_and_closed: 0,
             stock_left: 0,
             duplicate_users: figures.duplicates,
             extra_orders: figures.extra,

@@ -1,0 +1,99 @@
+//! The due times of unpaid orders in Redis (`{seckill}:due`, a sorted set
+//! by deadline): written when an order is committed, claimed by the nodes'
+//! closers (`lua/claim_due.lua`), removed once the order is settled. Redis
+//! may lose them (a restart): the closer's MySQL sweep finds those orders.
+
+use std::sync::LazyLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hmdp_lock::Connection as RedisConnection;
+use redis::{AsyncCommands, Script};
+
+use crate::ids::OrderId;
+use crate::keys::Keys;
+
+static CLAIM: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/claim_due.lua")));
+
+/// How long a claimed order is its claimer's before another node may claim
+/// it: far longer than a close takes.
+const CLAIM_LEASE: Duration = Duration::from_secs(30);
+
+/// The payment deadline of unpaid orders, in Redis.
+#[derive(Clone)]
+pub struct PayDeadlines {
+    redis: RedisConnection,
+    key: String,
+    pay_timeout: Duration,
+}
+
+fn epoch_ms_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64)
+}
+
+impl PayDeadlines {
+    pub fn new(redis: RedisConnection, keys: &Keys, pay_timeout: Duration) -> Self {
+        PayDeadlines {
+            redis,
+            key: keys.pay_deadlines(),
+            pay_timeout,
+        }
+    }
+
+    /// How long an order may stay unpaid.
+    pub fn pay_timeout(&self) -> Duration {
+        self.pay_timeout
+    }
+
+    /// Schedules the close of `orders`, just committed, at their deadline,
+    /// in a task of its own: the purchase's answer does not wait for it, and
+    /// should it never arrive (Redis down, the node killed), the sweep
+    /// closes those orders from MySQL.
+    pub fn schedule(&self, orders: Vec<OrderId>) {
+        if orders.is_empty() {
+            return;
+        }
+        let mut redis = self.redis.clone();
+        let key = self.key.clone();
+        let due = epoch_ms_now() + self.pay_timeout.as_millis() as u64;
+        tokio::spawn(async move {
+            let members: Vec<(u64, i64)> = orders.iter().map(|id| (due, id.get())).collect();
+            if let Err(error) = redis.zadd_multiple::<_, _, _, ()>(&key, &members).await {
+                tracing::warn!(%error, orders = orders.len(),
+                    "payment deadlines not stored in Redis; the sweep closes these orders");
+            }
+        });
+    }
+
+    /// Claims up to `limit` orders whose deadline has come.
+    pub async fn claim(&self, limit: usize) -> redis::RedisResult<Vec<OrderId>> {
+        let claimed: Vec<i64> = CLAIM
+            .key(&self.key)
+            .arg(epoch_ms_now())
+            .arg(CLAIM_LEASE.as_millis() as u64)
+            .arg(limit)
+            .invoke_async(&mut self.redis.clone())
+            .await?;
+        Ok(claimed.into_iter().map(OrderId::new).collect())
+    }
+
+    /// Looks at `order` again in `after` (MySQL's clock says it is not due
+    /// yet).
+    pub async fn retry_in(&self, order: OrderId, after: Duration) -> redis::RedisResult<()> {
+        let due = epoch_ms_now() + after.as_millis() as u64;
+        redis::cmd("ZADD")
+            .arg(&self.key)
+            .arg("XX")
+            .arg(due)
+            .arg(order.get())
+            .query_async(&mut self.redis.clone())
+            .await
+    }
+
+    /// `order` is settled (paid, closed, gone): it has no deadline any more.
+    pub async fn settled(&self, order: OrderId) -> redis::RedisResult<()> {
+        self.redis.clone().zrem(&self.key, order.get()).await
+    }
+}
