@@ -19,11 +19,11 @@ use crate::api::{self, AppState};
 use crate::auth::Sessions;
 use crate::cache::ShopCache;
 use crate::config::AdminToken;
-use crate::idempotency::Idempotency;
 use crate::config::{
     connect_redis, redact_url, DatabaseSettings, LockSettings, SeckillMode, ServeSettings,
     TimeoutSettings,
 };
+use crate::idempotency::Idempotency;
 use crate::keys::Keys;
 use crate::metrics;
 use crate::seckill::stream::StreamConsumer;

@@ -118,7 +118,10 @@ impl Closer {
             .for_each_concurrent(CLOSING_AT_ONCE, |order_id| async move {
                 match self.after_sale.close(order_id, None, cause).await {
                     Ok(Closing::NotDue) => {
-                        let retry = self.after_sale.deadlines().retry_in(order_id, NOT_DUE_RETRY);
+                        let retry = self
+                            .after_sale
+                            .deadlines()
+                            .retry_in(order_id, NOT_DUE_RETRY);
                         if let Err(error) = retry.await {
                             tracing::debug!(%order_id, %error, "due time not moved");
                         }
@@ -134,11 +137,16 @@ impl Closer {
     async fn sweep(&self) {
         let store = self.after_sale.store();
         let timeout = self.after_sale.deadlines().pay_timeout();
-        match store.overdue_unpaid(timeout, SWEEP_GRACE, SWEEP_BATCH).await {
+        match store
+            .overdue_unpaid(timeout, SWEEP_GRACE, SWEEP_BATCH)
+            .await
+        {
             Ok(overdue) if overdue.is_empty() => {}
             Ok(overdue) => {
-                tracing::info!(orders = overdue.len(),
-                    "sweep found unpaid orders past their deadline with no due time; closing them");
+                tracing::info!(
+                    orders = overdue.len(),
+                    "sweep found unpaid orders past their deadline with no due time; closing them"
+                );
                 self.close_all(overdue, CloseCause::Sweep).await;
             }
             Err(error) => tracing::warn!(%error, "sweep of overdue orders failed"),

@@ -145,7 +145,10 @@ impl AfterSale {
     /// The buyer cancels their unpaid order; cancelling a closed order
     /// again is answered with it as it is.
     pub async fn cancel(&self, order_id: OrderId, buyer: UserId) -> Result<OrderView, Error> {
-        match self.close(order_id, Some(buyer), CloseCause::Cancel).await? {
+        match self
+            .close(order_id, Some(buyer), CloseCause::Cancel)
+            .await?
+        {
             Closing::Closed(_) => self
                 .store
                 .order_of_user(order_id, buyer)

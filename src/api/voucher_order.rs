@@ -109,7 +109,9 @@ async fn pay(
         .after_sale
         .pay(order_id, current.user.id, body.pay_type)
         .await;
-    Ok(ok_data(pending_told(&state, order_id, current.user.id, paid).await?))
+    Ok(ok_data(
+        pending_told(&state, order_id, current.user.id, paid).await?,
+    ))
 }
 
 async fn cancel(

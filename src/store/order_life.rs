@@ -252,12 +252,14 @@ impl Store {
             voucher_id: order.voucher_id,
             user_id: order.user_id,
         };
-        sqlx::query("INSERT INTO tb_order_giveback (order_id, voucher_id, user_id) VALUES (?, ?, ?)")
-            .bind(giveback.order_id)
-            .bind(giveback.voucher_id)
-            .bind(giveback.user_id)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "INSERT INTO tb_order_giveback (order_id, voucher_id, user_id) VALUES (?, ?, ?)",
+        )
+        .bind(giveback.order_id)
+        .bind(giveback.voucher_id)
+        .bind(giveback.user_id)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(Closing::Closed(giveback))
     }

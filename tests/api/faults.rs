@@ -136,7 +136,11 @@ async fn mysql_lost_mid_transaction_rolls_back_and_releases_the_lock() {
     let locks = app.lock_keys().await;
     assert!(locks.is_empty(), "lock released: {locks:?}");
     let audit = app.audit(voucher).await;
-    assert_eq!((audit.active_orders, audit.stock_left), (0, 10), "rolled back");
+    assert_eq!(
+        (audit.active_orders, audit.stock_left),
+        (0, 10),
+        "rolled back"
+    );
 
     let retry = app.purchase(voucher, &token).await;
     assert_eq!(retry["success"], true, "{retry}");
@@ -290,7 +294,11 @@ async fn a_stock_row_held_elsewhere_answers_503_within_the_backend_timeout() {
     purchase_answers_503_behind(&app, voucher, &token, &lock_the_row, "ROLLBACK").await;
 
     let audit = app.audit(voucher).await;
-    assert_eq!((audit.active_orders, audit.stock_left), (0, 10), "rolled back");
+    assert_eq!(
+        (audit.active_orders, audit.stock_left),
+        (0, 10),
+        "rolled back"
+    );
     let retry = app.purchase(voucher, &token).await;
     assert_eq!(retry["success"], true, "{retry}");
 }
@@ -317,7 +325,11 @@ async fn a_table_locked_elsewhere_answers_503_within_the_backend_timeout() {
     .await;
 
     let audit = app.audit(voucher).await;
-    assert_eq!((audit.active_orders, audit.stock_left), (1, 9), "rolled back");
+    assert_eq!(
+        (audit.active_orders, audit.stock_left),
+        (1, 9),
+        "rolled back"
+    );
     let retry = app.purchase(voucher, &token).await;
     assert_eq!(retry["success"], true, "{retry}");
 }
@@ -378,7 +390,11 @@ async fn a_purchase_transaction_dropped_midway_is_rolled_back() {
     )
     .await;
     let audit = app.audit(voucher).await;
-    assert_eq!((audit.active_orders, audit.stock_left), (0, 10), "rolled back");
+    assert_eq!(
+        (audit.active_orders, audit.stock_left),
+        (0, 10),
+        "rolled back"
+    );
     let token = app.login(&phone(1)).await;
     assert_eq!(app.purchase(voucher, &token).await["success"], true);
 }

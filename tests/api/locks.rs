@@ -79,7 +79,11 @@ async fn a_node_killed_while_holding_a_lock_frees_it_within_the_lease() {
         "the node died mid-request"
     );
     let audit = app.audit(voucher).await;
-    assert_eq!((audit.active_orders, audit.stock_left), (0, 10), "rolled back");
+    assert_eq!(
+        (audit.active_orders, audit.stock_left),
+        (0, 10),
+        "rolled back"
+    );
     assert_eq!(app.purchase(voucher, &token).await["success"], true);
 }
 
@@ -111,7 +115,11 @@ async fn a_purchase_whose_lock_is_lost_rolls_back() {
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["errorCode"], "UNAVAILABLE", "{body}");
     let audit = app.audit(voucher).await;
-    assert_eq!((audit.active_orders, audit.stock_left), (0, 10), "rolled back");
+    assert_eq!(
+        (audit.active_orders, audit.stock_left),
+        (0, 10),
+        "rolled back"
+    );
 }
 
 /// Two purchases of one user under `redis-lua` with a lease shorter than the

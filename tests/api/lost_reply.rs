@@ -233,5 +233,9 @@ async fn a_purchase_with_a_lost_lock_script_reply_answers_and_frees_the_lock(nth
         "the lock is free once the purchase answered"
     );
     let audit = app.audit(voucher).await;
-    assert_eq!((audit.active_orders, audit.duplicate_users), (2, 0), "{audit:?}");
+    assert_eq!(
+        (audit.active_orders, audit.duplicate_users),
+        (2, 0),
+        "{audit:?}"
+    );
 }

@@ -1,6 +1,7 @@
 //! HTTP API tests: one binary, one file per resource, against real MySQL and Redis.
 
 mod admission;
+mod after_sale;
 mod bad_input;
 mod concurrency;
 mod disconnects;

@@ -72,7 +72,10 @@ async fn sigterm_finishes_in_flight_purchases_and_exits_zero() {
     );
 
     let audit = app.audit(voucher).await;
-    assert_eq!((audit.active_orders, audit.duplicate_users), (USERS as i64, 0));
+    assert_eq!(
+        (audit.active_orders, audit.duplicate_users),
+        (USERS as i64, 0)
+    );
     assert!(audit.stock_balances(100));
     let locks = app.lock_keys().await;
     assert!(locks.is_empty(), "every lock released: {locks:?}");

@@ -657,7 +657,10 @@ async fn fenced_batches_of_two_consumers_write_every_order_without_a_failed_roun
     wait_drained(&app, voucher, ORDERS as i64).await;
 
     let audit = app.audit(voucher).await;
-    assert_eq!((audit.active_orders, audit.duplicate_users), (ORDERS as i64, 0));
+    assert_eq!(
+        (audit.active_orders, audit.duplicate_users),
+        (ORDERS as i64, 0)
+    );
     let fences: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tb_lock_fence")
         .fetch_one(app.store.pool())
         .await

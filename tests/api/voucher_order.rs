@@ -183,5 +183,9 @@ async fn an_order_id_already_taken_is_replaced_by_the_next_one_with(fencing: boo
     let id: i64 = bought["data"].as_str().unwrap().parse().unwrap();
     assert_eq!(id & 0xFFFF_FFFF, 2, "the next id: {id:#x}");
     let audit = app.audit(voucher).await;
-    assert_eq!((audit.active_orders, audit.stock_left), (1, 9), "one unit taken");
+    assert_eq!(
+        (audit.active_orders, audit.stock_left),
+        (1, 9),
+        "one unit taken"
+    );
 }

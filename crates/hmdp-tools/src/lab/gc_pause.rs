@@ -99,7 +99,10 @@ pub(super) async fn run(lab: &Lab, store: &Store) -> anyhow::Result<String> {
     observed?;
 
     let audit = store.audit_voucher(voucher).await?;
-    lab.say("mysql", format!("user 1 has {} order(s)", audit.active_orders));
+    lab.say(
+        "mysql",
+        format!("user 1 has {} order(s)", audit.active_orders),
+    );
     if audit.active_orders > 1 {
         lab.fail("A", "committed after its lease ran out, beside B's order");
     }

@@ -1,0 +1,562 @@
+//! The order's life after the sale, on every purchase path and across two
+//! nodes: pay, cancel, use, the unpaid-order timeout, the unit and the
+//! buyer's turn given back exactly once (a payment racing the close, two
+//! nodes closing one order, a node killed between MySQL and Redis, due
+//! times lost with Redis), and `Idempotency-Key` on purchases.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+use hmdp::after_sale::{AfterSale, PayDeadlines};
+use hmdp::config::SeckillMode;
+use hmdp::ids::{OrderId, UserId, VoucherId};
+use hmdp::store::{CloseCause, Closing, Store};
+use hmdp_test_support::{wait_for, wait_until, RedisServer};
+
+use crate::helpers::{
+    buy_at, metric, send_then_reset, socket_address, spawn_app, NodeProcess, TestApp, ADMIN_TOKEN,
+};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+async fn post_at(address: &str, path: &str, token: Option<&str>, body: Option<Value>) -> Value {
+    let mut request = reqwest::Client::new().post(format!("{address}{path}"));
+    if let Some(token) = token {
+        request = request.header("authorization", token);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    request.send().await.unwrap().json().await.unwrap()
+}
+
+async fn pay_at(address: &str, order: &str, token: &str) -> Value {
+    let body = Some(json!({"payType": 2}));
+    post_at(
+        address,
+        &format!("/voucher-order/{order}/pay"),
+        Some(token),
+        body,
+    )
+    .await
+}
+
+async fn cancel_at(address: &str, order: &str, token: &str) -> Value {
+    post_at(
+        address,
+        &format!("/voucher-order/{order}/cancel"),
+        Some(token),
+        None,
+    )
+    .await
+}
+
+async fn use_at(address: &str, order: &str) -> Value {
+    reqwest::Client::new()
+        .post(format!("{address}/voucher-order/{order}/use"))
+        .header("x-admin-token", ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn order_at(address: &str, order: &str, token: &str) -> Value {
+    reqwest::Client::new()
+        .get(format!("{address}/voucher-order/{order}"))
+        .header("authorization", token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Buys at `address`; the order id, once MySQL has the order (`queue` and
+/// `stream` write it after the answer).
+async fn bought(app: &TestApp, address: &str, voucher: VoucherId, token: &str) -> String {
+    let answer = buy_at(address, voucher, token).await;
+    assert_eq!(answer["success"], true, "{answer}");
+    let order = answer["data"].as_str().unwrap().to_owned();
+    wait_until("the order written to MySQL", WAIT, || async {
+        order_at(&app.address, &order, token).await["data"]["status"] == 1
+    })
+    .await;
+    order
+}
+
+/// `retry` answered with anything but `ORDER_PENDING`.
+async fn settled(mut retry: impl AsyncFnMut() -> Value) -> Value {
+    loop {
+        let answer = retry().await;
+        if answer["errorCode"] != "ORDER_PENDING" {
+            return answer;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Long enough for a busy machine to pay an order (and see the sale sold
+/// out) before the deadline closes it.
+const PAY_TIMEOUT_SECS: u64 = 5;
+
+async fn order_life_on_two_nodes(mode: SeckillMode) {
+    let app = spawn_app(|s| {
+        s.seckill = mode;
+        s.after_sale.pay_timeout_secs = 2;
+    })
+    .await;
+    let flags = [
+        format!("--seckill={mode}"),
+        "--pay-timeout-secs=2".to_owned(),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let other = NodeProcess::start(&app, &flags).await;
+    let (one, two) = (app.address.as_str(), other.address.as_str());
+    let voucher = app.create_open_seckill(3).await;
+    let tokens = app.login_many(5).await;
+    let [payer, canceller, late, rebuyer, stranger] = &tokens[..] else {
+        unreachable!()
+    };
+
+    // Paid on the other node; paying again is the same order; used.
+    let paid = bought(&app, one, voucher, payer).await;
+    let unpaid = order_at(one, &paid, payer).await;
+    assert!(unpaid["data"]["payDeadline"].is_string(), "{unpaid}");
+    let answer = settled(async || pay_at(two, &paid, payer).await).await;
+    assert_eq!(answer["success"], true, "{answer}");
+    assert_eq!(
+        (
+            answer["data"]["status"].clone(),
+            answer["data"]["payType"].clone()
+        ),
+        (json!(2), json!(2))
+    );
+    assert!(answer["data"]["payDeadline"].is_null(), "{answer}");
+    let again = pay_at(one, &paid, payer).await;
+    assert_eq!(
+        (again["success"].clone(), again["data"]["id"].clone()),
+        (json!(true), json!(paid))
+    );
+    let refused = cancel_at(one, &paid, payer).await;
+    assert_eq!(refused["errorCode"], "ORDER_PAID", "{refused}");
+    assert_eq!(
+        pay_at(one, &paid, stranger).await["errorCode"],
+        "ORDER_NOT_FOUND"
+    );
+    assert_eq!(
+        cancel_at(two, &paid, stranger).await["errorCode"],
+        "ORDER_NOT_FOUND"
+    );
+    let used = use_at(two, &paid).await;
+    assert_eq!(used["data"]["status"], 3, "{used}");
+    assert_eq!(
+        buy_at(two, voucher, payer).await["errorCode"],
+        "ALREADY_ORDERED"
+    );
+
+    // Cancelled on one node: the unit and the turn come back, and the same
+    // buyer buys again on the other.
+    let cancelled = bought(&app, two, voucher, canceller).await;
+    let answer = cancel_at(one, &cancelled, canceller).await;
+    assert_eq!(answer["data"]["status"], 4, "{answer}");
+    assert_eq!(
+        cancel_at(two, &cancelled, canceller).await["data"]["status"],
+        4
+    );
+    assert_eq!(
+        pay_at(two, &cancelled, canceller).await["errorCode"],
+        "ORDER_CLOSED"
+    );
+    let again = bought(&app, two, voucher, canceller).await;
+    assert_ne!(again, cancelled);
+
+    // Left unpaid: closed at its deadline by a node; paying then is refused;
+    // the buyer may buy again.
+    let timed_out = bought(&app, one, voucher, late).await;
+    assert_eq!(buy_at(two, voucher, rebuyer).await["errorCode"], "SOLD_OUT");
+    for order in [&again, &timed_out] {
+        let token = if order == &again { canceller } else { late };
+        wait_until("the unpaid order closed at its deadline", WAIT, || async {
+            order_at(two, order, token).await["data"]["status"] == 4
+        })
+        .await;
+    }
+    assert_eq!(
+        pay_at(two, &timed_out, late).await["errorCode"],
+        "ORDER_CLOSED"
+    );
+    // Two units came back: every node sells them (its sold-out memory is
+    // forgotten within its re-read of the voucher).
+    wait_for("the units given back on sale", WAIT, || async {
+        (buy_at(two, voucher, rebuyer).await["success"] == true).then_some(())
+    })
+    .await;
+    let answer = buy_at(one, voucher, late).await;
+    assert_eq!(answer["success"], true, "{answer}");
+
+    wait_until(
+        "every order written and the audit balanced",
+        WAIT,
+        || async {
+            let audit = app.audit(voucher).await;
+            audit.active_orders + audit.stock_left == 3 && audit.active_orders == 3
+        },
+    )
+    .await;
+    let audit = app.audit(voucher).await;
+    assert!(audit.violations(3, true).is_empty(), "{audit:?}");
+    assert_eq!(audit.closed_orders, 3, "{audit:?}");
+    if mode != SeckillMode::Sync {
+        let sale = app.redis_sale(voucher).await.expect("the sale in Redis");
+        assert_eq!((sale.stock, sale.buyers.len()), (0, 3), "{sale:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pay_cancel_use_and_timeout_on_two_nodes_sync() {
+    order_life_on_two_nodes(SeckillMode::Sync).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pay_cancel_use_and_timeout_on_two_nodes_queue() {
+    order_life_on_two_nodes(SeckillMode::Queue).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pay_cancel_use_and_timeout_on_two_nodes_stream() {
+    order_life_on_two_nodes(SeckillMode::Stream).await;
+}
+
+/// A node's after-sale service over `app`'s database and Redis, for the
+/// races the HTTP API cannot time.
+fn node_of(app: &TestApp, pay_timeout: Duration) -> Arc<AfterSale> {
+    let store = Store::connect_lazy(&app.database_url(), 16, Duration::from_secs(10)).unwrap();
+    Arc::new(AfterSale::new(
+        store,
+        app.redis.clone(),
+        app.keys(),
+        PayDeadlines::new(app.redis.clone(), &app.keys(), pay_timeout),
+        Arc::new(|_| {}),
+        Duration::ZERO,
+    ))
+}
+
+/// Writes `count` unpaid orders of a voucher of that stock straight into
+/// MySQL, as purchases leave them; their ids and buyers.
+async fn unpaid_orders(app: &TestApp, count: i64) -> (VoucherId, Vec<(OrderId, UserId)>) {
+    let voucher = app.create_open_seckill(count).await;
+    let orders: Vec<(OrderId, UserId)> = (1..=count)
+        .map(|i| (OrderId::new(1 << 40 | i), UserId::new(500_000 + i as u64)))
+        .collect();
+    for (order, user) in &orders {
+        sqlx::query("INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES (?, ?, ?)")
+            .bind(order)
+            .bind(user)
+            .bind(voucher)
+            .execute(app.store.pool())
+            .await
+            .unwrap();
+    }
+    sqlx::query("UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = ?")
+        .bind(voucher)
+        .execute(app.store.pool())
+        .await
+        .unwrap();
+    (voucher, orders)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_racing_the_close_a_thousand_times_never_both_wins() {
+    const ORDERS: i64 = 1000;
+    let app = spawn_app(|_| {}).await;
+    let (voucher, orders) = unpaid_orders(&app, ORDERS).await;
+    let (payer, closer) = (
+        node_of(&app, Duration::from_secs(900)),
+        node_of(&app, Duration::from_secs(900)),
+    );
+    let outcomes: Vec<(bool, bool)> = futures::stream::iter(orders.into_iter().enumerate())
+        .map(|(i, (order, user))| {
+            let (payer, closer) = (payer.clone(), closer.clone());
+            async move {
+                let pay = async { payer.pay(order, user, 1).await.is_ok() };
+                let close = async {
+                    matches!(
+                        closer
+                            .close(order, Some(user), CloseCause::Cancel)
+                            .await
+                            .unwrap(),
+                        Closing::Closed(_)
+                    )
+                };
+                // Either side sends first, in turn.
+                if i % 2 == 0 {
+                    tokio::join!(pay, close)
+                } else {
+                    let (closed, paid) = tokio::join!(close, pay);
+                    (paid, closed)
+                }
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let both = outcomes
+        .iter()
+        .filter(|(paid, closed)| *paid && *closed)
+        .count();
+    let neither = outcomes
+        .iter()
+        .filter(|(paid, closed)| !*paid && !*closed)
+        .count();
+    let closed = outcomes.iter().filter(|(_, closed)| *closed).count() as i64;
+    assert_eq!((both, neither), (0, 0), "each race has exactly one winner");
+    assert!(
+        closed > 0 && closed < ORDERS,
+        "both sides won some races: {closed} closes"
+    );
+    let audit = app.audit(voucher).await;
+    assert_eq!(
+        (
+            audit.active_orders,
+            audit.closed_orders,
+            audit.stock_left,
+            audit.paid_and_closed
+        ),
+        (ORDERS - closed, closed, closed, 0),
+        "{audit:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_closing_one_order_give_its_unit_back_once() {
+    const BUYERS: usize = 20;
+    let app = spawn_app(|s| s.seckill = SeckillMode::Stream).await;
+    let voucher = app.create_open_seckill(BUYERS as i64).await;
+    let tokens = app.login_many(BUYERS).await;
+    let mut orders = Vec::new();
+    for token in &tokens {
+        let order: OrderId = bought(&app, &app.address, voucher, token)
+            .await
+            .parse()
+            .unwrap();
+        orders.push(order);
+    }
+    let (a, b) = (
+        node_of(&app, Duration::from_secs(900)),
+        node_of(&app, Duration::from_secs(900)),
+    );
+    let mut closes = 0;
+    for order in &orders {
+        let (first, second) = tokio::join!(
+            a.close(*order, None, CloseCause::Cancel),
+            b.close(*order, None, CloseCause::Cancel)
+        );
+        for closing in [first.unwrap(), second.unwrap()] {
+            if let Closing::Closed(giveback) = closing {
+                closes += 1;
+                // A give-back sent again (a retry, a relay) counts once.
+                a.give_back(giveback).await.unwrap();
+                b.give_back(giveback).await.unwrap();
+            }
+        }
+    }
+    assert_eq!(closes, BUYERS, "one close per order");
+    let sale = app.redis_sale(voucher).await.unwrap();
+    assert_eq!(
+        (sale.stock, sale.buyers.len()),
+        (BUYERS as i64, 0),
+        "{sale:?}"
+    );
+    let audit = app.audit(voucher).await;
+    assert_eq!(
+        (audit.active_orders, audit.stock_left),
+        (0, BUYERS as i64),
+        "{audit:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_between_the_mysql_close_and_the_redis_give_back_leaves_a_unit_that_sells() {
+    let app = spawn_app(|s| s.seckill = SeckillMode::Stream).await;
+    // This node sleeps a minute between its close's commit and its give-back.
+    let mut doomed = NodeProcess::start(
+        &app,
+        &["--seckill=stream", "--chaos-giveback-delay-ms=60000"],
+    )
+    .await;
+    let voucher = app.create_open_seckill(1).await;
+    let tokens = app.login_many(2).await;
+    let order = bought(&app, &app.address, voucher, &tokens[0]).await;
+    assert_eq!(
+        buy_at(&app.address, voucher, &tokens[1]).await["errorCode"],
+        "SOLD_OUT"
+    );
+
+    let address = doomed.address.clone();
+    let (order_id, token) = (order.clone(), tokens[0].clone());
+    let cancel = tokio::spawn(async move {
+        let _ = reqwest::Client::new()
+            .post(format!("{address}/voucher-order/{order_id}/cancel"))
+            .header("authorization", token)
+            .send()
+            .await;
+    });
+    wait_until("the close committed, its give-back owed", WAIT, || async {
+        let owed: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tb_order_giveback")
+            .fetch_one(app.store.pool())
+            .await
+            .unwrap();
+        owed == 1
+    })
+    .await;
+    doomed.kill().await;
+    let _ = cancel.await;
+    assert_eq!(
+        app.redis_sale(voucher).await.unwrap().stock,
+        0,
+        "the unit is not back in Redis yet"
+    );
+
+    // The live node sends the owed give-back: the unit sells again.
+    wait_for("the stranded unit sold again", WAIT, || async {
+        let answer = buy_at(&app.address, voucher, &tokens[1]).await;
+        (answer["success"] == true).then_some(())
+    })
+    .await;
+    wait_until("the new order written", WAIT, || async {
+        app.audit(voucher).await.active_orders == 1
+    })
+    .await;
+    let audit = app.audit(voucher).await;
+    assert!(audit.violations(1, true).is_empty(), "{audit:?}");
+    assert_eq!(app.redis_sale(voucher).await.unwrap().stock, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn due_times_lost_with_a_redis_restart_are_closed_by_the_sweep() {
+    let mut redis = RedisServer::start().await.unwrap();
+    let app = spawn_app(|s| {
+        s.store.redis.url = redis.url();
+        s.after_sale.pay_timeout_secs = 1;
+        s.after_sale.pay_sweep_secs = 1;
+    })
+    .await;
+    let voucher = app.create_open_seckill(2).await;
+    let token = app.login_many(1).await.remove(0);
+    let order = bought(&app, &app.address, voucher, &token).await;
+    wait_until("the order's due time in Redis", WAIT, || async {
+        let due: i64 = redis::cmd("ZCARD")
+            .arg(app.keys().pay_deadlines())
+            .query_async(&mut app.redis.clone())
+            .await
+            .unwrap_or(0);
+        due == 1
+    })
+    .await;
+    // Redis keeps nothing on disk: the due time goes with it.
+    redis.restart().await.unwrap();
+    wait_until("the order closed by the sweep", WAIT, || async {
+        let status: u8 = sqlx::query_scalar("SELECT status FROM tb_voucher_order WHERE id = ?")
+            .bind(order.parse::<i64>().unwrap())
+            .fetch_one(app.store.pool())
+            .await
+            .unwrap();
+        status == 4
+    })
+    .await;
+    assert_eq!(
+        metric(&app.address, "hmdp_orders_closed_total{cause=\"sweep\"}").await,
+        1.0
+    );
+    let audit = app.audit(voucher).await;
+    assert_eq!((audit.active_orders, audit.stock_left), (0, 2), "{audit:?}");
+}
+
+fn keyed_purchase(voucher: VoucherId, token: &str, key: &str) -> String {
+    format!(
+        "POST /voucher-order/seckill/{voucher} HTTP/1.1\r\nhost: node\r\n\
+         authorization: {token}\r\nidempotency-key: {key}\r\ncontent-length: 0\r\n\r\n"
+    )
+}
+
+async fn buy_with_key(
+    app: &TestApp,
+    voucher: VoucherId,
+    token: &str,
+    key: &str,
+) -> reqwest::Response {
+    app.client
+        .post(app.url(&format!("/voucher-order/seckill/{voucher}")))
+        .header("authorization", token)
+        .header("idempotency-key", key)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_replayed_after_a_reset_connection_returns_the_same_order() {
+    // Each purchase holds its transaction 300 ms: the reset comes first.
+    let app = spawn_app(|s| s.chaos_hold_ms = 300).await;
+    let voucher = app.create_open_seckill(5).await;
+    let other = app.create_open_seckill(5).await;
+    let tokens = app.login_many(2).await;
+    let token = &tokens[0];
+    let request = keyed_purchase(voucher, token, "buy-1");
+    send_then_reset(socket_address(&app), &request, Duration::from_millis(50)).await;
+
+    // While the first is still running, the same key is refused with 409.
+    let busy = buy_with_key(&app, voucher, token, "buy-1").await;
+    assert_eq!(busy.status(), 409);
+    let written = wait_for("the reset request's order written", WAIT, || async {
+        sqlx::query_scalar::<_, i64>("SELECT id FROM tb_voucher_order WHERE voucher_id = ?")
+            .bind(voucher)
+            .fetch_optional(app.store.pool())
+            .await
+            .unwrap()
+    })
+    .await;
+    let replay = wait_for("the first answer kept", WAIT, || async {
+        let response = buy_with_key(&app, voucher, token, "buy-1").await;
+        (response.status() == 200).then_some(response)
+    })
+    .await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    let body: Value = replay.json().await.unwrap();
+    assert_eq!(body["data"], written.to_string(), "{body}");
+
+    // The same key for another voucher: 422. Another key: a new request.
+    assert_eq!(
+        buy_with_key(&app, other, token, "buy-1").await.status(),
+        422
+    );
+    let second: Value = buy_with_key(&app, voucher, token, "buy-2")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(second["errorCode"], "ALREADY_ORDERED", "{second}");
+    let again: Value = buy_with_key(&app, voucher, token, "buy-2")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(again, second, "a refusal is kept too");
+    // Another user's same key is another request.
+    let theirs: Value = buy_with_key(&app, voucher, &tokens[1], "buy-1")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(theirs["success"], true, "{theirs}");
+    assert_ne!(theirs["data"], body["data"]);
+    let bad = buy_with_key(&app, voucher, token, "spaces are not allowed").await;
+    assert_eq!(bad.status(), 400);
+}
