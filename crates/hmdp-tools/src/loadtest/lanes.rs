@@ -99,21 +99,23 @@ impl Lanes {
             .expect("the semaphore is never closed")
     }
 
-    /// One `POST` with `authorization: token` and no body, on an idle
-    /// connection or a new one. Call it under a `reserve` permit.
-    pub async fn post(&self, token: &HeaderValue) -> Result<Answer, ShotError> {
-        tokio::time::timeout(ANSWER_TIMEOUT, self.exchange(token))
+    /// One `POST` with `authorization: token`, `idempotency-key: key` and
+    /// no body, on an idle connection or a new one. Call it under a
+    /// `reserve` permit.
+    pub async fn post(&self, token: &HeaderValue, key: &HeaderValue) -> Result<Answer, ShotError> {
+        tokio::time::timeout(ANSWER_TIMEOUT, self.exchange(token, key))
             .await
             .unwrap_or(Err(ShotError::Timeout))
     }
 
-    async fn exchange(&self, token: &HeaderValue) -> Result<Answer, ShotError> {
+    async fn exchange(&self, token: &HeaderValue, key: &HeaderValue) -> Result<Answer, ShotError> {
         let mut request = Request::new(Empty::new());
         *request.method_mut() = Method::POST;
         *request.uri_mut() = self.path.clone();
         let headers = request.headers_mut();
         headers.insert(HOST, self.host.clone());
         headers.insert(AUTHORIZATION, token.clone());
+        headers.insert("idempotency-key", key.clone());
         // A kept connection can turn out to be closed when it is used (the
         // server ended it after its last answer). A request it did not send
         // goes out again on a new connection: no server saw it, so even a
@@ -218,7 +220,11 @@ mod tests {
             listener.local_addr().unwrap()
         };
         let lanes = Lanes::new(&format!("http://{refused}"), "/x", 1).unwrap();
-        let error = lanes.post(&token).await.err().expect("nothing listens");
+        let error = lanes
+            .post(&token, &token)
+            .await
+            .err()
+            .expect("nothing listens");
         assert_eq!(error.outcome(), "CONNECT_ERROR");
 
         // A server that accepts, then closes without answering.
@@ -230,7 +236,7 @@ mod tests {
             }
         });
         let lanes = Lanes::new(&format!("http://{address}"), "/x", 1).unwrap();
-        let error = lanes.post(&token).await.err().expect("no answer");
+        let error = lanes.post(&token, &token).await.err().expect("no answer");
         assert_eq!(error.outcome(), "TRANSPORT_ERROR");
     }
 
@@ -280,7 +286,7 @@ mod tests {
         let lanes = Lanes::new(&format!("http://{address}"), "/x", 1).unwrap();
         let token = HeaderValue::from_static("token");
         for attempt in 0..3 {
-            let answer = lanes.post(&token).await;
+            let answer = lanes.post(&token, &token).await;
             assert!(answer.is_ok(), "request {attempt}: {:?}", answer.err());
         }
     }

@@ -29,7 +29,7 @@ use hmdp::keys::Keys;
 use hmdp::seckill::SaleState;
 
 use crate::audit;
-use lanes::Lanes;
+use lanes::{Lanes, ShotError};
 pub use report::Report;
 use tokens::Login;
 
@@ -223,14 +223,23 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Measured> {
     // A user needing more permits than exist would wait forever.
     let burst = plan.per_user.min(plan.concurrency.max(1)) as u32;
     let started = Instant::now();
+    // Each purchase's Idempotency-Key: this run's, the user's, the shot's.
+    let run = uuid::Uuid::new_v4().simple().to_string();
     let mut users = JoinSet::new();
     for (user, token) in plan.tokens.iter().enumerate() {
         let token = HeaderValue::from_str(token)
             .with_context(|| format!("token {token:?} is not a header value"))?;
         let (lanes, per_user, bar) = (lanes.clone(), plan.per_user, plan.progress.clone());
+        let run = run.clone();
         users.spawn(async move {
             let _permits = lanes.reserve(burst).await;
-            let shots = (0..per_user).map(|_| shoot(&lanes, &token, &bar));
+            let keys: Vec<HeaderValue> = (0..per_user)
+                .map(|shot| {
+                    HeaderValue::from_str(&format!("{run}-{user}-{shot}"))
+                        .expect("hex and digits make a header value")
+                })
+                .collect();
+            let shots = keys.iter().map(|key| shoot(&lanes, &token, key, &bar));
             (user, join_all(shots).await)
         });
     }
@@ -269,9 +278,29 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Measured> {
     })
 }
 
-async fn shoot(lanes: &Lanes, token: &HeaderValue, bar: &ProgressBar) -> Shot {
+/// How often a purchase whose answer was lost (a timeout, a dropped
+/// connection) or is still being given (409: its first attempt runs) is
+/// sent again with its Idempotency-Key: the node answers a resent purchase
+/// with the first attempt's order, never a second one.
+const RESENDS: usize = 3;
+/// The pause before resending a purchase whose first attempt still runs.
+const IN_USE_PAUSE: Duration = Duration::from_millis(50);
+
+/// One logical purchase: sent, and resent with the same key while its
+/// answer is lost.
+async fn shoot(lanes: &Lanes, token: &HeaderValue, key: &HeaderValue, bar: &ProgressBar) -> Shot {
     let started = Instant::now();
-    let answer = lanes.post(token).await;
+    let mut answer = lanes.post(token, key).await;
+    for _ in 0..RESENDS {
+        match &answer {
+            Err(ShotError::Timeout | ShotError::Transport(_)) => {}
+            Ok(answer) if answer.status == hyper::StatusCode::CONFLICT => {
+                tokio::time::sleep(IN_USE_PAUSE).await;
+            }
+            _ => break,
+        }
+        answer = lanes.post(token, key).await;
+    }
     let latency = started.elapsed();
     bar.inc(1);
     let answered_at = Instant::now();
