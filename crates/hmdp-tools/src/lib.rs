@@ -17,5 +17,7 @@ pub mod lab;
 pub mod latency;
 /// The load generator and the bulk login behind `hmdp tokens`.
 pub mod loadtest;
+/// Buyers after the sale: pay, cancel, or leave the order to time out.
+pub mod payers;
 /// `hmdp seed`: sample shops, each with a seckill voucher, for the front end.
 pub mod seed;

@@ -2,9 +2,13 @@
 //! with a fault every interval — a node SIGKILLed and restarted, Redis
 //! killed and restarted (empty, or from its AOF), the voucher's stock row
 //! held by another MySQL session for longer than the stream's claim time,
-//! MySQL read-only, MySQL SIGKILLed and restarted — and every sale judged by what its buyers were told: each success
-//! answer's order in MySQL exactly once after the drain, nobody told
-//! success twice, no user with two orders, no unit sold twice. Orders that
+//! MySQL read-only, MySQL SIGKILLed and restarted — and every sale judged
+//! by what its buyers were told: each success answer's order in MySQL
+//! exactly once after the drain, nobody told success for two active orders,
+//! no user with two active orders, no unit sold twice. After each sale its
+//! buyers pay, cancel (and buy again) or leave their orders to time out:
+//! each payment told success is paid, each cancel told success is closed,
+//! nobody paid for a closed order, active orders + stock = initial. Orders that
 //! Redis's persistence setting lost (admitted before a restart, never
 //! written) are counted apart, and must be none with `appendfsync always`;
 //! so are the orders a SIGKILLed `queue` node took with it.
@@ -25,11 +29,12 @@ use tokio::sync::Mutex;
 use super::{node_flags, until_signal};
 use super::{Cluster, ClusterSpec, Sandbox, NODE_IDS};
 use crate::loadtest::{self, tokens::Login, Plan, Told};
+use crate::payers::{self, Act, Acted, Answered};
 use hmdp::config::{RedisSettings, SeckillMode};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
 use hmdp::seckill::SaleState;
-use hmdp::store::Store;
+use hmdp::store::{OrderState, Store};
 use hmdp_test_support::{MariaDbServer, RedisServer};
 
 /// `hmdp soak`.
@@ -90,16 +95,32 @@ pub struct SoakSettings {
     #[arg(long, default_value_t = 8)]
     pub stall_secs: u64,
 
+    /// Share of each sale's buyers who pay their order, in percent.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub payers: u8,
+
+    /// Share of each sale's buyers who cancel their order and buy again, in
+    /// percent; the rest leave it unpaid to time out.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub cancellers: u8,
+
+    /// The nodes' payment deadline (`--pay-timeout-secs`): unpaid orders
+    /// close, and their units go back on sale, this long after the sale.
+    #[arg(long, default_value_t = 10)]
+    pub pay_timeout_secs: u64,
+
     /// After the load: how long to wait for every admitted order to reach
     /// MySQL before judging.
     #[arg(long, default_value_t = 120)]
     pub drain_timeout_secs: u64,
 }
 
-/// One sale: its voucher, and what its buyers were told.
+/// One sale: its voucher, what its buyers were told, and what they did with
+/// their orders (and were told then).
 struct Sale {
     voucher: i64,
     told: Vec<Told>,
+    acted: Vec<Acted>,
 }
 
 /// Everything the load side saw, summed over the sales.
@@ -156,6 +177,8 @@ async fn soak(
     // A stall outlasts the claim time and the delivery limit many times.
     flags.push("--stream-claim-idle-ms=2000".into());
     flags.push("--stream-max-deliveries=3".into());
+    flags.push(format!("--pay-timeout-secs={}", settings.pay_timeout_secs));
+    flags.push("--pay-sweep-secs=5".into());
     if settings.fencing {
         flags.push("--fencing".into());
     }
@@ -461,8 +484,15 @@ struct Verdict {
     lost_with_a_node: usize,
     /// Success answers whose order is not in MySQL, and nothing explains it.
     lost: Vec<String>,
-    /// Users told success for two different orders of one voucher.
+    /// Users told success for two orders of one voucher both active.
     told_twice: Vec<String>,
+    /// Payments and cancels told success, and payments refused as closed.
+    paid: usize,
+    cancelled: usize,
+    /// Orders closed in MySQL (cancelled, or timed out).
+    closed: i64,
+    /// Payments or cancels whose answer the order's status contradicts.
+    acts_broken: Vec<String>,
     /// MySQL's own invariants broken: oversold, stock not balancing, a user
     /// with two orders.
     mysql_broken: Vec<String>,
@@ -473,6 +503,7 @@ impl Verdict {
         let persistence_allowed = settings.redis_appendfsync.as_deref() != Some("always");
         self.lost.is_empty()
             && self.told_twice.is_empty()
+            && self.acts_broken.is_empty()
             && self.mysql_broken.is_empty()
             && (persistence_allowed || self.lost_by_persistence == 0)
             && (settings.seckill == SeckillMode::Queue || self.lost_with_a_node == 0)
@@ -499,16 +530,21 @@ async fn judge(
                 .mysql_broken
                 .push(format!("voucher {}: {broken}", sale.voucher));
         }
-        let written: BTreeSet<i64> = store
-            .order_ids_of(voucher)
-            .await?
-            .into_iter()
-            .map(|id| id.get())
-            .collect();
+        verdict.closed += audit.closed_orders;
+        let statuses: BTreeMap<i64, u8> =
+            sqlx::query_as("SELECT id, status FROM tb_voucher_order WHERE voucher_id = ?")
+                .bind(voucher)
+                .fetch_all(store.pool())
+                .await?
+                .into_iter()
+                .collect();
+        judge_acts(sale, &statuses, &mut verdict);
         let mut by_user: BTreeMap<usize, BTreeSet<i64>> = BTreeMap::new();
         for told in &sale.told {
-            by_user.entry(told.user).or_default().insert(told.order_id);
-            if written.contains(&told.order_id) {
+            if statuses.get(&told.order_id) != Some(&(OrderState::Closed as u8)) {
+                by_user.entry(told.user).or_default().insert(told.order_id);
+            }
+            if statuses.contains_key(&told.order_id) {
                 continue;
             }
             let redis_lost_it = faults.redis_restarts.iter().any(|at| *at > told.at);
@@ -532,12 +568,42 @@ async fn judge(
         }
         for (user, ids) in by_user.iter().filter(|(_, ids)| ids.len() > 1) {
             verdict.told_twice.push(format!(
-                "voucher {}: user #{user} told success for orders {ids:?}",
+                "voucher {}: user #{user} told success for orders {ids:?}, none closed",
                 sale.voucher
             ));
         }
     }
     Ok(verdict)
+}
+
+/// Each payment or cancel against the status MySQL ended with: paid told
+/// success is paid (or used), cancelled told success and payments refused
+/// as closed are closed.
+fn judge_acts(sale: &Sale, statuses: &BTreeMap<i64, u8>, verdict: &mut Verdict) {
+    for acted in &sale.acted {
+        let status = statuses.get(&acted.order_id).copied();
+        let state = status.and_then(OrderState::from_status);
+        let expected = match (&acted.act, &acted.answered) {
+            (Act::Pay, Answered::Done) => {
+                verdict.paid += 1;
+                matches!(state, Some(OrderState::Paid | OrderState::Used))
+            }
+            (Act::Cancel, Answered::Done) => {
+                verdict.cancelled += 1;
+                state == Some(OrderState::Closed)
+            }
+            (Act::Pay, Answered::Refused(code)) if code == "ORDER_CLOSED" => {
+                state == Some(OrderState::Closed)
+            }
+            _ => true,
+        };
+        if !expected {
+            verdict.acts_broken.push(format!(
+                "voucher {}: order {} of user #{}: {:?} answered {:?}, status in MySQL {status:?}",
+                sale.voucher, acted.order_id, acted.user, acted.act, acted.answered
+            ));
+        }
+    }
 }
 
 /// How the load side reaches the cluster: as a user and an admin would,
@@ -579,17 +645,57 @@ async fn load_loop(
                 concurrency: settings.concurrency,
                 progress: loadtest::progress_bar(0),
             };
-            let measured = loadtest::run(&plan).await?;
+            let mut measured = loadtest::run(&plan).await?;
+            // The buyers' second half; those who cancelled buy again, each
+            // once, for the units their cancels gave back.
+            let shares = (settings.payers, settings.cancellers);
+            let acted = payers::act_all(
+                &client,
+                &target,
+                &plan.tokens,
+                &measured.told,
+                shares,
+                settings.concurrency,
+            )
+            .await;
+            let again = Plan {
+                tokens: plan.tokens.clone(),
+                per_user: 1,
+                ..plan
+            };
+            let rebuys: Vec<usize> = acted
+                .iter()
+                .filter(|acted| acted.act == Act::Cancel && acted.answered == Answered::Done)
+                .map(|acted| acted.user)
+                .collect();
+            let second = loadtest::run(&Plan {
+                tokens: rebuys
+                    .iter()
+                    .map(|user| again.tokens[*user].clone())
+                    .collect(),
+                ..again
+            })
+            .await?;
+            measured.requests += second.requests;
+            for (outcome, count) in second.outcomes {
+                *measured.outcomes.entry(outcome).or_default() += count;
+            }
+            measured
+                .told
+                .extend(second.told.into_iter().map(|told| Told {
+                    user: rebuys[told.user],
+                    ..told
+                }));
             // The next sale once this one's orders are written (or stuck):
             // a `queue` node writes one order at a time, far slower than
             // Redis admits them, and an unpaced soak would judge a backlog.
             if settings.seckill != SeckillMode::Sync {
                 settle_down(&sale_state, Duration::from_secs(1), Duration::from_secs(30)).await;
             }
-            anyhow::Ok((voucher, measured))
+            anyhow::Ok((voucher, measured, acted))
         };
         match round.await {
-            Ok((voucher, measured)) => {
+            Ok((voucher, measured, acted)) => {
                 let mut tally = tally.lock().await;
                 tally.requests += measured.requests;
                 for (outcome, count) in measured.outcomes {
@@ -601,6 +707,7 @@ async fn load_loop(
                 tally.sales.push(Sale {
                     voucher,
                     told: measured.told,
+                    acted,
                 });
             }
             Err(error) => {
@@ -640,6 +747,13 @@ fn report(
     println!("  requests                {}", tally.requests);
     println!("  success answers         {}", verdict.told);
     println!("  orders in MySQL         {}", verdict.orders);
+    println!("  paid (told success)     {}", verdict.paid);
+    println!("  cancelled (told)        {}", verdict.cancelled);
+    println!(
+        "  closed in MySQL         {} (cancelled or timed out)",
+        verdict.closed
+    );
+    println!("  pay/cancel contradicted {}", verdict.acts_broken.len());
     match drained {
         Some(took) => println!(
             "  drained                 {:.1} s after the load",
@@ -667,6 +781,7 @@ fn report(
         .lost
         .iter()
         .chain(&verdict.told_twice)
+        .chain(&verdict.acts_broken)
         .chain(&verdict.mysql_broken)
         .take(20)
     {
@@ -678,7 +793,8 @@ fn report(
     }
     println!(
         "verdict: KEPT — every success answer is one order in MySQL{}, nobody told success \
-         twice, one order per user, no oversell in {} sales",
+         for two active orders, one active order per user, every payment and cancel as \
+         answered, nobody paid for a closed order, no oversell in {} sales",
         if verdict.lost_by_persistence + verdict.lost_with_a_node > 0 {
             " (but those lost as counted above)"
         } else {

@@ -1,0 +1,150 @@
+//! Buyers after the sale, over HTTP as a client would: each buyer told an
+//! order pays it, cancels it, or leaves it unpaid to time out, chosen by
+//! shares; and what each was answered. Pay and cancel are idempotent, so a
+//! request whose answer was lost (a node killed, a 502 from nginx) is sent
+//! again; an order still on its way to MySQL (`ORDER_PENDING`) is asked
+//! again until it is written.
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+use crate::loadtest::Told;
+
+/// What a buyer does with their order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Act {
+    Pay,
+    Cancel,
+    /// Left unpaid: the nodes close it at its deadline.
+    Leave,
+}
+
+impl Act {
+    /// The act of the `index`-th buyer: the first `pay_percent` of every
+    /// hundred pay, the next `cancel_percent` cancel, the rest leave it.
+    pub fn of(index: usize, pay_percent: u8, cancel_percent: u8) -> Act {
+        let slot = (index % 100) as u8;
+        if slot < pay_percent {
+            Act::Pay
+        } else if slot < pay_percent.saturating_add(cancel_percent) {
+            Act::Cancel
+        } else {
+            Act::Leave
+        }
+    }
+}
+
+/// What a pay or cancel was answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answered {
+    /// Success: paid, or cancelled.
+    Done,
+    /// Refused with this `errorCode` (`ORDER_CLOSED`: closed before).
+    Refused(String),
+    /// No answer that says (the cluster kept failing): judged by nothing.
+    Unknown,
+}
+
+/// One buyer's act and its answer.
+#[derive(Debug, Clone)]
+pub struct Acted {
+    pub user: usize,
+    pub order_id: i64,
+    pub act: Act,
+    pub answered: Answered,
+}
+
+/// How long an order still on its way to MySQL is asked again.
+const PENDING_FOR: Duration = Duration::from_secs(60);
+/// Sends of a request whose answer did not come.
+const SENDS: usize = 10;
+const PAUSE: Duration = Duration::from_millis(200);
+
+/// Every buyer in `told` acts on their order at `target`, `concurrency` at
+/// a time; the buyers who leave their order send nothing.
+pub async fn act_all(
+    client: &reqwest::Client,
+    target: &str,
+    tokens: &[String],
+    told: &[Told],
+    (pay_percent, cancel_percent): (u8, u8),
+    concurrency: usize,
+) -> Vec<Acted> {
+    // Each act owns what it sends: the stream of them is `Send` as a whole.
+    let acts = told.iter().enumerate().map(|(index, told)| {
+        let act = Act::of(index, pay_percent, cancel_percent);
+        let (client, target) = (client.clone(), target.to_owned());
+        let (token, user, order_id) = (tokens[told.user].clone(), told.user, told.order_id);
+        async move {
+            let answered = match act {
+                Act::Leave => Answered::Done,
+                Act::Pay => send(&client, &target, &token, order_id, "pay").await,
+                Act::Cancel => send(&client, &target, &token, order_id, "cancel").await,
+            };
+            Acted {
+                user,
+                order_id,
+                act,
+                answered,
+            }
+        }
+    });
+    let acts: Vec<_> = acts.collect();
+    futures::stream::iter(acts)
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await
+}
+
+async fn send(
+    client: &reqwest::Client,
+    target: &str,
+    token: &str,
+    order_id: i64,
+    what: &str,
+) -> Answered {
+    let url = format!(
+        "{}/voucher-order/{order_id}/{what}",
+        target.trim_end_matches('/')
+    );
+    let pending_until = Instant::now() + PENDING_FOR;
+    let mut sends = 0;
+    while sends < SENDS {
+        let mut request = client.post(&url).header("authorization", token);
+        if what == "pay" {
+            request = request.json(&json!({"payType": 1}));
+        }
+        let body: Option<Value> = match request.send().await {
+            Ok(response) => response.json().await.ok(),
+            Err(_) => None,
+        };
+        match body {
+            Some(body) if body["success"] == true => return Answered::Done,
+            Some(body)
+                if body["errorCode"] == "ORDER_PENDING" && Instant::now() < pending_until => {}
+            Some(body) if body["errorCode"].is_string() && body["errorCode"] != "UNAVAILABLE" => {
+                return Answered::Refused(body["errorCode"].as_str().unwrap_or("?").to_owned())
+            }
+            _ => sends += 1,
+        }
+        tokio::time::sleep(PAUSE).await;
+    }
+    Answered::Unknown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Act;
+
+    #[test]
+    fn shares_split_every_hundred_buyers() {
+        let acts: Vec<Act> = (0..200).map(|i| Act::of(i, 70, 10)).collect();
+        let count = |act| acts.iter().filter(|a| **a == act).count();
+        assert_eq!(
+            (count(Act::Pay), count(Act::Cancel), count(Act::Leave)),
+            (140, 20, 40)
+        );
+    }
+}
