@@ -161,13 +161,16 @@ impl Catalog {
         Ok(Some(vouchers.entry(voucher_id).or_insert(info).clone()))
     }
 
-    /// Whether this node saw the voucher sell out and its sale is on by
-    /// this node's clock (outside the window, a purchase is to hear that
-    /// the sale has not started or has ended). Memory only: a voucher not
-    /// read yet is not known to be sold out.
+    /// Whether this node saw the voucher sell out, not longer ago than
+    /// [`REREAD_AFTER`], and its sale is on by this node's clock (outside
+    /// the window, a purchase is to hear that the sale has not started or
+    /// has ended). Memory only: a voucher not read yet is not known to be
+    /// sold out, and one due to be read again is asked about (a unit may
+    /// have come back).
     pub fn sold_out_now(&self, voucher_id: VoucherId) -> bool {
         self.cached(voucher_id).is_some_and(|sale| {
-            sale.refusal_at(Local::now().naive_local()) == Some(Rejection::SoldOut)
+            sale.read_at.elapsed() < REREAD_AFTER
+                && sale.refusal_at(Local::now().naive_local()) == Some(Rejection::SoldOut)
         })
     }
 

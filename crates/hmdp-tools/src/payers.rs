@@ -22,10 +22,10 @@ pub enum Act {
 }
 
 impl Act {
-    /// The act of the `index`-th buyer: the first `pay_percent` of every
-    /// hundred pay, the next `cancel_percent` cancel, the rest leave it.
-    pub fn of(index: usize, pay_percent: u8, cancel_percent: u8) -> Act {
-        let slot = (index % 100) as u8;
+    /// The act of the `index`-th of `buyers`: the first `pay_percent` of
+    /// them pay, the next `cancel_percent` cancel, the rest leave it.
+    pub fn of(index: usize, buyers: usize, pay_percent: u8, cancel_percent: u8) -> Act {
+        let slot = (index * 100 / buyers.max(1)) as u8;
         if slot < pay_percent {
             Act::Pay
         } else if slot < pay_percent.saturating_add(cancel_percent) {
@@ -73,8 +73,9 @@ pub async fn act_all(
     concurrency: usize,
 ) -> Vec<Acted> {
     // Each act owns what it sends: the stream of them is `Send` as a whole.
+    let buyers = told.len();
     let acts = told.iter().enumerate().map(|(index, told)| {
-        let act = Act::of(index, pay_percent, cancel_percent);
+        let act = Act::of(index, buyers, pay_percent, cancel_percent);
         let (client, target) = (client.clone(), target.to_owned());
         let (token, user, order_id) = (tokens[told.user].clone(), told.user, told.order_id);
         async move {
@@ -139,12 +140,14 @@ mod tests {
     use super::Act;
 
     #[test]
-    fn shares_split_every_hundred_buyers() {
-        let acts: Vec<Act> = (0..200).map(|i| Act::of(i, 70, 10)).collect();
-        let count = |act| acts.iter().filter(|a| **a == act).count();
-        assert_eq!(
-            (count(Act::Pay), count(Act::Cancel), count(Act::Leave)),
-            (140, 20, 40)
-        );
+    fn shares_split_the_buyers() {
+        for (buyers, split) in [(200, (140, 20, 40)), (50, (35, 5, 10)), (7, (5, 1, 1))] {
+            let acts: Vec<Act> = (0..buyers).map(|i| Act::of(i, buyers, 70, 10)).collect();
+            let count = |act| acts.iter().filter(|a| **a == act).count();
+            assert_eq!(
+                (count(Act::Pay), count(Act::Cancel), count(Act::Leave)),
+                split
+            );
+        }
     }
 }
