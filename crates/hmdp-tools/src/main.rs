@@ -69,8 +69,8 @@ enum Command {
     /// Runs against the configured Redis in a key namespace of its own, removed
     /// afterwards (the asynchronous purchase's scenarios also start nodes on a
     /// database of their own). Exit status: 0 when the promise held (mutual
-    /// exclusion; every buyer told success holds one order), 1 when it broke,
-    /// 2 when the run itself failed.
+    /// exclusion; every buyer told success holds one order; a closed order's
+    /// unit back on sale once), 1 when it broke, 2 when the run itself failed.
     Lab {
         #[command(subcommand)]
         scenario: lab::Scenario,

@@ -243,6 +243,9 @@ fn each_scenario_tells_its_story_in_its_help() {
         ("queue-crash", "blocking queue"),
         ("stream-crash", "consumer group"),
         ("redis-restart", "trusts Redis with"),
+        ("pay-vs-close", "check-then-act"),
+        ("double-close", "idempotent"),
+        ("lost-giveback", "owed record"),
     ] {
         let (code, out) = hmdp_lab(&[scenario, "--help"]);
         assert_eq!(code, 0);
@@ -311,4 +314,73 @@ fn redis_restart_with_an_append_only_file_loses_nothing() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("restarts with its data"), "{out}");
     assert!(out.contains("12 order(s) of voucher"), "{out}");
+}
+
+#[test]
+fn pay_vs_close_naive_closes_the_order_paid_between_its_read_and_its_write() {
+    let (code, out) = hmdp_lab(&["pay-vs-close"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("SELECTs order"), "{out}");
+    assert!(
+        out.contains("which is closed, and its unit was sold again to B: BROKEN"),
+        "{out}"
+    );
+    assert!(out.contains("1 order(s) were paid and closed"), "{out}");
+}
+
+#[test]
+fn pay_vs_close_conditional_close_leaves_the_paid_order_alone() {
+    let (code, out) = hmdp_lab(&["pay-vs-close", "--conditional-close"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("AND status = 1 changes no row: the order is paid"),
+        "{out}"
+    );
+    assert!(out.contains("B      buys through node2: refused"), "{out}");
+    assert!(out.contains("audit  every check holds"), "{out}");
+}
+
+#[test]
+fn double_close_naive_gives_the_unit_back_twice() {
+    let (code, out) = hmdp_lab(&["double-close"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("redis  sale: stock 2, buyers []"), "{out}");
+    assert!(
+        out.contains("B and C both bought the voucher's one unit: BROKEN"),
+        "{out}"
+    );
+    assert!(
+        out.contains("active orders + stock is 2, 1 more than the initial stock"),
+        "{out}"
+    );
+}
+
+#[test]
+fn double_close_conditional_close_gives_the_unit_back_once() {
+    let (code, out) = hmdp_lab(&["double-close", "--conditional-close"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out.matches("changes 1 row").count(), 1, "{out}");
+    assert_eq!(out.matches("changes no row").count(), 1, "{out}");
+    assert!(out.contains("C      buys through node2: refused"), "{out}");
+}
+
+#[test]
+fn lost_giveback_naive_strands_the_unit() {
+    let (code, out) = hmdp_lab(&["lost-giveback"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("is killed after its COMMIT"), "{out}");
+    assert!(out.contains("the unit is stranded: BROKEN"), "{out}");
+    assert!(out.contains("told success with no order"), "{out}");
+}
+
+#[test]
+fn lost_giveback_owed_giveback_is_sent_by_the_other_node() {
+    let (code, out) = hmdp_lab(&["lost-giveback", "--owed-giveback"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("1 give-back(s) owed to Redis"), "{out}");
+    assert!(
+        out.contains("node2  its closer sends the give-back node1 left owed"),
+        "{out}"
+    );
+    assert!(out.contains("B      buys through node2: order"), "{out}");
 }

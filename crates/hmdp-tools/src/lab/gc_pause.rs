@@ -13,17 +13,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-use chrono::{Local, TimeDelta};
-
-use super::harness::Lab;
+use super::harness::{open_voucher, Lab};
 use super::report::Actor;
 use hmdp::after_sale::{PayDeadlines, DEFAULT_PAY_TIMEOUT};
 use hmdp::error::Error;
 use hmdp::ids::{OrderId, UserId};
 use hmdp::keys::Keys;
 use hmdp::seckill::Seckill;
-use hmdp::store::{NewSeckillVoucher, NewVoucher, Store};
+use hmdp::store::Store;
 
 const LEASE: Duration = Duration::from_millis(400);
 const PAUSE: Duration = Duration::from_millis(1200);
@@ -36,27 +33,7 @@ const USER: UserId = UserId::new(1);
 /// Plays the scenario on `store`, a database of the run's own, created and
 /// migrated before the lab's clock started.
 pub(super) async fn run(lab: &Lab, store: &Store) -> anyhow::Result<String> {
-    let now = Local::now().naive_local();
-    let voucher = store
-        .insert_seckill_voucher(
-            &NewVoucher {
-                shop_id: 1,
-                title: "gc-pause".into(),
-                sub_title: None,
-                rules: None,
-                pay_value: 100,
-                actual_value: 200,
-                voucher_type: 1,
-                status: 1,
-            },
-            &NewSeckillVoucher {
-                stock: 10,
-                begin_time: now - TimeDelta::hours(1),
-                end_time: now + TimeDelta::hours(1),
-            },
-        )
-        .await
-        .context("cannot create the lab's voucher")?;
+    let voucher = open_voucher(store, "gc-pause", 10).await?;
     let lock = lab.lock(LEASE, Duration::ZERO)?;
     let keys = Keys::new(lab.namespace());
     let paused = Arc::new(Seckill::new(
@@ -76,8 +53,7 @@ pub(super) async fn run(lab: &Lab, store: &Store) -> anyhow::Result<String> {
         Duration::ZERO,
     ));
 
-    // Setting up took a moment: the story starts at the next round 100 ms.
-    let start = (lab.now_ms() / 100 + 1) * 100;
+    let start = lab.soon();
     let a = async {
         lab.at(start).await;
         lab.say(

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
+use chrono::{Local, TimeDelta};
 use futures::FutureExt;
 use hmdp_lock::Connection as RedisConnection;
 use hmdp_lock::{DistributedLock, Faults, Holder, LockGuard, LockMode, Release};
@@ -23,9 +24,40 @@ use uuid::Uuid;
 use super::report::{Actor, Event, Report};
 use super::LabArgs;
 use hmdp::config::LockSettings;
-use hmdp::ids::UserId;
+use hmdp::ids::{UserId, VoucherId};
 use hmdp::keys::Keys;
+use hmdp::store::{NewSeckillVoucher, NewVoucher, Store};
 use hmdp_test_support::remove_keys_with_prefix;
+
+/// Creates a seckill voucher of `stock` in MySQL, on sale from an hour ago
+/// to an hour from now, for the scenarios that run the purchase.
+pub(super) async fn open_voucher(
+    store: &Store,
+    title: &str,
+    stock: i32,
+) -> anyhow::Result<VoucherId> {
+    let now = Local::now().naive_local();
+    store
+        .insert_seckill_voucher(
+            &NewVoucher {
+                shop_id: 1,
+                title: title.into(),
+                sub_title: None,
+                rules: None,
+                pay_value: 100,
+                actual_value: 200,
+                voucher_type: 1,
+                status: 1,
+            },
+            &NewSeckillVoucher {
+                stock,
+                begin_time: now - TimeDelta::hours(1),
+                end_time: now + TimeDelta::hours(1),
+            },
+        )
+        .await
+        .context("cannot create the lab's voucher")
+}
 
 /// The scenario clock and the events recorded against it. Shared with the
 /// fault injected into the lock, which outlives any borrow of the [`Lab`].
@@ -218,6 +250,12 @@ impl Lab {
     /// Milliseconds since the scenario started.
     pub fn now_ms(&self) -> u64 {
         self.timeline.start.elapsed().as_millis() as u64
+    }
+
+    /// The next round 100 ms on the clock: where a story starts once its
+    /// setup, which takes a moment, is done.
+    pub fn soon(&self) -> u64 {
+        (self.now_ms() / 100 + 1) * 100
     }
 
     /// Sleeps until `ms` after the scenario started.

@@ -7,20 +7,27 @@
 //! [`late_release`] the story `misdelete` and `check-then-delete` both tell.
 //! The asynchronous purchase's scenarios (`queue-crash`, `stream-crash`,
 //! `redis-restart`) run real nodes on the stage of [`sale`] and judge the
-//! orders: each buyer told success must hold exactly one.
+//! orders: each buyer told success must hold exactly one. The after-sale
+//! scenarios (`pay-vs-close`, `double-close`, `lost-giveback`) set a naive
+//! close of unpaid orders against the project's on the stage of
+//! [`after_sale`], and judge the units: none sold twice, none stranded.
 //! A scenario is an async function that builds its locks through the
 //! [`Lab`], plays its actors on the lab's clock and explains the outcome; the
 //! verdict itself comes from who was seen inside the critical section
 //! together.
 
+mod after_sale;
 mod check_then_delete;
 mod cluster_failover;
+mod double_close;
 mod failover;
 mod gc_pause;
 mod harness;
 mod late_release;
 mod lease_expiry;
+mod lost_giveback;
 mod misdelete;
+mod pay_vs_close;
 mod queue_crash;
 mod redis_restart;
 mod reentrancy;
@@ -39,8 +46,10 @@ use hmdp::config::{redact_url, DatabaseSettings, RedisSettings};
 use hmdp::store::Store;
 use hmdp_test_support::TestDatabase;
 
+pub use after_sale::CloseLabArgs;
 pub use cluster_failover::ClusterFailoverArgs;
 use harness::Lab;
+pub use lost_giveback::LostGivebackArgs;
 pub use redis_restart::RedisRestartArgs;
 pub use report::{Actor, Event, Report};
 
@@ -194,6 +203,51 @@ pub enum Scenario {
     /// and every order is written, exit status 0. Course stage: what the
     /// asynchronous seckill trusts Redis with. Default --lock: reentrant.
     RedisRestart(RedisRestartArgs),
+
+    /// A close that reads the order's status, then writes, closes an order paid in between.
+    ///
+    /// Runs two nodes' purchase (--seckill queue) and after-sale service
+    /// in-process on a database of its own, a voucher of stock 1. A buys,
+    /// then cancels on node1 and pays on node2: node1 takes the cancel and a
+    /// GC pause holds its write back 200 ms; the payment lands 100 ms in.
+    /// The naive close SELECTed the order unpaid, writes status 4 with
+    /// `UPDATE … WHERE id = ?` and gives the unit back; B buys it: A paid
+    /// for a closed order and the unit is sold twice, exit 1. With
+    /// --conditional-close node1 closes with the project's one conditional
+    /// update (`… AND status = 1`), which finds the order paid and changes
+    /// nothing; B is refused, exit 0. Course stage: after the course (its
+    /// orders are never paid or closed), check-then-act on an order's
+    /// status. Default --lock: reentrant.
+    PayVsClose(CloseLabArgs),
+
+    /// Two nodes' timers closing one unpaid order give its unit back twice.
+    ///
+    /// A voucher of stock 1 on two in-process nodes; A leaves the order
+    /// unpaid past its 1 s deadline and both nodes' timers fire for it at
+    /// once. The naive closers each SELECT it unpaid, then each run `UPDATE
+    /// … SET status = 4 WHERE id = ?`, stock + 1 in MySQL and HINCRBY stock
+    /// 1 in Redis: B and C both buy the one unit, exit 1. With
+    /// --conditional-close two `AfterSale`s close it at once: one update
+    /// closes it, the other changes no row and gives nothing back; B buys,
+    /// C is refused, exit 0. Course stage: after the course (its orders are
+    /// never paid or closed), a state change made idempotent. Default
+    /// --lock: reentrant.
+    DoubleClose(CloseLabArgs),
+
+    /// A node killed between closing an order in MySQL and returning its unit to Redis strands the unit.
+    ///
+    /// A voucher of stock 1 on two in-process nodes; A leaves the order
+    /// unpaid past its 1 s deadline; node1's timer closes it in MySQL
+    /// (status 4, stock + 1) and is killed before its call to Redis (the
+    /// lab drops the close there). Redis says sold out, MySQL has the unit.
+    /// Naive: nothing recorded the give-back, node2's closer has nothing to
+    /// send, B is refused, exit 1. With --owed-giveback the close's
+    /// transaction recorded it in tb_order_giveback; node2's closer sends it
+    /// once owed for 2 s (lua/giveback.lua, once per order) and B buys the
+    /// unit, exit 0. Course stage: after the course (its orders are never
+    /// paid or closed), a write to two stores made whole by an owed record.
+    /// Default --lock: reentrant.
+    LostGiveback(LostGivebackArgs),
 }
 
 impl Scenario {
@@ -211,6 +265,9 @@ impl Scenario {
             Scenario::QueueCrash(_) => "queue-crash",
             Scenario::StreamCrash(_) => "stream-crash",
             Scenario::RedisRestart(_) => "redis-restart",
+            Scenario::PayVsClose(_) => "pay-vs-close",
+            Scenario::DoubleClose(_) => "double-close",
+            Scenario::LostGiveback(_) => "lost-giveback",
         }
     }
 
@@ -224,9 +281,12 @@ impl Scenario {
             Scenario::Retry(_) => LockMode::Reentrant,
             Scenario::Failover(_) | Scenario::ClusterFailover(_) => LockMode::Reentrant,
             Scenario::GcPause(_) => LockMode::RedisLua,
-            Scenario::QueueCrash(_) | Scenario::StreamCrash(_) | Scenario::RedisRestart(_) => {
-                LockMode::Reentrant
-            }
+            Scenario::QueueCrash(_)
+            | Scenario::StreamCrash(_)
+            | Scenario::RedisRestart(_)
+            | Scenario::PayVsClose(_)
+            | Scenario::DoubleClose(_)
+            | Scenario::LostGiveback(_) => LockMode::Reentrant,
         }
     }
 
@@ -237,6 +297,9 @@ impl Scenario {
             Scenario::QueueCrash(_) | Scenario::StreamCrash(_) | Scenario::RedisRestart(_) => {
                 "every buyer told success holds exactly one order"
             }
+            Scenario::PayVsClose(_) => "a paid order is never closed, and no unit sold twice",
+            Scenario::DoubleClose(_) => "a closed order's unit goes back on sale once",
+            Scenario::LostGiveback(_) => "a closed order's unit goes back on sale",
             _ => "mutual exclusion held",
         }
     }
@@ -251,6 +314,14 @@ impl Scenario {
                 "--seckill {} --lock {mode}{}",
                 args.seckill,
                 if args.redis_aof { " --redis-aof" } else { "" }
+            )),
+            Scenario::PayVsClose(args) | Scenario::DoubleClose(args) => Some(after_sale_setup(
+                mode,
+                args.conditional_close.then_some("--conditional-close"),
+            )),
+            Scenario::LostGiveback(args) => Some(after_sale_setup(
+                mode,
+                args.owed_giveback.then_some("--owed-giveback"),
             )),
             _ => None,
         }
@@ -269,8 +340,28 @@ impl Scenario {
                 &args.lab
             }
             Scenario::RedisRestart(args) => &args.sale.lab,
+            Scenario::PayVsClose(args) | Scenario::DoubleClose(args) => &args.sale.lab,
+            Scenario::LostGiveback(args) => &args.sale.lab,
         }
     }
+
+    /// Where the scenarios that run the purchase in-process get a database
+    /// of their own.
+    fn own_database(&self) -> Option<&DatabaseSettings> {
+        match self {
+            Scenario::GcPause(args) => Some(&args.database),
+            Scenario::PayVsClose(args) | Scenario::DoubleClose(args) => Some(&args.sale.database),
+            Scenario::LostGiveback(args) => Some(&args.sale.database),
+            _ => None,
+        }
+    }
+}
+
+/// The after-sale scenarios' header: their nodes' purchase path and lock,
+/// and the flag of the project's close when it runs.
+fn after_sale_setup(mode: LockMode, project: Option<&str>) -> String {
+    let project = project.map(|flag| format!(" {flag}")).unwrap_or_default();
+    format!("--seckill queue --lock {mode}{project}")
 }
 
 /// Bound on one Redis call of the lab, so a dead Redis fails the run quickly.
@@ -286,17 +377,18 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
         .query_async(&mut redis.clone())
         .await
         .with_context(|| format!("cannot reach Redis at {}", redact_url(&args.redis.url)))?;
-    // The purchase's database too (gc-pause), one of the run's own next to
-    // the configured one: creating it takes a while.
-    let database = match scenario {
-        Scenario::GcPause(args) => {
-            let database = TestDatabase::create(&args.database.url, "lab").await?;
+    // The purchase's database too (the in-process scenarios), one of the
+    // run's own next to the configured one: creating it takes a while.
+    let database = match scenario.own_database() {
+        Some(settings) => {
+            let database = TestDatabase::create(&settings.url, "lab").await?;
             let store = Store::connect_lazy(&database.url, 8, Duration::from_secs(10))?;
             store.migrate().await?;
             Some((database, store))
         }
-        _ => None,
+        None => None,
     };
+    let store = database.as_ref().map(|(_, store)| store);
     let lab = Lab::new(mode, redis, args);
     let explanation = match scenario {
         Scenario::Misdelete(_) => misdelete::run(&lab).await,
@@ -306,13 +398,13 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
         Scenario::Retry(_) => retry::run(&lab).await,
         Scenario::Failover(_) => failover::run(&lab).await,
         Scenario::ClusterFailover(args) => cluster_failover::run(&lab, args).await,
-        Scenario::GcPause(_) => match &database {
-            Some((_, store)) => gc_pause::run(&lab, store).await,
-            None => unreachable!("gc-pause sets up its database above"),
-        },
+        Scenario::GcPause(_) => gc_pause::run(&lab, own(store)).await,
         Scenario::QueueCrash(args) => queue_crash::run(&lab, args).await,
         Scenario::StreamCrash(args) => stream_crash::run(&lab, args).await,
         Scenario::RedisRestart(args) => redis_restart::run(&lab, args).await,
+        Scenario::PayVsClose(args) => pay_vs_close::run(&lab, own(store), args).await,
+        Scenario::DoubleClose(args) => double_close::run(&lab, own(store), args).await,
+        Scenario::LostGiveback(args) => lost_giveback::run(&lab, own(store), args).await,
     };
     if let Some((database, store)) = database {
         // Its connections closed first, then the database is dropped.
@@ -331,4 +423,10 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
         scenario.promise(),
         explanation,
     ))
+}
+
+/// The database `run` set up for a scenario that names one in
+/// [`Scenario::own_database`].
+fn own(store: Option<&Store>) -> &Store {
+    store.expect("run sets up the database of the scenarios that have one")
 }
