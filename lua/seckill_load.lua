@@ -16,8 +16,9 @@
 --          orders admitted before, which count them again meanwhile
 -- ARGV[7]: how many user ids follow (n)
 -- ARGV[8..7+n]: user ids that hold an active order of the voucher
--- ARGV[8+n..]: closed orders whose give-back MySQL still owes Redis: their
---          units are in ARGV[2] already, so they count as given back
+-- ARGV[8+n..]: the voucher's closed orders: their units are in ARGV[2]
+--          already, so they count as given back (a give-back still on its
+--          way changes nothing)
 -- Returns 1 when the sale was loaded, 2 when it replaced another token's
 -- sale, 0 when this very sale was there (nothing written).
 local token = redis.call('HGET', KEYS[1], 'token')

@@ -10,8 +10,8 @@
 -- turn are back in the Redis sale (`lua/giveback.lua`, keyed by the order
 -- id, so a give-back sent twice counts once). A node killed between the two
 -- leaves the row, which any node's relay sends again; a sale reloaded from
--- MySQL meanwhile already counts the unit, and marks the order as given
--- back. Not in hmdp's schema.
+-- MySQL meanwhile already counts the unit, and marks every closed order as
+-- given back. Not in hmdp's schema.
 ALTER TABLE `tb_voucher_order`
   ADD INDEX `idx_status_create` (`status`, `create_time`) USING BTREE;
 

@@ -24,8 +24,11 @@ use crate::store::{CloseCause, Closing, OrderState};
 
 /// How often due times are claimed.
 const TICK: Duration = Duration::from_millis(250);
-/// Orders claimed per round trip, and closed at once.
+/// Orders claimed per round trip, and closed at once; at most this many
+/// rounds a tick, so that a burst of deadlines (or orders MySQL keeps
+/// finding not due) leaves the rest of the closer's work its turn.
 const CLAIM_BATCH: usize = 100;
+const ROUNDS_PER_TICK: usize = 10;
 const CLOSING_AT_ONCE: usize = 8;
 /// An order MySQL finds not due yet (the nodes' clocks run ahead of its
 /// own) is looked at again this much later.
@@ -97,7 +100,7 @@ impl Closer {
 
     /// Closes the orders whose due time came, a batch at a time.
     async fn close_due(&self) {
-        loop {
+        for _ in 0..ROUNDS_PER_TICK {
             let claimed = match self.after_sale.deadlines().claim(CLAIM_BATCH).await {
                 Ok(claimed) => claimed,
                 Err(error) => {
@@ -133,23 +136,34 @@ impl Closer {
             .await;
     }
 
-    /// Closes unpaid orders past their deadline that no due time closed.
+    /// Closes unpaid orders past their deadline that no due time closed,
+    /// a batch at a time until none is left (or [`ROUNDS_PER_TICK`]).
     async fn sweep(&self) {
         let store = self.after_sale.store();
         let timeout = self.after_sale.deadlines().pay_timeout();
-        match store
-            .overdue_unpaid(timeout, SWEEP_GRACE, SWEEP_BATCH)
-            .await
-        {
-            Ok(overdue) if overdue.is_empty() => {}
-            Ok(overdue) => {
-                tracing::info!(
-                    orders = overdue.len(),
-                    "sweep found unpaid orders past their deadline with no due time; closing them"
-                );
-                self.close_all(overdue, CloseCause::Sweep).await;
+        for _ in 0..ROUNDS_PER_TICK {
+            let overdue = match store
+                .overdue_unpaid(timeout, SWEEP_GRACE, SWEEP_BATCH)
+                .await
+            {
+                Ok(overdue) => overdue,
+                Err(error) => {
+                    tracing::warn!(%error, "sweep of overdue orders failed");
+                    return;
+                }
+            };
+            if overdue.is_empty() {
+                return;
             }
-            Err(error) => tracing::warn!(%error, "sweep of overdue orders failed"),
+            let full = overdue.len() == SWEEP_BATCH as usize;
+            tracing::info!(
+                orders = overdue.len(),
+                "sweep found unpaid orders past their deadline with no due time; closing them"
+            );
+            self.close_all(overdue, CloseCause::Sweep).await;
+            if !full {
+                return;
+            }
         }
     }
 

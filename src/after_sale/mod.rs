@@ -134,10 +134,19 @@ impl AfterSale {
                 Ok(self.view(order))
             }
             Paid::Closed => Err(Rejection::OrderClosed.into()),
-            Paid::Overdue => {
-                self.close(order_id, None, CloseCause::Timeout).await?;
-                Err(Rejection::OrderClosed.into())
-            }
+            // Past its deadline: closed now, unless a payment or a close
+            // came first.
+            Paid::Overdue => match self.close(order_id, None, CloseCause::Timeout).await? {
+                Closing::Settled(order) if order.status != OrderState::Closed as u8 => {
+                    Ok(self.view(order))
+                }
+                Closing::Closed(_) | Closing::Settled(_) => Err(Rejection::OrderClosed.into()),
+                Closing::NotDue => Err(Error::Unavailable(anyhow::anyhow!(
+                    "order {order_id} is past its deadline for the payment and not for the close \
+                     (MySQL's clock stepped back); try again"
+                ))),
+                Closing::NotFound => Err(Rejection::OrderNotFound.into()),
+            },
             Paid::NotFound => Err(Rejection::OrderNotFound.into()),
         }
     }

@@ -174,8 +174,19 @@ impl SaleState {
         } else {
             Duration::ZERO
         };
-        let put = self.put(voucher_id, &sale, opens_in).await?;
-        tx.commit().await?;
+        // Stored and committed in a task of its own: a load given up on at
+        // its deadline must not end the transaction, and free the stock row
+        // for a close whose give-back would then miss this sale, while its
+        // write to Redis is still on its way.
+        let (redis, keys) = (self.redis.clone(), self.keys.clone());
+        let stored = tokio::spawn(async move {
+            let put = put(redis, &keys, voucher_id, &sale, opens_in).await?;
+            tx.commit().await?;
+            Ok::<_, Error>((put, sale))
+        });
+        let (put, sale) = stored.await.map_err(|failed| {
+            Error::Internal(anyhow::Error::new(failed).context("the sale's load task failed"))
+        })??;
         match put {
             Put::Kept => {}
             Put::Loaded => {
@@ -201,37 +212,6 @@ impl SaleState {
             .query_async(&mut self.redis.clone())
             .await?;
         Ok(exists.then_some(token.unwrap_or(0)))
-    }
-
-    async fn put(
-        &self,
-        voucher_id: VoucherId,
-        sale: &SaleSnapshot,
-        opens_in: Duration,
-    ) -> Result<Put, Error> {
-        let mut load = LOAD.prepare_invoke();
-        load.key(self.keys.seckill_voucher(voucher_id))
-            .key(self.keys.seckill_buyers(voucher_id))
-            .key(self.keys.seckill_given_back(voucher_id))
-            .arg(sale.initial())
-            .arg(sale.stock)
-            .arg(epoch_ms(sale.begin_time))
-            .arg(epoch_ms(sale.end_time))
-            .arg(sale.token)
-            .arg(opens_in.as_millis() as u64)
-            .arg(sale.buyers.len());
-        for buyer in &sale.buyers {
-            load.arg(buyer.get());
-        }
-        for order in &sale.given_back {
-            load.arg(order.get());
-        }
-        let put: i64 = load.invoke_async(&mut self.redis.clone()).await?;
-        Ok(match put {
-            0 => Put::Kept,
-            1 => Put::Loaded,
-            _ => Put::Replaced,
-        })
     }
 
     /// Removes a voucher: its rows and orders from MySQL, then its sale and
@@ -360,6 +340,40 @@ fn epoch_ms(at: NaiveDateTime) -> i64 {
         || at.and_utc().timestamp_millis(),
         |at| at.timestamp_millis(),
     )
+}
+
+/// Writes `sale` into Redis unless this very sale is there
+/// (`lua/seckill_load.lua`).
+async fn put(
+    mut redis: RedisConnection,
+    keys: &Keys,
+    voucher_id: VoucherId,
+    sale: &SaleSnapshot,
+    opens_in: Duration,
+) -> Result<Put, Error> {
+    let mut load = LOAD.prepare_invoke();
+    load.key(keys.seckill_voucher(voucher_id))
+        .key(keys.seckill_buyers(voucher_id))
+        .key(keys.seckill_given_back(voucher_id))
+        .arg(sale.initial())
+        .arg(sale.stock)
+        .arg(epoch_ms(sale.begin_time))
+        .arg(epoch_ms(sale.end_time))
+        .arg(sale.token)
+        .arg(opens_in.as_millis() as u64)
+        .arg(sale.buyers.len());
+    for buyer in &sale.buyers {
+        load.arg(buyer.get());
+    }
+    for order in &sale.given_back {
+        load.arg(order.get());
+    }
+    let put: i64 = load.invoke_async(&mut redis).await?;
+    Ok(match put {
+        0 => Put::Kept,
+        1 => Put::Loaded,
+        _ => Put::Replaced,
+    })
 }
 
 /// The order the pending orders hash holds under `order_id`, as the

@@ -84,12 +84,15 @@ impl VoucherAudit {
 }
 
 impl Store {
-    /// Reads the audit of one voucher.
+    /// Reads the audit of one voucher, in one snapshot: a close committing
+    /// meanwhile (its order closed, its unit back in stock) is seen whole or
+    /// not at all.
     pub async fn audit_voucher(&self, voucher_id: VoucherId) -> Result<VoucherAudit, sqlx::Error> {
+        let mut tx = self.begin().await?;
         let stock_left: i32 =
             sqlx::query_scalar("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?")
                 .bind(voucher_id)
-                .fetch_one(&self.pool)
+                .fetch_one(&mut *tx)
                 .await?;
         let (active_orders, duplicate_users, extra_orders): (i64, i64, i64) =
             sqlx::query_as(concat!(
@@ -101,15 +104,16 @@ impl Store {
                 " GROUP BY user_id) AS per_user"
             ))
             .bind(voucher_id)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *tx)
             .await?;
         let (closed_orders, paid_and_closed): (i64, i64) = sqlx::query_as(
             "SELECT CAST(COUNT(*) AS SIGNED), CAST(COALESCE(SUM(pay_time IS NOT NULL), 0) AS SIGNED) \
              FROM tb_voucher_order WHERE voucher_id = ? AND status = 4",
         )
         .bind(voucher_id)
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *tx)
         .await?;
+        tx.rollback().await?;
         Ok(VoucherAudit {
             active_orders,
             closed_orders,

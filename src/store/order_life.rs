@@ -364,7 +364,9 @@ impl Store {
                     AS SIGNED) \
              FROM tb_voucher_order WHERE status = 1",
         )
-        .bind(whole_seconds(pay_timeout))
+        // Signed: a u64 would make the difference unsigned, which MariaDB
+        // refuses to take below 0.
+        .bind(whole_seconds(pay_timeout) as i64)
         .fetch_one(&self.pool)
         .await
         .map(|seconds: i64| seconds.max(0))

@@ -19,9 +19,10 @@ pub struct SaleSnapshot {
     pub end_time: NaiveDateTime,
     /// Users holding an active order of the voucher.
     pub buyers: Vec<UserId>,
-    /// Closed orders whose give-back to Redis is still owed: their units
-    /// are in `stock` already, so the sale loaded from this snapshot marks
-    /// them as given back.
+    /// Every closed order of the voucher: their units are in `stock`
+    /// already, so the sale loaded from this snapshot marks them as given
+    /// back, and a give-back still on its way (owed, or sent by a node that
+    /// read it before its row was deleted) changes nothing.
     pub given_back: Vec<OrderId>,
     /// The voucher's sale token (`tb_seckill_voucher.sale_token`).
     pub token: u64,
@@ -99,10 +100,10 @@ impl Store {
         .fetch_all(&mut *tx)
         .await?;
         // Closing an order updates the stock row, which this transaction
-        // holds: a close committed before it is seen whole here (its unit in
-        // `stock`, its give-back owed), one after it waits for it.
+        // holds: a close committed before it is seen whole here (status 4,
+        // its unit in `stock`), one after it waits for it.
         let given_back = sqlx::query_scalar(
-            "SELECT order_id FROM tb_order_giveback WHERE voucher_id = ? ORDER BY order_id",
+            "SELECT id FROM tb_voucher_order WHERE voucher_id = ? AND status = 4 ORDER BY id",
         )
         .bind(voucher_id)
         .fetch_all(&mut *tx)

@@ -444,7 +444,9 @@ async fn due_times_lost_with_a_redis_restart_are_closed_by_the_sweep() {
     let mut redis = RedisServer::start().await.unwrap();
     let app = spawn_app(|s| {
         s.store.redis.url = redis.url();
-        s.after_sale.pay_timeout_secs = 1;
+        // Far longer than a restart takes: the due time is lost before it
+        // comes.
+        s.after_sale.pay_timeout_secs = 10;
         s.after_sale.pay_sweep_secs = 1;
     })
     .await;
@@ -462,6 +464,12 @@ async fn due_times_lost_with_a_redis_restart_are_closed_by_the_sweep() {
     .await;
     // Redis keeps nothing on disk: the due time goes with it.
     redis.restart().await.unwrap();
+    let status: u8 = sqlx::query_scalar("SELECT status FROM tb_voucher_order WHERE id = ?")
+        .bind(order.parse::<i64>().unwrap())
+        .fetch_one(app.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(status, 1, "still unpaid when Redis lost its due time");
     wait_until("the order closed by the sweep", WAIT, || async {
         let status: u8 = sqlx::query_scalar("SELECT status FROM tb_voucher_order WHERE id = ?")
             .bind(order.parse::<i64>().unwrap())
@@ -559,4 +567,37 @@ async fn an_idempotency_key_replayed_after_a_reset_connection_returns_the_same_o
     assert_ne!(theirs["data"], body["data"]);
     let bad = buy_with_key(&app, voucher, token, "spaces are not allowed").await;
     assert_eq!(bad.status(), 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_still_on_its_way_after_a_redis_restart_changes_nothing() {
+    let mut redis = RedisServer::start().await.unwrap();
+    let app = spawn_app(|s| {
+        s.store.redis.url = redis.url();
+        s.seckill = SeckillMode::Stream;
+    })
+    .await;
+    let voucher = app.create_open_seckill(1).await;
+    let token = app.login_many(1).await.remove(0);
+    let order: OrderId = bought(&app, &app.address, voucher, &token)
+        .await
+        .parse()
+        .unwrap();
+    let node = node_of(&app, Duration::from_secs(900));
+    let Closing::Closed(giveback) = node.close(order, None, CloseCause::Cancel).await.unwrap()
+    else {
+        panic!("the order closes");
+    };
+    // Redis restarts empty (the given-back set with it), and the sale is
+    // loaded again from MySQL, the unit in its stock.
+    redis.restart().await.unwrap();
+    wait_until("the sale loaded again", WAIT, || async {
+        app.sale_state().load(voucher).await.is_ok()
+    })
+    .await;
+    assert_eq!(app.redis_sale(voucher).await.unwrap().stock, 1);
+    // A node that read the give-back before the restart sends it now.
+    node.give_back(giveback).await.unwrap();
+    let sale = app.redis_sale(voucher).await.unwrap();
+    assert_eq!((sale.stock, sale.buyers.len()), (1, 0), "{sale:?}");
 }
