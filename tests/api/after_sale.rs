@@ -109,12 +109,12 @@ const PAY_TIMEOUT_SECS: u64 = 5;
 async fn order_life_on_two_nodes(mode: SeckillMode) {
     let app = spawn_app(|s| {
         s.seckill = mode;
-        s.after_sale.pay_timeout_secs = 2;
+        s.after_sale.pay_timeout_secs = PAY_TIMEOUT_SECS;
     })
     .await;
     let flags = [
         format!("--seckill={mode}"),
-        "--pay-timeout-secs=2".to_owned(),
+        format!("--pay-timeout-secs={PAY_TIMEOUT_SECS}"),
     ];
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let other = NodeProcess::start(&app, &flags).await;
