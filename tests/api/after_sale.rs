@@ -22,60 +22,39 @@ use crate::helpers::{
 
 const WAIT: Duration = Duration::from_secs(30);
 
-async fn post_at(address: &str, path: &str, token: Option<&str>, body: Option<Value>) -> Value {
-    let mut request = reqwest::Client::new().post(format!("{address}{path}"));
-    if let Some(token) = token {
-        request = request.header("authorization", token);
-    }
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
+/// The `Result` body `request` is answered with.
+async fn answer(request: reqwest::RequestBuilder) -> Value {
     request.send().await.unwrap().json().await.unwrap()
 }
 
+/// A request from `token`'s user to the order `order` at `address`,
+/// `action` after its path (`""`: the order itself).
+fn on_order(address: &str, order: &str, action: &str, token: &str) -> reqwest::RequestBuilder {
+    let url = format!("{address}/voucher-order/{order}{action}");
+    let client = reqwest::Client::new();
+    let request = if action.is_empty() {
+        client.get(url)
+    } else {
+        client.post(url)
+    };
+    request.header("authorization", token)
+}
+
 async fn pay_at(address: &str, order: &str, token: &str) -> Value {
-    let body = Some(json!({"payType": 2}));
-    post_at(
-        address,
-        &format!("/voucher-order/{order}/pay"),
-        Some(token),
-        body,
-    )
-    .await
+    answer(on_order(address, order, "/pay", token).json(&json!({"payType": 2}))).await
 }
 
 async fn cancel_at(address: &str, order: &str, token: &str) -> Value {
-    post_at(
-        address,
-        &format!("/voucher-order/{order}/cancel"),
-        Some(token),
-        None,
-    )
-    .await
+    answer(on_order(address, order, "/cancel", token)).await
 }
 
 async fn use_at(address: &str, order: &str) -> Value {
-    reqwest::Client::new()
-        .post(format!("{address}/voucher-order/{order}/use"))
-        .header("x-admin-token", ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    let request = on_order(address, order, "/use", "").header("x-admin-token", ADMIN_TOKEN);
+    answer(request).await
 }
 
 async fn order_at(address: &str, order: &str, token: &str) -> Value {
-    reqwest::Client::new()
-        .get(format!("{address}/voucher-order/{order}"))
-        .header("authorization", token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    answer(on_order(address, order, "", token)).await
 }
 
 /// Buys at `address`; the order id, once MySQL has the order (`queue` and
@@ -402,9 +381,8 @@ async fn a_node_killed_between_the_mysql_close_and_the_redis_give_back_leaves_a_
     let address = doomed.address.clone();
     let (order_id, token) = (order.clone(), tokens[0].clone());
     let cancel = tokio::spawn(async move {
-        let _ = reqwest::Client::new()
-            .post(format!("{address}/voucher-order/{order_id}/cancel"))
-            .header("authorization", token)
+        // Never answered: the node dies first.
+        let _ = on_order(&address, &order_id, "/cancel", &token)
             .send()
             .await;
     });
