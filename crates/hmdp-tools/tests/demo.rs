@@ -2,7 +2,9 @@
 //! nginx: with `--seckill sync,stream` every lock mode gets a row per
 //! purchase path, and the stream rows keep one order per user, sell nothing
 //! twice and say how long the orders took to reach MySQL; `--report` writes
-//! the picture of those runs.
+//! the picture of those runs. With `--payers` every run goes on past the
+//! sale, and the units that came back are sold again without breaking the
+//! balance.
 
 use std::ffi::OsStr;
 use std::process::Command;
@@ -134,4 +136,60 @@ fn the_demo_runs_on_a_redis_cluster_of_its_own() {
         "{stdout}"
     );
     assert!(stdout.contains("local: "), "{stdout}");
+}
+
+/// `--payers 70%` on both paths: 14 of the 20 buyers pay, 1 cancels, 5 let
+/// their orders time out (the demo's 5 s); the second wave sells those 6 units again;
+/// then paid + used + unpaid + stock = initial, no user holds two active
+/// orders and nobody paid for a closed order.
+#[test]
+fn after_the_sale_the_returned_units_sell_again_and_the_stock_balances() {
+    let json = tempfile::NamedTempFile::new().unwrap();
+    let report = tempfile::NamedTempFile::new().unwrap();
+    let stdout = demo([
+        "--modes".as_ref(),
+        "reentrant".as_ref(),
+        "--seckill".as_ref(),
+        "sync,stream".as_ref(),
+        "--payers".as_ref(),
+        "70%".as_ref(),
+        "--json".as_ref(),
+        json.path().as_os_str(),
+        "--report".as_ref(),
+        report.path().as_os_str(),
+    ]);
+
+    let result: Value = serde_json::from_slice(&std::fs::read(json.path()).unwrap()).unwrap();
+    for run in result["modes"].as_array().unwrap() {
+        let after = &run["after_sale"];
+        assert_eq!(
+            [&after["paid"], &after["cancelled"], &after["timed_out"]],
+            [14, 1, 5],
+            "{run}"
+        );
+        assert_eq!(after["returned"], 6, "{run}");
+        assert_eq!(
+            after["second_wave"], 6,
+            "every returned unit sold again: {run}"
+        );
+        let (end, audit) = (&after["end"], &after["audit"]);
+        assert_eq!(end["unpaid"], 0, "{run}");
+        assert_eq!(end["paid"], 20, "{run}");
+        assert_eq!(audit["stock_left"], 0, "{run}");
+        assert_eq!(audit["duplicate_users"], 0, "{run}");
+        assert_eq!(audit["paid_and_closed"], 0, "{run}");
+        assert_eq!(after["violations"], Value::Array(vec![]), "{run}");
+        assert!(after["samples"].as_array().unwrap().len() > 10, "{run}");
+    }
+    for seckill in ["sync", "stream"] {
+        let row = stdout
+            .lines()
+            .filter(|line| line.split_whitespace().take(2).eq(["reentrant", seckill]))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no after-sale row for {seckill}:\n{stdout}"));
+        assert!(row.contains("6 of 6") && row.ends_with("HELD"), "{row}");
+    }
+    let page = std::fs::read_to_string(report.path()).unwrap();
+    assert!(page.contains("<h2>After the sale</h2>"));
+    assert_eq!(page.matches("<tr data-after=").count(), 2);
 }

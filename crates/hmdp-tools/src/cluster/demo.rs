@@ -2,8 +2,11 @@
 //! per lock mode (and purchase path), and one table that shows which locks
 //! keep one order per user across nodes and which do not, and what admitting
 //! in Redis and writing the orders afterwards changes; with `--report`, the
-//! same as a picture (`report_html`).
+//! same as a picture (`report_html`). With `--payers`, each run goes on
+//! past the sale: its orders are paid, cancelled or left to time out, and
+//! the units that came back are sold again (`after_sale`).
 
+mod after_sale;
 mod report_html;
 
 use std::fmt::Write as _;
@@ -18,6 +21,7 @@ use serde_json::json;
 
 use super::{node_flags, until_signal, Cluster, ClusterSpec, Sandbox, NODE_IDS};
 use crate::loadtest::{self, tokens::Login, Drain, Plan, Report};
+use after_sale::{AfterSale, Percent, Sale};
 use hmdp::config::{RedisSettings, SeckillMode, StoreSettings};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
@@ -79,6 +83,21 @@ pub struct DemoSettings {
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
 
+    /// Go on past each run's sale: this share of the buyers told success
+    /// pays (`70%` or `70`), a tenth of the rest (at least one) cancels, the
+    /// others leave their orders unpaid until --pay-timeout-secs closes them;
+    /// once every unpaid order is closed, the users without a unit buy the
+    /// units that came back. Adds the after-sale table (and the orders'
+    /// states over time to --report).
+    #[arg(long, value_name = "PERCENT")]
+    pub payers: Option<Percent>,
+
+    /// With --payers: passed to every node, how long an order may stay
+    /// unpaid before it is closed and its unit goes back on sale.
+    #[arg(long, default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub pay_timeout_secs: u64,
+
     /// Run on a Redis Cluster of the demo's own (three masters, three
     /// replicas of `redis-server` on free loopback ports, created with
     /// `redis-cli --cluster create`, removed afterwards) instead of
@@ -97,6 +116,16 @@ impl DemoSettings {
     /// picture then show each run's path and drain time.
     fn with_paths(&self) -> bool {
         self.seckill.iter().any(|&s| s != SeckillMode::Sync)
+    }
+
+    /// The nodes' flags for one run; the pay timeout only with --payers,
+    /// so that without it the nodes run as they always did.
+    fn node_flags(&self, mode: LockMode, seckill: SeckillMode) -> Vec<String> {
+        let mut flags = node_flags(mode, seckill, self.chaos_hold_ms);
+        if self.payers.is_some() {
+            flags.push(format!("--pay-timeout-secs={}", self.pay_timeout_secs));
+        }
+        flags
     }
 }
 
@@ -128,6 +157,9 @@ struct Run {
     /// The whole latency distribution, for the picture; the report keeps
     /// only its percentiles.
     latency: LatencyCurve,
+    /// With --payers: what the orders' life after the sale did and left;
+    /// its violations are in the report's too.
+    after_sale: Option<AfterSale>,
 }
 
 impl ModeRun {
@@ -265,7 +297,7 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
     );
     let mut cluster = Cluster::start(
         spec.clone(),
-        &node_flags(first_mode, first_seckill, settings.chaos_hold_ms),
+        &settings.node_flags(first_mode, first_seckill),
     )
     .await?;
     let client = loadtest::http_client(settings.concurrency)?;
@@ -277,7 +309,8 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
     let tokens = Login::new(client.clone(), &cluster.url(), redis.clone(), keys.clone())
         .users(0, settings.users, 32)
         .await?;
-    let store = sandbox.store(2)?;
+    // The after-sale phase samples the orders' states while it audits.
+    let store = sandbox.store(4)?;
     // hmdp's sample shops: each run's voucher is sold by shop 1, which then
     // exists, and the front end pointed at the demo shows a real shop.
     crate::seed::seed(&store).await?;
@@ -285,7 +318,7 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
 
     let mut runs = Vec::new();
     for (i, &(seckill, mode)) in combinations.iter().enumerate() {
-        let flags = node_flags(mode, seckill, settings.chaos_hold_ms);
+        let flags = settings.node_flags(mode, seckill);
         let result = async {
             if i > 0 {
                 cluster.restart_nodes(&flags).await?;
@@ -331,10 +364,38 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
                 }
                 None => None,
             };
+            let after_sale = match settings.payers {
+                Some(payers) => {
+                    let sale = Sale {
+                        client: &client,
+                        target: &plan.target,
+                        tokens: &tokens,
+                        voucher,
+                        seckill,
+                        store: &store,
+                        sales: &sales,
+                        initial_stock: settings.stock.into(),
+                        one_order_per_user: !expected_to_fail(mode, seckill),
+                        per_user: settings.per_user,
+                        concurrency: settings.concurrency,
+                        pay_timeout: Duration::from_secs(settings.pay_timeout_secs),
+                    };
+                    let after = after_sale::run(&sale, &measured.told, payers).await?;
+                    report.violations.extend(
+                        after
+                            .violations
+                            .iter()
+                            .map(|broken| format!("after the sale: {broken}")),
+                    );
+                    Some(after)
+                }
+                None => None,
+            };
             anyhow::Ok(Run {
                 report,
                 drain,
                 latency: LatencyCurve::of(&measured.latency_us),
+                after_sale,
             })
         }
         .await
@@ -362,6 +423,17 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
     println!();
     print!("{}", table(&runs, settings.with_paths()));
     println!();
+    if let Some(payers) = settings.payers {
+        println!(
+            "after the sale: {payers} of the buyers pay, a tenth of the rest cancel, \
+             the others time out after {} s; then the users without a unit buy the units \
+             that came back",
+            settings.pay_timeout_secs
+        );
+        println!();
+        print!("{}", after_sale_table(&runs));
+        println!();
+    }
     for run in &runs {
         println!("{}", run.verdict());
     }
@@ -448,6 +520,59 @@ fn table(runs: &[ModeRun], with_paths: bool) -> String {
     out
 }
 
+/// With --payers, one row per run: what its buyers did after the sale, what
+/// the second wave sold of the units that came back, and the final balance
+/// (paid + used + unpaid + stock = initial, no user with two active orders,
+/// no closed order paid).
+fn after_sale_table(runs: &[ModeRun]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<10} {:<7} {:>5} {:>9} {:>9} {:>11}   {:>9} {:>6} {:>5} {:>7} {:>10} {:>11}  balance",
+        "mode",
+        "seckill",
+        "paid",
+        "cancelled",
+        "timed out",
+        "second wave",
+        "paid+used",
+        "unpaid",
+        "stock",
+        "initial",
+        "two active",
+        "paid+closed",
+    );
+    for run in runs {
+        let (mode, seckill) = (run.mode.to_string(), run.seckill.to_string());
+        let Ok(Run {
+            after_sale: Some(after),
+            ..
+        }) = &run.result
+        else {
+            let _ = writeln!(out, "{mode:<10} {seckill:<7} (did not run, see below)");
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "{:<10} {:<7} {:>5} {:>9} {:>9} {:>11}   {:>9} {:>6} {:>5} {:>7} {:>10} {:>11}  {}",
+            mode,
+            seckill,
+            after.paid,
+            after.cancelled,
+            after.timed_out,
+            format!("{} of {}", after.second_wave, after.returned),
+            after.end.paid + after.end.used,
+            after.end.unpaid,
+            after.audit.stock_left,
+            after.initial_stock,
+            after.audit.duplicate_users,
+            after.audit.paid_and_closed,
+            if after.held() { "HELD" } else { "BROKE" },
+        );
+    }
+    out
+}
+
 /// The drain time as the table and the picture show it: milliseconds, `-`
 /// on the synchronous path (nothing to drain), `timeout` past the deadline.
 fn drain_ms(seckill: SeckillMode, drain: Option<Duration>) -> String {
@@ -468,6 +593,8 @@ struct ModeJson<'a> {
     /// Milliseconds from the last answer until every admitted order was in
     /// MySQL (asynchronous paths that drained by the deadline).
     drain_ms: Option<f64>,
+    /// With --payers: the orders' life after the sale.
+    after_sale: Option<&'a AfterSale>,
     error: Option<&'a str>,
 }
 
@@ -486,6 +613,11 @@ fn write_json(path: &PathBuf, settings: &DemoSettings, runs: &[ModeRun]) -> anyh
                 .ok()
                 .and_then(|run| run.drain)
                 .map(|took| took.as_secs_f64() * 1000.0),
+            after_sale: run
+                .result
+                .as_ref()
+                .ok()
+                .and_then(|run| run.after_sale.as_ref()),
             error: run.result.as_ref().err().map(String::as_str),
         })
         .collect();
@@ -496,6 +628,8 @@ fn write_json(path: &PathBuf, settings: &DemoSettings, runs: &[ModeRun]) -> anyh
         "concurrency": settings.concurrency,
         "chaos_hold_ms": settings.chaos_hold_ms,
         "seckill": settings.seckill.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "payers": settings.payers.map(|payers| payers.to_string()),
+        "pay_timeout_secs": settings.payers.map(|_| settings.pay_timeout_secs),
         "modes": modes,
     });
     std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")

@@ -9,6 +9,9 @@
 //! every percentile on one log scale shared by all runs, and how nginx split
 //! the requests over the two nodes (the `x-served-by` the load test counts).
 //! Above them the tally, the settings, the date and the machine's core count.
+//! With `--payers`, below them each run's life after the sale: what the
+//! buyers did, what the second wave sold again, the final balance, and the
+//! orders' states over time as a small line chart.
 //!
 //! It only renders: it reads the demo's finished runs and runs nothing, so
 //! its tests render fixed results, and one opens them in headless Chromium.
@@ -20,6 +23,7 @@ use chrono::{DateTime, FixedOffset, Local};
 use hdrhistogram::Histogram;
 use hmdp::config::SeckillMode;
 
+use super::after_sale::{AfterSale, States};
 use super::{drain_ms, DemoSettings, ModeRun, Run};
 use crate::cluster::NODE_IDS;
 use crate::latency::Latency;
@@ -262,6 +266,9 @@ th.path { text-align: left; background: #f6f8fa; font-size: 14px; color: #1f2328
 tr.run-broke td { background: #fff5f4; }
 tr.run-broke td:first-child { box-shadow: inset 5px 0 #cf222e; }
 tr.run-held td:first-child { box-shadow: inset 5px 0 #1a7f37; }
+.st-unpaid { background: #e16f24; } .st-paid { background: #1a7f37; } .st-closed { background: #8c959f; }
+.nowrap { white-space: nowrap; }
+h2 { font-size: 19px; margin: 22px 0 4px; }
 footer { margin-top: 16px; font-size: 12px; color: #57606a; }
 "#;
 
@@ -282,6 +289,7 @@ pub(super) fn render(settings: &DemoSettings, runs: &[ModeRun], occasion: &Occas
     header(&mut page, settings, occasion);
     tally(&mut page, runs, &verdicts);
     table(&mut page, settings, runs, &verdicts);
+    after_sale_section(&mut page, settings, runs);
     page.push_str(
         "<footer>HELD: every user ended with at most one order and the stock balanced \
          (orders + stock left = initial stock, none below zero, every admitted order written). \
@@ -424,6 +432,7 @@ fn row(
         report,
         drain,
         latency,
+        ..
     }) = &run.result
     else {
         let _ = writeln!(
@@ -588,6 +597,157 @@ fn served_split(page: &mut String, served_by: &BTreeMap<String, u64>) {
             "<div class=\"legend\"><span class=\"swatch {class}\"></span>{} {n} ({:.0} %)</div>",
             Escaped(name),
             share(*n),
+        );
+    }
+}
+
+/// An order state the after-sale chart draws: name, CSS class (its legend
+/// swatch), colour, and the count in a sample.
+type Series = (&'static str, &'static str, &'static str, fn(&States) -> i64);
+
+const STATE_SERIES: [Series; 3] = [
+    ("unpaid", "st-unpaid", "#e16f24", |s| s.unpaid),
+    ("paid + used", "st-paid", "#1a7f37", |s| s.paid + s.used),
+    ("closed", "st-closed", "#8c959f", |s| s.closed),
+];
+
+/// With --payers: a row per run with its after-sale figures, the final
+/// balance and the orders' states over time.
+fn after_sale_section(page: &mut String, settings: &DemoSettings, runs: &[ModeRun]) {
+    let Some(payers) = settings.payers else {
+        return;
+    };
+    let _ = write!(
+        page,
+        "<h2>After the sale</h2>\n<p>{payers} of the buyers told success pay, a tenth of the \
+         rest (at least one) cancel, the others leave their orders unpaid until a node closes \
+         them ({} s pay timeout). Once none is left unpaid, every user without a paid unit \
+         buys again; whoever gets one of the units that came back pays at once.</p>\n\
+         <table>\n<thead><tr><th class=\"left\">verdict</th><th class=\"left\">run</th>\
+         <th>paid</th><th>cancelled</th><th>timed out</th><th>second wave<br>got of returned</th>\
+         <th>paid + used + unpaid<br>+ stock = initial</th><th>users with two<br>active orders</th>\
+         <th>paid and<br>closed</th><th class=\"left\">orders by state over time</th></tr></thead>\n<tbody>\n",
+        settings.pay_timeout_secs,
+    );
+    for run in runs {
+        let Ok(Run {
+            after_sale: Some(after),
+            ..
+        }) = &run.result
+        else {
+            continue;
+        };
+        let label = run.label();
+        let verdict = if after.held() {
+            Verdict::Held
+        } else {
+            Verdict::Broke
+        };
+        let bad = |broken: bool| if broken { " bad" } else { "" };
+        let audit = &after.audit;
+        let end = &after.end;
+        let _ = write!(
+            page,
+            "<tr data-after=\"{}\" class=\"run-{}\"><td class=\"left\"><span class=\"badge {}\">{}</span></td>\
+             <td class=\"left mode\"><code>{}</code><div class=\"why\">{}</div></td>\
+             <td><span class=\"num\">{}</span></td><td><span class=\"num\">{}</span></td>\
+             <td><span class=\"num\">{}</span></td>\
+             <td><span class=\"num\">{}</span><div class=\"sub\">of {} · {} tried</div></td>\
+             <td><span class=\"num nowrap{}\">{} + {} + {} = {}</span><div class=\"sub\">initial {}</div></td>\
+             <td><span class=\"num{}\">{}</span></td><td><span class=\"num{}\">{}</span></td>\
+             <td class=\"lat\">",
+            Escaped(&label),
+            verdict.class(),
+            verdict.class(),
+            verdict.text(),
+            Escaped(&label),
+            Escaped(&after.violations.join("; ")),
+            after.paid,
+            after.cancelled,
+            after.timed_out,
+            after.second_wave,
+            after.returned,
+            after.second_wave_buyers,
+            bad(!audit.stock_balances(after.initial_stock)),
+            end.paid + end.used,
+            end.unpaid,
+            audit.stock_left,
+            end.paid + end.used + end.unpaid + audit.stock_left,
+            after.initial_stock,
+            bad(audit.duplicate_users > 0),
+            audit.duplicate_users,
+            bad(audit.paid_and_closed > 0),
+            audit.paid_and_closed,
+        );
+        states_chart(page, &label, after);
+        page.push_str("</td></tr>\n");
+    }
+    page.push_str("</tbody>\n</table>\n");
+}
+
+/// A small SVG of the orders' states over the after-sale phase, one line
+/// per state, the second wave's start dashed.
+fn states_chart(page: &mut String, label: &str, after: &AfterSale) {
+    const W: f64 = 360.0;
+    const H: f64 = 110.0;
+    const LEFT: f64 = 34.0;
+    const RIGHT: f64 = W - 10.0;
+    const TOP: f64 = 5.0;
+    const BOTTOM: f64 = H - 15.0;
+    let last_ms = after.samples.last().map_or(1, |s| s.at_ms.max(1));
+    let highest = after
+        .samples
+        .iter()
+        .flat_map(|s| STATE_SERIES.map(|(_, _, _, count)| count(&s.states)))
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let x = |ms: u64| LEFT + ms as f64 / last_ms as f64 * (RIGHT - LEFT);
+    let y = |n: i64| BOTTOM - n as f64 / highest as f64 * (BOTTOM - TOP);
+    let seconds = |ms: u64| format!("{:.1} s", ms as f64 / 1000.0);
+    let _ = write!(
+        page,
+        "<svg width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" role=\"img\" \
+         aria-label=\"orders of {0} by state over time\"><title>orders of {0} by state over time</title>\
+         <line x1=\"{LEFT}\" x2=\"{RIGHT}\" y1=\"{BOTTOM}\" y2=\"{BOTTOM}\" stroke=\"#8c959f\"/>\
+         <line x1=\"{LEFT}\" x2=\"{RIGHT}\" y1=\"{TOP}\" y2=\"{TOP}\" stroke=\"#d0d7de\"/>\
+         <text x=\"{1}\" y=\"{TOP}\" dy=\"3\" font-size=\"9\" text-anchor=\"end\" fill=\"#57606a\">{highest}</text>\
+         <text x=\"{1}\" y=\"{BOTTOM}\" dy=\"3\" font-size=\"9\" text-anchor=\"end\" fill=\"#57606a\">0</text>\
+         <text x=\"{LEFT}\" y=\"{2}\" font-size=\"9\" fill=\"#57606a\">0 s</text>\
+         <text x=\"{RIGHT}\" y=\"{2}\" font-size=\"9\" text-anchor=\"end\" fill=\"#57606a\">{3}</text>",
+        Escaped(label),
+        LEFT - 3.0,
+        H - 3.0,
+        seconds(last_ms),
+    );
+    let wave = x(after.second_wave_at_ms);
+    let _ = write!(
+        page,
+        "<line x1=\"{wave:.1}\" x2=\"{wave:.1}\" y1=\"{TOP}\" y2=\"{BOTTOM}\" stroke=\"#57606a\" \
+         stroke-dasharray=\"3 3\"/><text x=\"{:.1}\" y=\"{}\" font-size=\"9\" text-anchor=\"end\" fill=\"#57606a\">\
+         second wave {}</text>",
+        wave - 3.0,
+        TOP + 9.0,
+        seconds(after.second_wave_at_ms),
+    );
+    for (_, _, colour, count) in STATE_SERIES {
+        let points: Vec<String> = after
+            .samples
+            .iter()
+            .map(|s| format!("{:.1},{:.1}", x(s.at_ms), y(count(&s.states))))
+            .collect();
+        let _ = write!(
+            page,
+            "<polyline points=\"{}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\"/>",
+            points.join(" "),
+        );
+    }
+    page.push_str("</svg>");
+    for (name, class, _, count) in STATE_SERIES {
+        let _ = write!(
+            page,
+            "<span class=\"legend\"><span class=\"swatch {class}\"></span>{name} {} </span>",
+            count(&after.end),
         );
     }
 }

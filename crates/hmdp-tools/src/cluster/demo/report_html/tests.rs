@@ -112,6 +112,7 @@ fn ran(figures: Figures) -> ModeRun {
             report,
             drain,
             latency: LatencyCurve::of(&measured.latency_us),
+            after_sale: None,
         }),
     }
 }
