@@ -7,13 +7,16 @@
 -- KEYS[3]: the order stream ({seckill}:orders)
 -- KEYS[4]: the pending orders hash ({seckill}:pending)
 -- KEYS[5]: the admitted orders' sequence ({seckill}:icr:order)
--- KEYS[6]: this attempt's answer ({seckill}:attempt:<attempt id>), when kept
+-- KEYS[6]: this attempt's answer, when kept: the buyer's Idempotency-Key
+--          ({seckill}:idempotency:<userId>:<key>), else a random attempt id
+--          ({seckill}:attempt:<attempt id>)
 -- ARGV[1]: user id
 -- ARGV[2]: voucher id
 -- ARGV[3]: '1' to append the order to the stream (`stream` mode), '0' not (`queue`)
 -- ARGV[4]: the voucher's sale token as MySQL has it
 -- ARGV[5]: how long to keep this attempt's answer, in milliseconds; '0' keeps
---          none (a connection that never sends a call twice)
+--          none (no Idempotency-Key, on a connection that never sends a call
+--          twice). A kept answer reads '<voucherId>:<orderId>'.
 -- A sale reloaded after Redis lost it opens at its `open_ms` (Redis's clock),
 -- once writers holding orders admitted before the loss have counted them
 -- again (lua/seckill_readmit.lua).
@@ -21,16 +24,22 @@
 -- the buyers, order appended if asked, order recorded as pending), or an
 -- integer refusal: 1 voucher not found, 2 not started, 3 ended, 4 sold out,
 -- 5 already ordered, 6 the sale in Redis is another voucher's (its token
--- differs: the id was reused), 7 reloaded and not open yet. Nothing is
--- written unless it returns an id.
--- The same attempt again: a client that lost the reply sent it anew (redis-rs's
--- cluster connection does after a dropped connection). It was admitted, and
--- is answered so, with the id it got.
+-- differs: the id was reused), 7 reloaded and not open yet, 8 the
+-- Idempotency-Key was first sent for another voucher. Nothing is written
+-- unless it returns an id. A refusal is not kept: it changed nothing.
+-- The same attempt again — a buyer who lost the answer sent the same
+-- Idempotency-Key, or redis-rs's cluster connection sent the call anew after
+-- a dropped connection — was admitted, and is answered 'again:<orderId>'
+-- with the id it got.
 local kept = ARGV[5] ~= '0'
 if kept then
   local answered = redis.call('GET', KEYS[6])
   if answered then
-    return answered
+    local voucher, id = string.match(answered, '^(%d+):(%d+)$')
+    if voucher ~= ARGV[2] then
+      return 8
+    end
+    return 'again:' .. id
   end
 end
 local sale = redis.call('HMGET', KEYS[1], 'stock', 'begin_ms', 'end_ms', 'token', 'open_ms')
@@ -84,6 +93,6 @@ if ARGV[3] == '1' then
 end
 redis.call('HSET', KEYS[4], id, ARGV[1] .. ':' .. ARGV[2])
 if kept then
-  redis.call('SET', KEYS[6], id, 'PX', ARGV[5])
+  redis.call('SET', KEYS[6], ARGV[2] .. ':' .. id, 'PX', ARGV[5])
 end
 return id

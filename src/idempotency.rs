@@ -5,10 +5,11 @@
 //! never reached the client. The same key while the first request is still
 //! running answers 409, with another voucher 422.
 //!
-//! Kept: an order id and a business refusal (`SOLD_OUT`, …). Not kept: an
-//! error that means nothing happened (503, 500): the same key may try again.
-//! The answer is recorded by a task of its own, so a client that hangs up
-//! does not keep it from being recorded.
+//! Kept: the order id. Not kept: a refusal (`SOLD_OUT`, `ALREADY_ORDERED`,
+//! …) or an error (503, 500), which changed nothing: the same key asks
+//! again. The synchronous purchase keeps its answers here; the admission
+//! script (`queue`, `stream`) keeps its own in the same key, in the same
+//! call that admits.
 
 use std::future::Future;
 use std::time::Duration;
@@ -16,12 +17,12 @@ use std::time::Duration;
 use hmdp_lock::Connection as RedisConnection;
 use redis::AsyncCommands;
 
-use crate::error::{Error, Rejection};
+use crate::error::Error;
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
 
 /// How long an answer is kept.
-const ANSWER_KEPT: Duration = Duration::from_secs(24 * 3600);
+pub const ANSWER_KEPT: Duration = Duration::from_secs(24 * 3600);
 /// How long a request in progress holds its key: longer than any purchase
 /// takes. A node killed mid-request frees the key after this.
 const IN_PROGRESS_FOR: Duration = Duration::from_secs(60);
@@ -33,6 +34,10 @@ const MAX_KEY_CHARS: usize = 255;
 pub struct IdempotencyKey(String);
 
 impl IdempotencyKey {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
     /// The header's value: a structured-field string (`"…"`) or the bare
     /// token most clients send; 1 to 255 visible ASCII characters.
     pub fn parse(raw: &[u8]) -> Result<IdempotencyKey, Error> {
@@ -53,10 +58,9 @@ impl IdempotencyKey {
     }
 }
 
-/// A purchase's answer, as kept.
-pub type Answer = Result<OrderId, Rejection>;
-
-/// The answers to purchase requests sent with an `Idempotency-Key`.
+/// The answers to purchase requests sent with an `Idempotency-Key`, for
+/// the synchronous purchase (the admission script keeps its own:
+/// `seckill/admission.rs`).
 #[derive(Clone)]
 pub struct Idempotency {
     redis: RedisConnection,
@@ -64,35 +68,32 @@ pub struct Idempotency {
 }
 
 /// What a key's entry in Redis holds: `running:<voucherId>` while the first
-/// request runs, then `<voucherId>:ok:<orderId>` or `<voucherId>:no:<CODE>`.
-fn entry_of(voucher_id: VoucherId, answer: &Answer) -> String {
-    match answer {
-        Ok(order_id) => format!("{voucher_id}:ok:{order_id}"),
-        Err(rejection) => format!("{voucher_id}:no:{}", rejection.code()),
-    }
+/// request runs, then `<voucherId>:<orderId>` (the admission script's
+/// layout).
+fn kept_entry(voucher_id: VoucherId, order_id: OrderId) -> String {
+    format!("{voucher_id}:{order_id}")
 }
 
-/// The answer an entry holds for `voucher_id`: `None` while it runs.
-fn answer_in(entry: &str, voucher_id: VoucherId) -> Result<Option<Answer>, Error> {
-    let (voucher, rest) = match entry.strip_prefix("running:") {
+/// The order an entry holds for `voucher_id`: `None` while its request
+/// runs.
+fn order_in(entry: &str, voucher_id: VoucherId) -> Result<Option<OrderId>, Error> {
+    let (voucher, order) = match entry.strip_prefix("running:") {
         Some(voucher) => (voucher, None),
         None => {
-            let (voucher, rest) = entry.split_once(':').unwrap_or((entry, ""));
-            (voucher, Some(rest))
+            let (voucher, order) = entry.split_once(':').unwrap_or((entry, ""));
+            (voucher, Some(order))
         }
     };
     if voucher != voucher_id.to_string() {
         return Err(Error::IdempotencyKeyReused);
     }
-    let Some(rest) = rest else {
-        return Ok(None);
-    };
-    let unreadable = || Error::Internal(anyhow::anyhow!("unreadable idempotency entry `{entry}`"));
-    Ok(Some(match rest.split_once(':') {
-        Some(("ok", id)) => Ok(id.parse().map_err(|_| unreadable())?),
-        Some(("no", code)) => Err(Rejection::from_code(code).ok_or_else(unreadable)?),
-        _ => return Err(unreadable()),
-    }))
+    order
+        .map(|order| {
+            order.parse().map_err(|_| {
+                Error::Internal(anyhow::anyhow!("unreadable idempotency entry `{entry}`"))
+            })
+        })
+        .transpose()
 }
 
 impl Idempotency {
@@ -100,85 +101,64 @@ impl Idempotency {
         Idempotency { redis, keys }
     }
 
-    /// Answers `purchase` of `voucher_id` once for `user_id`'s `key`: the
-    /// first time by running it (its answer kept), later with the kept
-    /// answer (`true`: replayed).
-    pub async fn once<F>(
+    /// Runs `purchase` of `voucher_id` once for `user_id`'s `key`: the
+    /// first time it is run and its order kept; later the kept order is
+    /// answered (`true`: answered again). Run it where a client hanging up
+    /// cannot cancel it (the purchase's own task): the order must be kept
+    /// once placed.
+    pub async fn once(
         &self,
         user_id: UserId,
-        key: IdempotencyKey,
+        key: &IdempotencyKey,
         voucher_id: VoucherId,
-        purchase: F,
-    ) -> Result<(Answer, bool), Error>
-    where
-        F: Future<Output = Result<OrderId, Error>> + Send + 'static,
-    {
-        let redis_key = self.keys.idempotency(user_id, &key.0);
+        purchase: impl Future<Output = Result<OrderId, Error>>,
+    ) -> Result<(OrderId, bool), Error> {
+        let redis_key = self.keys.idempotency(user_id, key.as_str());
         let mut redis = self.redis.clone();
-        // Twice at most: a kept entry that expires between the SET and the
-        // GET is gone, and the key is free for this request.
-        for _ in 0..2 {
-            let claimed: bool = redis::cmd("SET")
-                .arg(&redis_key)
-                .arg(format!("running:{voucher_id}"))
-                .arg("NX")
-                .arg("PX")
-                .arg(IN_PROGRESS_FOR.as_millis() as u64)
-                .query_async::<Option<String>>(&mut redis)
-                .await?
-                .is_some();
-            if claimed {
-                let answered = tokio::spawn(record(redis, redis_key, voucher_id, purchase));
-                let answer = answered.await.map_err(|failed| {
-                    Error::Internal(anyhow::Error::new(failed).context("the purchase task failed"))
-                })??;
-                return Ok((answer, false));
-            }
+        let claimed: bool = redis::cmd("SET")
+            .arg(&redis_key)
+            .arg(format!("running:{voucher_id}"))
+            .arg("NX")
+            .arg("PX")
+            .arg(IN_PROGRESS_FOR.as_millis() as u64)
+            .query_async::<Option<String>>(&mut redis)
+            .await?
+            .is_some();
+        if !claimed {
             let entry: Option<String> = redis.get(&redis_key).await?;
-            if let Some(entry) = entry {
-                return match answer_in(&entry, voucher_id)? {
-                    Some(answer) => Ok((answer, true)),
-                    None => Err(Error::IdempotencyKeyInUse),
-                };
+            // An entry gone between the two reads expired: the caller may
+            // send the key again.
+            let entry = entry.ok_or(Error::IdempotencyKeyInUse)?;
+            return match order_in(&entry, voucher_id)? {
+                Some(order_id) => Ok((order_id, true)),
+                None => Err(Error::IdempotencyKeyInUse),
+            };
+        }
+        match purchase.await {
+            Ok(order_id) => {
+                let kept: redis::RedisResult<()> = redis
+                    .set_options(
+                        &redis_key,
+                        kept_entry(voucher_id, order_id),
+                        redis::SetOptions::default()
+                            .with_expiration(redis::SetExpiry::PX(ANSWER_KEPT.as_millis() as u64)),
+                    )
+                    .await;
+                if let Err(error) = kept {
+                    tracing::warn!(%error, "purchase answer not kept for its idempotency key");
+                }
+                Ok((order_id, false))
+            }
+            Err(error) => {
+                // A refusal changed nothing, and neither did a purchase
+                // that failed: the same key may ask again.
+                if let Err(freed) = redis.del::<_, ()>(&redis_key).await {
+                    tracing::warn!(%freed, "idempotency key not freed; it frees itself within a minute");
+                }
+                Err(error)
             }
         }
-        Err(Error::IdempotencyKeyInUse)
     }
-}
-
-/// Runs the purchase and keeps its answer under `redis_key`; an error that
-/// means nothing happened frees the key instead.
-async fn record<F>(
-    mut redis: RedisConnection,
-    redis_key: String,
-    voucher_id: VoucherId,
-    purchase: F,
-) -> Result<Answer, Error>
-where
-    F: Future<Output = Result<OrderId, Error>>,
-{
-    let answer = match purchase.await {
-        Ok(order_id) => Ok(order_id),
-        Err(Error::Rejected(rejection)) => Err(rejection),
-        Err(error) => {
-            if let Err(freed) = redis.del::<_, ()>(&redis_key).await {
-                tracing::warn!(%freed, "idempotency key not freed; it frees itself within a minute");
-            }
-            return Err(error);
-        }
-    };
-    let kept: redis::RedisResult<()> = redis
-        .set_options(
-            &redis_key,
-            entry_of(voucher_id, &answer),
-            redis::SetOptions::default()
-                .with_expiration(redis::SetExpiry::PX(ANSWER_KEPT.as_millis() as u64)),
-        )
-        .await;
-    if let Err(error) = kept {
-        tracing::warn!(%error, "purchase answer not kept for its idempotency key");
-    }
-    Ok(answer)
 }
 
 #[cfg(test)]
@@ -200,14 +180,12 @@ mod tests {
     #[test]
     fn an_entry_answers_its_own_voucher_only() {
         let voucher = VoucherId::new(7);
-        for answer in [Ok(OrderId::new(42)), Err(Rejection::SoldOut)] {
-            let entry = entry_of(voucher, &answer);
-            assert_eq!(answer_in(&entry, voucher).unwrap(), Some(answer));
-            assert!(matches!(
-                answer_in(&entry, VoucherId::new(8)),
-                Err(Error::IdempotencyKeyReused)
-            ));
-        }
-        assert_eq!(answer_in("running:7", voucher).unwrap(), None);
+        let entry = kept_entry(voucher, OrderId::new(42));
+        assert_eq!(order_in(&entry, voucher).unwrap(), Some(OrderId::new(42)));
+        assert!(matches!(
+            order_in(&entry, VoucherId::new(8)),
+            Err(Error::IdempotencyKeyReused)
+        ));
+        assert_eq!(order_in("running:7", voucher).unwrap(), None);
     }
 }

@@ -114,10 +114,11 @@ impl Keys {
         format!("{}{{seckill}}:due", self.prefix)
     }
 
-    /// `idempotency:{userId}:{key}`: the answer to a purchase request sent
-    /// with an `Idempotency-Key` header.
+    /// `{seckill}:idempotency:{userId}:{key}`: the answer to a purchase
+    /// request sent with an `Idempotency-Key` header. In the `{seckill}`
+    /// slot: the admission script (`queue`, `stream`) keeps it itself.
     pub fn idempotency(&self, user_id: UserId, key: &str) -> String {
-        format!("{}idempotency:{user_id}:{key}", self.prefix)
+        format!("{}{{seckill}}:idempotency:{user_id}:{key}", self.prefix)
     }
 
     /// `{seckill}:orders`: the stream of admitted orders (fields `id`,

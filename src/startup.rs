@@ -23,7 +23,6 @@ use crate::config::{
     connect_redis, redact_url, DatabaseSettings, LockSettings, SeckillMode, ServeSettings,
     TimeoutSettings,
 };
-use crate::idempotency::Idempotency;
 use crate::keys::Keys;
 use crate::metrics;
 use crate::seckill::stream::StreamConsumer;
@@ -144,7 +143,6 @@ impl Application {
             store.clone(),
             timeout,
         )?;
-        let idempotency = Idempotency::new(redis.clone(), keys.clone());
         let state = web::Data::new(AppState {
             node_id: node_id.clone(),
             shops,
@@ -155,7 +153,6 @@ impl Application {
                 Duration::from_secs(settings.code_interval_secs),
                 Duration::from_millis(settings.session_cache_ms),
             ),
-            idempotency,
             redis,
             seckill: seckill.clone(),
             after_sale,

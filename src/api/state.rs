@@ -10,7 +10,6 @@ use crate::after_sale::AfterSale;
 use crate::auth::Sessions;
 use crate::cache::ShopCache;
 use crate::config::AdminToken;
-use crate::idempotency::Idempotency;
 use crate::seckill::Seckill;
 use crate::store::Store;
 
@@ -23,8 +22,6 @@ pub struct AppState {
     pub seckill: Arc<Seckill>,
     /// Pay, cancel, use and the unpaid-order timeout.
     pub after_sale: Arc<AfterSale>,
-    /// Purchase answers kept under their `Idempotency-Key`.
-    pub idempotency: Idempotency,
     /// Shops and shop categories, read through Redis.
     pub shops: ShopCache,
     pub admin_token: AdminToken,

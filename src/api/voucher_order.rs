@@ -42,24 +42,12 @@ async fn seckill_voucher(
         .get("idempotency-key")
         .map(|value| IdempotencyKey::parse(value.as_bytes()))
         .transpose()?;
-    let seckill = state.seckill.clone();
-    let purchase = async move {
-        seckill
-            .purchase(current.user.id, voucher_id, current.since)
-            .await
-    };
-    let Some(key) = key else {
-        return Ok(ok_data(purchase.await?));
-    };
-    let (answer, replayed) = state
-        .idempotency
-        .once(current.user.id, key, voucher_id, purchase)
+    let (order_id, again) = state
+        .seckill
+        .purchase_once(current.user.id, voucher_id, current.since, key)
         .await?;
-    let mut response = match answer {
-        Ok(order_id) => ok_data(order_id),
-        Err(rejection) => actix_web::ResponseError::error_response(&Error::from(rejection)),
-    };
-    if replayed {
+    let mut response = ok_data(order_id);
+    if again {
         response.headers_mut().insert(
             actix_web::http::header::HeaderName::from_static(REPLAYED),
             actix_web::http::header::HeaderValue::from_static("true"),

@@ -11,7 +11,9 @@
 //! connection answers by sending the call again: on a cluster each call
 //! carries a random attempt id, and the script answers an attempt it admitted
 //! already with the id it gave, instead of refusing its own buyer as one who
-//! ordered.
+//! ordered. A purchase sent with an `Idempotency-Key` is such an attempt on
+//! every connection, its answer kept for 24 hours: the script itself keeps
+//! it, at no round trip of its own.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -21,6 +23,7 @@ use redis::Script;
 
 use super::sale_state::SaleState;
 use crate::error::{Error, Rejection};
+use crate::idempotency::{IdempotencyKey, ANSWER_KEPT};
 use crate::ids::{OrderId, UserId, VoucherId};
 
 static ADMIT: LazyLock<Script> =
@@ -42,6 +45,12 @@ pub enum Admission {
     /// Stock taken, buyer added, order handed off and recorded as pending,
     /// under the id the script drew.
     Admitted(OrderId),
+    /// This very attempt (its Idempotency-Key, or a call the cluster
+    /// connection sent again) was admitted before, under this id: nothing
+    /// done now.
+    Again(OrderId),
+    /// Nothing done: the Idempotency-Key was first sent for another voucher.
+    KeyReused,
     /// Refused: the voucher has no sale in Redis, the sale has not started
     /// or has ended, it is sold out, or the user has bought already.
     Refused(Rejection),
@@ -65,6 +74,8 @@ const ATTEMPT_ANSWER_KEPT: Duration = Duration::from_secs(600);
 const STALE: i64 = 6;
 /// `lua/seckill.lua`'s code for a sale reloaded and not open yet.
 const REOPENING: i64 = 7;
+/// `lua/seckill.lua`'s code for an Idempotency-Key of another voucher.
+const KEY_REUSED: i64 = 8;
 
 impl Admission {
     /// The `outcome` label of `hmdp_admissions_total`: `admitted`, or the
@@ -72,6 +83,8 @@ impl Admission {
     pub fn label(self) -> &'static str {
         match self {
             Admission::Admitted(_) => "admitted",
+            Admission::Again(_) => "admitted_again",
+            Admission::KeyReused => "idempotency_key_reused",
             Admission::Refused(rejection) => rejection.code(),
             Admission::Stale => "stale_sale",
             Admission::Reopening => "reopening",
@@ -87,12 +100,15 @@ impl Admission {
 
     fn from_reply(reply: &redis::Value) -> Option<Admission> {
         match reply {
-            redis::Value::BulkString(id) => std::str::from_utf8(id)
-                .ok()?
-                .parse()
-                .ok()
-                .map(Admission::Admitted),
+            redis::Value::BulkString(id) => {
+                let id = std::str::from_utf8(id).ok()?;
+                match id.strip_prefix("again:") {
+                    Some(again) => again.parse().ok().map(Admission::Again),
+                    None => id.parse().ok().map(Admission::Admitted),
+                }
+            }
             redis::Value::Int(STALE) => Some(Admission::Stale),
+            redis::Value::Int(KEY_REUSED) => Some(Admission::KeyReused),
             redis::Value::Int(REOPENING) => Some(Admission::Reopening),
             redis::Value::Int(code) => usize::try_from(*code)
                 .ok()
@@ -106,24 +122,27 @@ impl Admission {
 impl SaleState {
     /// Runs `lua/seckill.lua` for `user_id`'s purchase of `voucher_id`,
     /// whose sale token MySQL has as `token`, appending the order to the
-    /// order stream when `append_to_stream` (`stream` mode).
+    /// order stream when `append_to_stream` (`stream` mode), as the attempt
+    /// `key` names when the buyer sent one.
     pub async fn admit(
         &self,
         user_id: UserId,
         voucher_id: VoucherId,
         token: u64,
         append_to_stream: bool,
+        key: Option<&IdempotencyKey>,
     ) -> Result<Admission, Error> {
         let keys = &self.keys;
         // Only a cluster connection sends a call again after losing its
         // reply (a `ConnectionManager` reconnects and reports the error):
-        // elsewhere no attempt is kept, which spares a write per admission.
-        let kept = matches!(self.redis, RedisConnection::Cluster(_));
-        let attempt: u128 = if kept { rand::random() } else { 0 };
-        let kept_ms = if kept {
-            ATTEMPT_ANSWER_KEPT.as_millis() as u64
-        } else {
-            0
+        // elsewhere an attempt without an Idempotency-Key is not kept, which
+        // spares a write per admission.
+        let (attempt_key, kept) = match key {
+            Some(key) => (keys.idempotency(user_id, key.as_str()), ANSWER_KEPT),
+            None if matches!(self.redis, RedisConnection::Cluster(_)) => {
+                (keys.admission_attempt(rand::random()), ATTEMPT_ANSWER_KEPT)
+            }
+            None => (keys.admission_attempt(0), Duration::ZERO),
         };
         let reply: redis::Value = ADMIT
             .key(keys.seckill_voucher(voucher_id))
@@ -131,12 +150,12 @@ impl SaleState {
             .key(keys.order_stream())
             .key(keys.pending_orders())
             .key(keys.admission_sequence())
-            .key(keys.admission_attempt(attempt))
+            .key(attempt_key)
             .arg(user_id.get())
             .arg(voucher_id.get())
             .arg(u8::from(append_to_stream))
             .arg(token)
-            .arg(kept_ms)
+            .arg(kept.as_millis() as u64)
             .invoke_async(&mut self.redis.clone())
             .await?;
         Admission::from_reply(&reply)
@@ -179,10 +198,19 @@ mod tests {
             Admission::from_reply(&Value::Int(7)),
             Some(Admission::Reopening)
         );
+        assert_eq!(
+            Admission::from_reply(&Value::BulkString(b"again:42".to_vec())),
+            Some(Admission::Again(OrderId::new(42)))
+        );
+        assert_eq!(
+            Admission::from_reply(&Value::Int(8)),
+            Some(Admission::KeyReused)
+        );
         for unknown in [
             Value::Int(0),
             Value::Int(-1),
-            Value::Int(8),
+            Value::Int(9),
+            Value::BulkString(b"again:x".to_vec()),
             Value::BulkString(b"-5".to_vec()),
             Value::BulkString(b"12x".to_vec()),
             Value::Nil,

@@ -41,6 +41,7 @@ use crate::after_sale::PayDeadlines;
 use crate::config::SeckillMode;
 use crate::error::{Error, Rejection};
 use crate::id_worker::IdWorker;
+use crate::idempotency::{Idempotency, IdempotencyKey};
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
 use crate::metrics;
@@ -87,10 +88,12 @@ fn not_counted_again() -> Error {
     ))
 }
 
-/// A purchase's outcome, logged and counted in `purchases_total`.
-fn counted(outcome: Result<OrderId, Error>) -> Result<OrderId, Error> {
+/// A purchase's outcome (its order, and whether this request was answered
+/// with the order an earlier one with its Idempotency-Key got), logged and
+/// counted in `purchases_total`.
+fn counted<T>(outcome: Result<(OrderId, T), Error>) -> Result<(OrderId, T), Error> {
     let label = match &outcome {
-        Ok(order_id) => {
+        Ok((order_id, _)) => {
             tracing::debug!(%order_id, "order placed");
             "ok"
         }
@@ -116,6 +119,9 @@ pub struct Seckill {
     writer: Arc<OrderWriter>,
     /// `None` in `sync` mode: purchases are not admitted in Redis.
     handoff: Option<Handoff>,
+    /// The orders of synchronous purchases sent with an Idempotency-Key
+    /// (the admission script keeps those of `queue` and `stream`).
+    idempotency: Idempotency,
 }
 
 impl Seckill {
@@ -140,6 +146,7 @@ impl Seckill {
         );
         Seckill {
             catalog: Catalog::new(store.clone()),
+            idempotency: Idempotency::new(redis.clone(), keys.clone()),
             ids: IdWorker::new(redis, keys),
             store,
             sale_state,
@@ -254,6 +261,22 @@ impl Seckill {
         voucher_id: VoucherId,
         requested_at: Instant,
     ) -> Result<OrderId, Error> {
+        self.purchase_once(user_id, voucher_id, requested_at, None)
+            .await
+            .map(|(order_id, _)| order_id)
+    }
+
+    /// [`Seckill::purchase`], sent with the buyer's Idempotency-Key `key`:
+    /// the same key of the same buyer is answered with the order it got the
+    /// first time (`true`: answered again), however often it comes. A
+    /// refusal is not kept: it changed nothing, and the key asks again.
+    pub async fn purchase_once(
+        self: &Arc<Self>,
+        user_id: UserId,
+        voucher_id: VoucherId,
+        requested_at: Instant,
+        key: Option<IdempotencyKey>,
+    ) -> Result<(OrderId, bool), Error> {
         let span =
             tracing::info_span!("purchase", lock = %self.writer.lock_mode(), %user_id, %voucher_id);
         // A sale this node saw sell out is refused at once, from memory,
@@ -270,9 +293,23 @@ impl Seckill {
         let seckill = self.clone();
         let purchase = tokio::spawn(
             async move {
-                counted(match &seckill.handoff {
-                    None => seckill.place(user_id, voucher_id, requested_at).await,
-                    Some(handoff) => seckill.admit(handoff, user_id, voucher_id).await,
+                counted(match (&seckill.handoff, &key) {
+                    (None, None) => seckill
+                        .place(user_id, voucher_id, requested_at)
+                        .await
+                        .map(|order_id| (order_id, false)),
+                    (None, Some(key)) => {
+                        let place = seckill.place(user_id, voucher_id, requested_at);
+                        seckill
+                            .idempotency
+                            .once(user_id, key, voucher_id, place)
+                            .await
+                    }
+                    (Some(handoff), key) => {
+                        seckill
+                            .admit(handoff, user_id, voucher_id, key.as_ref())
+                            .await
+                    }
                 })
             }
             .instrument(span),
@@ -389,13 +426,15 @@ impl Seckill {
     }
 
     /// The purchase of `queue` and `stream` mode: admitted in Redis, handed
-    /// off, answered with the order id before MySQL has seen the order.
+    /// off, answered with the order id before MySQL has seen the order (and
+    /// whether an earlier request with the same `key` got it).
     async fn admit(
         &self,
         handoff: &Handoff,
         user_id: UserId,
         voucher_id: VoucherId,
-    ) -> Result<OrderId, Error> {
+        key: Option<&IdempotencyKey>,
+    ) -> Result<(OrderId, bool), Error> {
         // The sale as MySQL has it: a voucher Redis lacks is loaded from it,
         // and a voucher MySQL lacks is sold by no Redis sale left behind.
         let Some(mut sale) = self.catalog.sale(voucher_id).await? else {
@@ -406,7 +445,10 @@ impl Seckill {
             return Err(Rejection::VoucherNotFound.into());
         };
         let append = matches!(handoff, Handoff::Stream);
-        let admit = |token| self.sale_state.admit(user_id, voucher_id, token, append);
+        let admit = |token| {
+            self.sale_state
+                .admit(user_id, voucher_id, token, append, key)
+        };
         let mut admission = admit(sale.token()).await?;
         if admission == Admission::Stale {
             // Redis holds an earlier voucher's sale under this id, or this
@@ -434,6 +476,9 @@ impl Seckill {
             .inc();
         let id = match admission {
             Admission::Admitted(id) => id,
+            // Handed off when it was admitted.
+            Admission::Again(id) => return Ok((id, true)),
+            Admission::KeyReused => return Err(Error::IdempotencyKeyReused),
             Admission::Reopening => {
                 return Err(Error::Unavailable(anyhow::anyhow!(
                 "voucher {voucher_id}'s sale was reloaded after Redis lost it; it reopens shortly"
@@ -460,7 +505,7 @@ impl Seckill {
                 })
                 .await?;
         }
-        Ok(id)
+        Ok((id, false))
     }
 
     async fn next_order_id(&self) -> redis::RedisResult<OrderId> {

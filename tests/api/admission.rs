@@ -125,7 +125,7 @@ async fn a_voucher_missing_in_redis_is_an_answer_not_a_script_error() {
     let app = queue_app(0).await;
     let sale_state = app.sale_state();
     let admit = |voucher: i64, append: bool| {
-        sale_state.admit(UserId::new(1), VoucherId::new(voucher), 0, append)
+        sale_state.admit(UserId::new(1), VoucherId::new(voucher), 0, append, None)
     };
     let not_found = Admission::Refused(Rejection::VoucherNotFound);
 

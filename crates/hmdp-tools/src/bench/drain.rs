@@ -126,7 +126,7 @@ async fn measure(
                     return Ok::<_, anyhow::Error>(());
                 }
                 let user = UserId::new(FIRST_USER + n);
-                let admitted = sale.admit(user, voucher, token, true).await?;
+                let admitted = sale.admit(user, voucher, token, true, None).await?;
                 anyhow::ensure!(
                     matches!(admitted, Admission::Admitted(_)),
                     "admission refused: {admitted:?}"
