@@ -688,7 +688,7 @@ fn after_sale_section(page: &mut String, settings: &DemoSettings, runs: &[ModeRu
 /// A small SVG of the orders' states over the after-sale phase, one line
 /// per state, the second wave's start dashed.
 fn states_chart(page: &mut String, label: &str, after: &AfterSale) {
-    const W: f64 = 360.0;
+    const W: f64 = 280.0;
     const H: f64 = 110.0;
     const LEFT: f64 = 34.0;
     const RIGHT: f64 = W - 10.0;
