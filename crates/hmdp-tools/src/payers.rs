@@ -79,11 +79,7 @@ pub async fn act_all(
         let (client, target) = (client.clone(), target.to_owned());
         let (token, user, order_id) = (tokens[told.user].clone(), told.user, told.order_id);
         async move {
-            let answered = match act {
-                Act::Leave => Answered::Done,
-                Act::Pay => send(&client, &target, &token, order_id, "pay").await,
-                Act::Cancel => send(&client, &target, &token, order_id, "cancel").await,
-            };
+            let answered = send(&client, &target, &token, order_id, act).await;
             Acted {
                 user,
                 order_id,
@@ -99,23 +95,33 @@ pub async fn act_all(
         .await
 }
 
-async fn send(
+/// Sends one buyer's `act` on their order (a payment in every pay type in
+/// turn, by order id: 1 balance, 2 Alipay, 3 WeChat), again while the
+/// order is not written yet or the answer was lost — both are safe to
+/// repeat: a paid order is answered as it is, and so is a cancelled one.
+/// Leaving an order sends nothing.
+pub async fn send(
     client: &reqwest::Client,
     target: &str,
     token: &str,
     order_id: i64,
-    what: &str,
+    act: Act,
 ) -> Answered {
-    let url = format!(
-        "{}/voucher-order/{order_id}/{what}",
-        target.trim_end_matches('/')
-    );
+    let base = target.trim_end_matches('/');
+    let (url, body) = match act {
+        Act::Leave => return Answered::Done,
+        Act::Pay => (
+            format!("{base}/voucher-order/{order_id}/pay"),
+            Some(json!({"payType": order_id.rem_euclid(3) + 1})),
+        ),
+        Act::Cancel => (format!("{base}/voucher-order/{order_id}/cancel"), None),
+    };
     let pending_until = Instant::now() + PENDING_FOR;
     let mut sends = 0;
     while sends < SENDS {
         let mut request = client.post(&url).header("authorization", token);
-        if what == "pay" {
-            request = request.json(&json!({"payType": 1}));
+        if let Some(body) = &body {
+            request = request.json(body);
         }
         let body: Option<Value> = match request.send().await {
             Ok(response) => response.json().await.ok(),

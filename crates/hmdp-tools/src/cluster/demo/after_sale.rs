@@ -16,11 +16,11 @@ use hmdp::ids::VoucherId;
 use hmdp::seckill::SaleState;
 use hmdp::store::{OrderState, Store, VoucherAudit};
 use serde::Serialize;
-use serde_json::json;
 use tokio::sync::watch;
 
 use super::DRAIN_DEADLINE;
 use crate::loadtest::{self, Drain, Plan, Told};
+use crate::payers::{self, Act, Answered};
 
 /// `--payers`: a share of the buyers, `70%` or `70`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,11 +172,6 @@ const SECOND_WAVE_FOR: Duration = Duration::from_secs(20);
 /// The pause between the second wave's rounds: its buyers try again while
 /// the nodes' memories of the sell-out fade.
 const ROUND_PAUSE: Duration = Duration::from_millis(500);
-/// A payment or cancel is sent again while its order is not written yet
-/// (`ORDER_PENDING`) or its answer was lost, for this long at most.
-const RETRY_FOR: Duration = Duration::from_secs(10);
-const RETRY_PAUSE: Duration = Duration::from_millis(50);
-
 /// The after-sale phase of `sale`, whose first wave told `told`.
 pub(super) async fn run(
     sale: &Sale<'_>,
@@ -355,79 +350,26 @@ async fn second_wave_round(sale: &Sale<'_>, buyers: &[usize]) -> anyhow::Result<
     act(sale, &orders, Act::Pay).await
 }
 
-/// What a buyer does with an order.
-#[derive(Debug, Clone, Copy)]
-enum Act {
-    Pay,
-    Cancel,
-}
-
 /// `what` on every `(user, order)` at once (up to the concurrency); returns
-/// the users whose request was answered with success.
+/// the users whose request was answered with success. An answer that never
+/// came fails the run.
 async fn act(sale: &Sale<'_>, orders: &[(usize, i64)], what: Act) -> anyhow::Result<Vec<usize>> {
-    let answers: Vec<anyhow::Result<Option<usize>>> = stream::iter(orders.iter().enumerate())
-        .map(|(i, &(user, order))| async move {
-            // Every pay type in turn: 1 balance, 2 Alipay, 3 WeChat.
-            let done = send(sale, user, order, what, (i % 3 + 1) as u8).await?;
-            Ok(done.then_some(user))
+    let answers: Vec<anyhow::Result<Option<usize>>> = stream::iter(orders.iter())
+        .map(|&(user, order)| async move {
+            let token = &sale.tokens[user];
+            match payers::send(sale.client, sale.target, token, order, what).await {
+                Answered::Done => Ok(Some(user)),
+                Answered::Refused(code) => {
+                    tracing::debug!(%order, ?what, %code, "refused");
+                    Ok(None)
+                }
+                Answered::Unknown => anyhow::bail!("{what:?} of order {order}: no answer"),
+            }
         })
         .buffer_unordered(sale.concurrency.max(1))
         .collect()
         .await;
     answers.into_iter().filter_map(Result::transpose).collect()
-}
-
-/// Sends one payment or cancel, again while the order is not written yet
-/// or the answer was lost (both are safe to repeat: a paid order is
-/// answered as it is, and so is a cancelled one). True when it succeeded;
-/// false when refused (e.g. `ORDER_CLOSED`: the order timed out first).
-async fn send(
-    sale: &Sale<'_>,
-    user: usize,
-    order: i64,
-    act: Act,
-    pay_type: u8,
-) -> anyhow::Result<bool> {
-    let base = sale.target.trim_end_matches('/');
-    let (url, body) = match act {
-        Act::Pay => (
-            format!("{base}/voucher-order/{order}/pay"),
-            json!({ "payType": pay_type }),
-        ),
-        Act::Cancel => (format!("{base}/voucher-order/{order}/cancel"), json!({})),
-    };
-    let started = Instant::now();
-    loop {
-        let answer = sale
-            .client
-            .post(&url)
-            .header("authorization", &sale.tokens[user])
-            .json(&body)
-            .send()
-            .await;
-        let retry = match answer {
-            Ok(answer) if answer.status().is_server_error() => format!("HTTP {}", answer.status()),
-            Ok(answer) => {
-                let body: serde_json::Value = answer.json().await?;
-                match body["errorCode"].as_str() {
-                    _ if body["success"] == true => return Ok(true),
-                    Some("ORDER_PENDING") => "ORDER_PENDING".to_owned(),
-                    _ => {
-                        tracing::debug!(%order, ?act, %body, "refused");
-                        return Ok(false);
-                    }
-                }
-            }
-            Err(error) => error.to_string(),
-        };
-        if started.elapsed() >= RETRY_FOR {
-            anyhow::bail!(
-                "{act:?} of order {order}: still {retry} after {} s",
-                RETRY_FOR.as_secs()
-            );
-        }
-        tokio::time::sleep(RETRY_PAUSE).await;
-    }
 }
 
 #[cfg(test)]
