@@ -19,6 +19,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use super::DRAIN_DEADLINE;
+use crate::audit::{self, AuditOptions};
 use crate::loadtest::{self, Drain, Plan, Told};
 use crate::payers::{self, Act, Answered};
 
@@ -297,6 +298,9 @@ async fn act_and_resell(
 
     let audit = sale.store.audit_voucher(sale.voucher).await?;
     violations.extend(audit.violations(sale.initial_stock, sale.one_order_per_user));
+    if sale.one_order_per_user {
+        violations.extend(reconciled(sale).await?);
+    }
     Ok(AfterSale {
         paid,
         cancelled,
@@ -311,6 +315,30 @@ async fn act_and_resell(
         violations,
         samples: Vec::new(),
     })
+}
+
+/// `hmdp audit` of the sale once its orders are written: Redis against
+/// MySQL, printed as the command prints it; what it finds broken. A `sync`
+/// sale has no Redis side to check.
+async fn reconciled(sale: &Sale<'_>) -> anyhow::Result<Vec<String>> {
+    if sale.seckill != SeckillMode::Sync {
+        loadtest::drain(sale.sales, sale.voucher, DRAIN_DEADLINE).await?;
+    }
+    let options = AuditOptions {
+        initial_stock: Some(sale.initial_stock),
+        allow_unchecked: sale.seckill == SeckillMode::Sync,
+        ..AuditOptions::strict()
+    };
+    let audit = audit::audit(sale.store, sale.sales, sale.voucher, options).await?;
+    eprintln!(
+        "hmdp audit --voucher {} ({}):\n{audit}",
+        sale.voucher, sale.seckill
+    );
+    Ok(audit
+        .broken()
+        .into_iter()
+        .map(|check| format!("hmdp audit: {check} broken"))
+        .collect())
 }
 
 /// One round of the second wave: `buyers` fire their purchases as the first
