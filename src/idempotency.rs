@@ -7,11 +7,11 @@
 //!
 //! Kept: the order id. Not kept: a refusal (`SOLD_OUT`, `ALREADY_ORDERED`,
 //! …) or an error (503, 500), which changed nothing: the same key asks
-//! again. The synchronous purchase keeps its answers here; the admission
-//! script (`queue`, `stream`) keeps its own in the same key, in the same
-//! call that admits.
+//! again. The synchronous purchase keeps its answers here, claiming the key
+//! alongside its lock and settling it alongside the release (no round trip
+//! of their own); the admission script (`queue`, `stream`) keeps its own in
+//! the same key, in the same call that admits.
 
-use std::future::Future;
 use std::time::Duration;
 
 use hmdp_lock::Connection as RedisConnection;
@@ -101,18 +101,20 @@ impl Idempotency {
         Idempotency { redis, keys }
     }
 
-    /// Runs `purchase` of `voucher_id` once for `user_id`'s `key`: the
-    /// first time it is run and its order kept; later the kept order is
-    /// answered (`true`: answered again). Run it where a client hanging up
-    /// cannot cancel it (the purchase's own task): the order must be kept
-    /// once placed.
-    pub async fn once(
+    /// Claims `user_id`'s `key` for a purchase of `voucher_id`: `Ours`,
+    /// to run it and [`Idempotency::settle`] it; `Kept`, the order an
+    /// earlier request with the key got. 409 while that request still runs,
+    /// 422 when it was for another voucher. Without a key: `None`, and no
+    /// command sent.
+    pub async fn claim(
         &self,
         user_id: UserId,
-        key: &IdempotencyKey,
+        key: Option<&IdempotencyKey>,
         voucher_id: VoucherId,
-        purchase: impl Future<Output = Result<OrderId, Error>>,
-    ) -> Result<(OrderId, bool), Error> {
+    ) -> Result<Option<Claim>, Error> {
+        let Some(key) = key else {
+            return Ok(None);
+        };
         let redis_key = self.keys.idempotency(user_id, key.as_str());
         let mut redis = self.redis.clone();
         let claimed: bool = redis::cmd("SET")
@@ -124,41 +126,55 @@ impl Idempotency {
             .query_async::<Option<String>>(&mut redis)
             .await?
             .is_some();
-        if !claimed {
-            let entry: Option<String> = redis.get(&redis_key).await?;
-            // An entry gone between the two reads expired: the caller may
-            // send the key again.
-            let entry = entry.ok_or(Error::IdempotencyKeyInUse)?;
-            return match order_in(&entry, voucher_id)? {
-                Some(order_id) => Ok((order_id, true)),
-                None => Err(Error::IdempotencyKeyInUse),
-            };
+        if claimed {
+            return Ok(Some(Claim::Ours));
         }
-        match purchase.await {
-            Ok(order_id) => {
-                let kept: redis::RedisResult<()> = redis
-                    .set_options(
-                        &redis_key,
-                        kept_entry(voucher_id, order_id),
-                        redis::SetOptions::default()
-                            .with_expiration(redis::SetExpiry::PX(ANSWER_KEPT.as_millis() as u64)),
-                    )
-                    .await;
-                if let Err(error) = kept {
-                    tracing::warn!(%error, "purchase answer not kept for its idempotency key");
-                }
-                Ok((order_id, false))
-            }
-            Err(error) => {
-                // A refusal changed nothing, and neither did a purchase
-                // that failed: the same key may ask again.
-                if let Err(freed) = redis.del::<_, ()>(&redis_key).await {
-                    tracing::warn!(%freed, "idempotency key not freed; it frees itself within a minute");
-                }
-                Err(error)
-            }
+        let entry: Option<String> = redis.get(&redis_key).await?;
+        // An entry gone between the two reads expired: the caller may send
+        // the key again.
+        let entry = entry.ok_or(Error::IdempotencyKeyInUse)?;
+        match order_in(&entry, voucher_id)? {
+            Some(order_id) => Ok(Some(Claim::Kept(order_id))),
+            None => Err(Error::IdempotencyKeyInUse),
         }
     }
+
+    /// Ends a claim of ours: keeps the order the purchase placed, or frees
+    /// the key after a refusal or an error, which changed nothing (the same
+    /// key may ask again). Run it where a client hanging up cannot cancel it
+    /// (the purchase's own task).
+    pub async fn settle(
+        &self,
+        user_id: UserId,
+        key: &IdempotencyKey,
+        voucher_id: VoucherId,
+        outcome: &Result<OrderId, Error>,
+    ) {
+        let redis_key = self.keys.idempotency(user_id, key.as_str());
+        let mut redis = self.redis.clone();
+        let settled: redis::RedisResult<()> = match outcome {
+            Ok(order_id) => {
+                let kept = redis::SetOptions::default()
+                    .with_expiration(redis::SetExpiry::PX(ANSWER_KEPT.as_millis() as u64));
+                redis
+                    .set_options(&redis_key, kept_entry(voucher_id, *order_id), kept)
+                    .await
+            }
+            Err(_) => redis.del(&redis_key).await,
+        };
+        if let Err(error) = settled {
+            tracing::warn!(%error, "idempotency key not settled; it frees itself within a minute");
+        }
+    }
+}
+
+/// What a claim of an Idempotency-Key found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Claimed: this request runs the purchase.
+    Ours,
+    /// An earlier request with the key got this order.
+    Kept(OrderId),
 }
 
 #[cfg(test)]

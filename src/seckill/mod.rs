@@ -41,7 +41,7 @@ use crate::after_sale::PayDeadlines;
 use crate::config::SeckillMode;
 use crate::error::{Error, Rejection};
 use crate::id_worker::IdWorker;
-use crate::idempotency::{Idempotency, IdempotencyKey};
+use crate::idempotency::{Claim, Idempotency, IdempotencyKey};
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
 use crate::metrics;
@@ -294,15 +294,9 @@ impl Seckill {
         let purchase = tokio::spawn(
             async move {
                 counted(match (&seckill.handoff, &key) {
-                    (None, None) => seckill
-                        .place(user_id, voucher_id, requested_at)
-                        .await
-                        .map(|order_id| (order_id, false)),
-                    (None, Some(key)) => {
-                        let place = seckill.place(user_id, voucher_id, requested_at);
+                    (None, key) => {
                         seckill
-                            .idempotency
-                            .once(user_id, key, voucher_id, place)
+                            .place(user_id, voucher_id, requested_at, key.as_ref())
                             .await
                     }
                     (Some(handoff), key) => {
@@ -320,13 +314,16 @@ impl Seckill {
     }
 
     /// The synchronous purchase: the sale's window, then the user's lock
-    /// and the order placed in MySQL under it.
+    /// and the order placed in MySQL under it; with the buyer's
+    /// Idempotency-Key `key`, the order an earlier request with it got
+    /// (`true`) instead.
     async fn place(
         self: &Arc<Self>,
         user_id: UserId,
         voucher_id: VoucherId,
         requested_at: Instant,
-    ) -> Result<OrderId, Error> {
+        key: Option<&IdempotencyKey>,
+    ) -> Result<(OrderId, bool), Error> {
         let budget = self.store.backend_timeout() + self.writer.lock_wait();
         let answer_by = requested_at + budget;
         let voucher = self
@@ -338,38 +335,65 @@ impl Seckill {
             return Err(refusal.into());
         }
 
-        // The order id is drawn alongside the lock: with a Redis lock, both
-        // commands are queued on the shared connection before its writer
-        // runs, so they leave in one write and come back in one read — the
-        // id costs no round trip of its own, and none while the voucher's
-        // stock row is locked. A purchase refused after this leaves a gap in the
-        // counter, which ids allow.
+        // The order id is drawn, and the Idempotency-Key claimed, alongside
+        // the lock: with a Redis lock, the commands are queued on the shared
+        // connection before its writer runs, so they leave in one write and
+        // come back in one read — they cost no round trip of their own, and
+        // none while the voucher's stock row is locked. A purchase refused
+        // after this leaves a gap in the counter, which ids allow.
         // Given up on at the end of the budget (an acquisition abandoned in
         // flight gives back whatever it took).
-        let (held, id) = tokio::time::timeout_at(answer_by.into(), async {
-            tokio::join!(self.writer.acquire(user_id), self.next_order_id())
+        let (held, id, claim) = tokio::time::timeout_at(answer_by.into(), async {
+            tokio::join!(
+                self.writer.acquire(user_id),
+                self.next_order_id(),
+                self.idempotency.claim(user_id, key, voucher_id)
+            )
         })
         .await
         .map_err(|_| over_budget("taking the lock", budget))?;
-        let locks = Locks::one(user_id, held?);
-        let outcome = match id {
-            Ok(id) => {
+        let claimed = match claim {
+            Ok(Some(Claim::Ours)) => key,
+            Ok(None) => None,
+            // Answered by an earlier request with the key, or refused.
+            Ok(Some(Claim::Kept(order_id))) => {
+                self.release_taken(held, answer_by).await;
+                return Ok((order_id, true));
+            }
+            Err(error) => {
+                self.release_taken(held, answer_by).await;
+                return Err(error);
+            }
+        };
+        let outcome = match (held, id) {
+            (Ok(held), Ok(id)) => {
+                let locks = Locks::one(user_id, held);
                 let order = NewOrder {
                     id,
                     user_id,
                     voucher_id,
                 };
-                self.place_order(order, &locks, Some(answer_by)).await
+                let placed = self.place_order(order, &locks, Some(answer_by)).await;
+                for held in locks.into_held() {
+                    self.release_awaited_until(held, answer_by).await;
+                }
+                placed
             }
-            Err(error) => Err(error.into()),
+            (held, Err(error)) => {
+                self.release_taken(held, answer_by).await;
+                Err(error.into())
+            }
+            (Err(error), Ok(_)) => Err(error),
         };
-        for held in locks.into_held() {
-            self.release_awaited_until(held, answer_by).await;
+        if let Some(key) = claimed {
+            self.idempotency
+                .settle(user_id, key, voucher_id, &outcome)
+                .await;
         }
         if matches!(outcome, Err(Error::Rejected(Rejection::SoldOut))) {
             voucher.mark_sold_out();
         }
-        outcome
+        outcome.map(|order_id| (order_id, false))
     }
 
     /// The purchase transaction for one `order`, under its user's lock in
@@ -510,6 +534,17 @@ impl Seckill {
 
     async fn next_order_id(&self) -> redis::RedisResult<OrderId> {
         self.ids.next_id("order").await.map(OrderId::new)
+    }
+
+    /// Releases the lock of an acquisition that took it.
+    async fn release_taken(
+        self: &Arc<Self>,
+        taken: Result<Box<dyn LockGuard>, Error>,
+        answer_by: Instant,
+    ) {
+        if let Ok(held) = taken {
+            self.release_awaited_until(held, answer_by).await;
+        }
     }
 
     /// Releases the lock, waiting for that until `answer_by` at most (but

@@ -411,8 +411,7 @@ impl OrderWriter {
                     .iter()
                     .zip(outcomes)
                     .filter(|(_, outcome)| **outcome == Outcome::Written)
-                    .map(|(order, _)| order.id)
-                    .collect();
+                    .map(|(order, _)| order.id);
                 self.deadlines.schedule(written);
             }
             Ended::NoStock | Ended::IdTaken | Ended::Resold(_) => tx.rollback().await?,
