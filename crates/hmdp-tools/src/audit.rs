@@ -57,22 +57,21 @@ pub struct AuditSettings {
 
 const CHECKS: &str = "\
 Checks, each holds / BROKEN / not checked:
-  redis-stock          Redis stock + buyers = initial stock (the `initial` Redis
-                       recorded when it loaded the sale), and stock >= 0.
-  mysql-stock          MySQL active orders (unpaid, paid, used) + MySQL stock =
-                       initial stock, and stock >= 0: a closed order's unit is
-                       back in stock.
-  buyers               Redis's buyer set = users with an active order in MySQL
-                       + users whose order is on its way (the pending orders
-                       hash, the order stream) + users whose closed order's
-                       give-back to Redis is still owed. A buyer in none was
-                       told success and has no order.
-  give-backs           No closed order's give-back to Redis owed for longer
-                       than --pending-within-secs (its unit stranded).
-  one-active-order-per-user
-                       No user holds two active orders of the voucher.
-  paid-and-closed      No closed order carries a payment.
-  dead-letters         No order of the voucher in the dead-letter stream.
+  redis-stock               Redis stock + buyers = initial stock (the `initial` Redis
+                            recorded when it loaded the sale), and stock >= 0.
+  mysql-stock               MySQL active orders (unpaid, paid, used) + MySQL stock =
+                            initial stock, and stock >= 0: a closed order's unit is
+                            back in stock.
+  buyers                    Redis's buyer set = users with an active order in MySQL
+                            + users whose order is on its way (the pending orders
+                            hash, the order stream) + users whose closed order's
+                            give-back to Redis is still owed. A buyer in none was
+                            told success and has no order.
+  give-backs                No closed order's give-back to Redis owed for longer
+                            than --pending-within-secs (its unit stranded).
+  one-active-order-per-user No user holds two active orders of the voucher.
+  paid-and-closed           No closed order carries a payment.
+  dead-letters              No order of the voucher in the dead-letter stream.
 A voucher Redis holds no sale for (a `sync` voucher, a wrong --redis-prefix, or
 a Redis restarted empty that nothing has loaded again) gets the MySQL checks
 only, and the others count as failed unless --allow-unchecked.
@@ -249,9 +248,9 @@ impl fmt::Display for Audit {
                 Status::Broken => "BROKEN",
                 Status::NotChecked => "not checked",
             };
-            writeln!(f, "  {:<20} {status:<11} {}", check.name, check.detail)?;
+            writeln!(f, "  {:<25} {status:<11} {}", check.name, check.detail)?;
             for difference in &check.differences {
-                writeln!(f, "  {:<20} {:<11} - {difference}", "", "")?;
+                writeln!(f, "  {:<25} {:<11} - {difference}", "", "")?;
             }
         }
         writeln!(f, "verdict: {}", self.verdict())

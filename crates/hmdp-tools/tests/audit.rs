@@ -128,7 +128,7 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
     let (code, out) = hmdp(&sandbox, &sync_audit);
     assert_eq!(code, 1, "a check not made is no pass: {out}");
     assert!(out.contains("Redis not checked"), "{out}");
-    assert!(out.contains("mysql-stock          holds"), "{out}");
+    assert!(out.contains("mysql-stock               holds"), "{out}");
     assert!(
         out.contains("verdict: NOT CHECKED: redis-stock, buyers, dead-letters"),
         "{out}"
