@@ -63,7 +63,7 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
     assert_eq!(report["orders"], 30);
     assert_eq!(report["audit"]["buyers"], 30);
     let checks = report["audit"]["checks"].as_array().unwrap();
-    assert_eq!(checks.len(), 5);
+    assert_eq!(checks.len(), 7);
     assert!(
         checks.iter().all(|check| check["status"] == "holds"),
         "{report}"
