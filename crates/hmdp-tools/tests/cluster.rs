@@ -339,7 +339,7 @@ async fn the_tokens_and_loadtest_commands_log_in_fire_verify_and_write_json() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "{stderr}");
     assert!(
-        stderr.contains("1 users hold more than one order (1 extra orders)"),
+        stderr.contains("1 users hold more than one active order (1 extra orders)"),
         "{stderr}"
     );
 }

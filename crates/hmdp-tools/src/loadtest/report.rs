@@ -170,7 +170,7 @@ impl Report {
             );
             let _ = writeln!(
                 out,
-                "duplicates   {dups} users hold more than one order ({extra} extra orders)"
+                "duplicates   {dups} users hold more than one active order ({extra} extra orders)"
             );
             let _ = writeln!(out, "oversold     {over}");
             let verdict = if self.violations.is_empty() {
