@@ -213,7 +213,9 @@ fn async_verdict(
     let mut line = if duplicates == 0 {
         format!("{label}: one order per user, admitted in Redis by lua/seckill.lua")
     } else {
-        format!("{label}: {duplicates} users hold more than one active order — admission did not hold")
+        format!(
+            "{label}: {duplicates} users hold more than one active order — admission did not hold"
+        )
     };
     if let Some(drain) = drain {
         let _ = write!(
