@@ -2,8 +2,10 @@
 //! the unpaid-order timeout) that gives the unit back. Each change of status
 //! is ONE conditional update (`… WHERE id = ? AND status = ?`): of a payment
 //! and a close racing for one unpaid order, InnoDB's row lock lets exactly
-//! one see it unpaid. Deadlines are MySQL's clock (`NOW()`), for the payment
-//! and the close alike, so that they agree on which side of it a moment is.
+//! one see it unpaid. Deadlines are MySQL's clock, for the payment and the
+//! close alike, so that they agree on which side of it a moment is, and in
+//! seconds since the epoch (`UNIX_TIMESTAMP`), so that a time zone's
+//! daylight-saving hour neither shortens nor lengthens them.
 
 use std::time::Duration;
 
@@ -179,7 +181,7 @@ impl Store {
         let paid = sqlx::query(
             "UPDATE tb_voucher_order SET status = 2, pay_type = ?, pay_time = NOW() \
              WHERE id = ? AND user_id = ? AND status = 1 \
-               AND create_time > NOW() - INTERVAL ? SECOND",
+               AND UNIX_TIMESTAMP(create_time) > UNIX_TIMESTAMP() - ?",
         )
         .bind(pay_type)
         .bind(order_id)
@@ -217,7 +219,7 @@ impl Store {
         let closed = sqlx::query(
             "UPDATE tb_voucher_order SET status = 4 WHERE id = ? AND status = 1 \
                AND (? IS NULL OR user_id = ?) \
-               AND (? IS NULL OR create_time <= NOW() - INTERVAL ? SECOND)",
+               AND (? IS NULL OR UNIX_TIMESTAMP(create_time) <= UNIX_TIMESTAMP() - ?)",
         )
         .bind(order_id)
         .bind(buyer)
@@ -360,7 +362,8 @@ impl Store {
     /// when none is).
     pub async fn oldest_overdue_seconds(&self, pay_timeout: Duration) -> Result<i64, sqlx::Error> {
         sqlx::query_scalar(
-            "SELECT CAST(COALESCE(TIMESTAMPDIFF(SECOND, MIN(create_time), NOW()) - ?, 0) \
+            "SELECT CAST(COALESCE(CAST(UNIX_TIMESTAMP() AS SIGNED) \
+                    - CAST(UNIX_TIMESTAMP(MIN(create_time)) AS SIGNED) - ?, 0) \
                     AS SIGNED) \
              FROM tb_voucher_order WHERE status = 1",
         )
