@@ -8,8 +8,8 @@
 //! Kept: the order id. Not kept: a refusal (`SOLD_OUT`, `ALREADY_ORDERED`,
 //! …) or an error (503, 500), which changed nothing: the same key asks
 //! again. The synchronous purchase keeps its answers here, claiming the key
-//! alongside its lock and settling it alongside the release (no round trip
-//! of their own); the admission script (`queue`, `stream`) keeps its own in
+//! in the same write as its lock (no round trip of its own) and settling it
+//! once the lock is released; the admission script (`queue`, `stream`) keeps its own in
 //! the same key, in the same call that admits.
 
 use std::time::Duration;

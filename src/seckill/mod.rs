@@ -91,7 +91,7 @@ fn not_counted_again() -> Error {
 /// A purchase's outcome (its order, and whether this request was answered
 /// with the order an earlier one with its Idempotency-Key got), logged and
 /// counted in `purchases_total`.
-fn counted<T>(outcome: Result<(OrderId, T), Error>) -> Result<(OrderId, T), Error> {
+fn counted(outcome: Result<(OrderId, bool), Error>) -> Result<(OrderId, bool), Error> {
     let label = match &outcome {
         Ok((order_id, _)) => {
             tracing::debug!(%order_id, "order placed");
@@ -293,17 +293,10 @@ impl Seckill {
         let seckill = self.clone();
         let purchase = tokio::spawn(
             async move {
-                counted(match (&seckill.handoff, &key) {
-                    (None, key) => {
-                        seckill
-                            .place(user_id, voucher_id, requested_at, key.as_ref())
-                            .await
-                    }
-                    (Some(handoff), key) => {
-                        seckill
-                            .admit(handoff, user_id, voucher_id, key.as_ref())
-                            .await
-                    }
+                let key = key.as_ref();
+                counted(match &seckill.handoff {
+                    None => seckill.place(user_id, voucher_id, requested_at, key).await,
+                    Some(handoff) => seckill.admit(handoff, user_id, voucher_id, key).await,
                 })
             }
             .instrument(span),
