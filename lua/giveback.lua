@@ -5,9 +5,9 @@
 -- once) finds it there and changes nothing. A sale reloaded from MySQL
 -- after the close counted the unit already, and lists the order as given
 -- back (lua/seckill_load.lua).
--- KEYS[1]: the voucher's sale hash ({seckill}:voucher:<voucherId>)
--- KEYS[2]: the voucher's buyer set ({seckill}:buyers:<voucherId>)
--- KEYS[3]: the voucher's given-back orders ({seckill}:given-back:<voucherId>)
+-- KEYS[1]: the shard's part of the voucher's sale ({tag}:voucher:<voucherId>)
+-- KEYS[2]: the voucher's buyer set ({tag}:buyers:<voucherId>)
+-- KEYS[3]: the voucher's given-back orders ({tag}:given-back:<voucherId>)
 -- ARGV[1]: order id
 -- ARGV[2]: the order's buyer
 -- Returns 1 when given back now, 0 when it had been, 2 when Redis holds no

@@ -1,15 +1,18 @@
 -- Admits one purchase of a flash sale, or refuses it, in one call: the sale
 -- window by Redis's own clock, the stock, the one-order-per-user buyer set,
--- the order's id, and the hand-off of the admitted order. Every key shares
--- the `{seckill}` hash tag, so the script is valid on a Redis Cluster.
--- KEYS[1]: the voucher's sale hash ({seckill}:voucher:<voucherId>: stock, begin_ms, end_ms)
--- KEYS[2]: the voucher's buyer set ({seckill}:buyers:<voucherId>)
--- KEYS[3]: the order stream ({seckill}:orders)
--- KEYS[4]: the pending orders hash ({seckill}:pending)
--- KEYS[5]: the admitted orders' sequence ({seckill}:icr:order)
+-- the order's id, and the hand-off of the admitted order, in one shard of
+-- the sale (src/seckill/shards.rs): every key shares the shard's hash tag
+-- (`{seckill}` for a one-shard sale), so the script is valid on a Redis
+-- Cluster. A buyer always belongs to one shard: the buyer set is the
+-- shard's, and "one order per user" stays one check.
+-- KEYS[1]: the shard's part of the voucher's sale ({tag}:voucher:<voucherId>: stock, begin_ms, end_ms, token, open_ms)
+-- KEYS[2]: the voucher's buyer set ({tag}:buyers:<voucherId>)
+-- KEYS[3]: the order stream ({tag}:orders)
+-- KEYS[4]: the pending orders hash ({tag}:pending)
+-- KEYS[5]: the admitted orders' sequence ({tag}:icr:order)
 -- KEYS[6]: this attempt's answer, when kept: the buyer's Idempotency-Key
---          ({seckill}:idempotency:<userId>:<key>), else a random attempt id
---          ({seckill}:attempt:<attempt id>)
+--          ({tag}:idempotency:<userId>:<key>), else a random attempt id
+--          ({tag}:attempt:<attempt id>)
 -- ARGV[1]: user id
 -- ARGV[2]: voucher id
 -- ARGV[3]: '1' to append the order to the stream (`stream` mode), '0' not (`queue`)
@@ -17,13 +20,17 @@
 -- ARGV[5]: how long to keep this attempt's answer, in milliseconds; '0' keeps
 --          none (no Idempotency-Key, on a connection that never sends a call
 --          twice). A kept answer reads '<voucherId>:<orderId>'.
+-- ARGV[6]: the shard's first sequence number (the low word of its ids:
+--          top bit set, then the shard's table index)
+-- ARGV[7]: how many sequence numbers the shard has (2^24)
 -- A sale reloaded after Redis lost it opens at its `open_ms` (Redis's clock),
 -- once writers holding orders admitted before the loss have counted them
 -- again (lua/seckill_readmit.lua).
 -- Returns the admitted order's id as a string (stock taken, user added to
 -- the buyers, order appended if asked, order recorded as pending), or an
 -- integer refusal: 1 voucher not found, 2 not started, 3 ended, 4 sold out,
--- 5 already ordered, 6 the sale in Redis is another voucher's (its token
+-- 5 already ordered (4 and 5 as far as this shard knows: the caller moves
+-- stock from other shards before it answers sold out), 6 the sale in Redis is another voucher's (its token
 -- differs: the id was reused), 7 reloaded and not open yet, 8 the
 -- Idempotency-Key was first sent for another voucher. Nothing is written
 -- unless it returns an id. A refusal is not kept: it changed nothing.
@@ -73,10 +80,11 @@ end
 
 -- The id worker's layout (src/id_worker.rs), drawn here to spare a round
 -- trip: seconds since 2022-01-01 UTC in the high 32 bits, a sequence in the
--- low 32. This sequence keeps the low word's top bit set, the id worker's
--- daily counter has it clear, so the two never mint the same id; a second
--- would need 2^31 admissions to repeat one.
-local sequence = 2147483648 + redis.call('INCR', KEYS[5]) % 2147483648
+-- low 32. The shard's sequence keeps the low word's top bit set, the id
+-- worker's daily counter has it clear, so the two never mint the same id;
+-- the shard's table index below it keeps two shards' ids apart; a second
+-- would need 2^24 admissions in one shard to repeat one.
+local sequence = tonumber(ARGV[6]) + redis.call('INCR', KEYS[5]) % tonumber(ARGV[7])
 -- (now_s - epoch) * 2^32 + sequence passes 2^53, where a Lua number stops
 -- being exact, so the decimal is built in two parts: 2^32 = 4294 * 10^6 +
 -- 967296, and every product and sum below stays under 2^53 for as long as

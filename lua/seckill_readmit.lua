@@ -3,10 +3,10 @@
 -- (or not reloaded yet). Run by the writer while it holds the voucher's
 -- stock row, so that no reload of the sale can come between this and the
 -- commit. Keyed by the order id: running it twice counts the order once.
--- KEYS[1]: the voucher's sale hash ({seckill}:voucher:<voucherId>)
--- KEYS[2]: the voucher's buyer set ({seckill}:buyers:<voucherId>)
--- KEYS[3]: the pending orders hash ({seckill}:pending)
--- KEYS[4]: the order stream ({seckill}:orders)
+-- KEYS[1]: the shard's part of the voucher's sale ({tag}:voucher:<voucherId>)
+-- KEYS[2]: the voucher's buyer set ({tag}:buyers:<voucherId>)
+-- KEYS[3]: the pending orders hash ({tag}:pending)
+-- KEYS[4]: the order stream ({tag}:orders)
 -- ARGV[1]: order id
 -- ARGV[2]: user id
 -- ARGV[3]: voucher id

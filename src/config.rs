@@ -374,6 +374,16 @@ pub struct ServeSettings {
     #[arg(long, env = "HMDP_SECKILL", value_enum, default_value_t = SeckillMode::Sync)]
     pub seckill: SeckillMode,
 
+    /// How many shards the sales of seckill vouchers created through this
+    /// node are split into in Redis (1 to 64), unless the request says
+    /// (`"shards"`). Kept with the voucher, so every node splits its sale the
+    /// same way. 1 keeps every key of a sale under the hash tag `{seckill}`,
+    /// in one Redis Cluster slot; N spreads its stock, buyers and order
+    /// streams over N tags chosen to land evenly on the cluster's masters.
+    #[arg(long, env = "HMDP_SECKILL_SHARDS", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=i64::from(crate::seckill::MAX_SHARDS)))]
+    pub seckill_shards: u16,
+
     #[command(flatten)]
     pub stream: StreamSettings,
 

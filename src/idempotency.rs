@@ -115,7 +115,7 @@ impl Idempotency {
         let Some(key) = key else {
             return Ok(None);
         };
-        let redis_key = self.keys.idempotency(user_id, key.as_str());
+        let redis_key = self.keys.single().idempotency(user_id, key.as_str());
         let mut redis = self.redis.clone();
         let claimed: bool = redis::cmd("SET")
             .arg(&redis_key)
@@ -150,7 +150,7 @@ impl Idempotency {
         voucher_id: VoucherId,
         outcome: &Result<OrderId, Error>,
     ) {
-        let redis_key = self.keys.idempotency(user_id, key.as_str());
+        let redis_key = self.keys.single().idempotency(user_id, key.as_str());
         let mut redis = self.redis.clone();
         let settled: redis::RedisResult<()> = match outcome {
             Ok(order_id) => {

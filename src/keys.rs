@@ -1,12 +1,15 @@
 //! Every Redis key the service writes, in hmdp's layout, behind one optional
 //! prefix so that deployments and test runs sharing a Redis stay apart.
 //!
-//! The keys of the asynchronous purchase share one hash tag, `{seckill}`:
-//! the admission script touches a voucher's hash, its buyers, the order
-//! stream, the pending orders and its id sequence in one call, which a Redis Cluster allows
-//! only within one slot. (A hot sale is one voucher, hence one slot, anyway.)
+//! The keys of the asynchronous purchase live in a sale's shards
+//! ([`ShardKeys`], `seckill/shards.rs`): each shard's keys share one hash
+//! tag, since the admission script touches a voucher's hash, its buyers,
+//! the order stream, the pending orders and the id sequence in one call,
+//! which a Redis Cluster allows only within one slot. A one-shard sale's
+//! tag is `{seckill}`.
 
 use crate::ids::{ShopId, UserId, VoucherId};
+use crate::seckill::Shard;
 
 /// Builds Redis keys.
 #[derive(Debug, Clone, Default)]
@@ -89,71 +92,116 @@ impl Keys {
         format!("{}icr:{business}:{day}", self.prefix)
     }
 
-    /// `{seckill}:voucher:{voucherId}`: a sale admitted in Redis, a hash of
-    /// `initial` (stock when the sale was loaded, orders included), `stock`
-    /// (left), `begin_ms` and `end_ms` (the window, Unix epoch milliseconds).
-    pub fn seckill_voucher(&self, voucher_id: VoucherId) -> String {
-        format!("{}{{seckill}}:voucher:{voucher_id}", self.prefix)
-    }
-
-    /// `{seckill}:buyers:{voucherId}`: the set of user ids admitted.
-    pub fn seckill_buyers(&self, voucher_id: VoucherId) -> String {
-        format!("{}{{seckill}}:buyers:{voucher_id}", self.prefix)
-    }
-
-    /// `{seckill}:given-back:{voucherId}`: the closed orders whose unit and
-    /// buyer's turn went back to the sale (`lua/giveback.lua`), so that a
-    /// give-back sent twice counts once.
-    pub fn seckill_given_back(&self, voucher_id: VoucherId) -> String {
-        format!("{}{{seckill}}:given-back:{voucher_id}", self.prefix)
-    }
-
     /// `{seckill}:due`: unpaid orders by their payment deadline (a sorted
     /// set, score in Unix epoch milliseconds), claimed by the nodes' closers.
     pub fn pay_deadlines(&self) -> String {
         format!("{}{{seckill}}:due", self.prefix)
     }
 
-    /// `{seckill}:idempotency:{userId}:{key}`: the answer to a purchase
-    /// request sent with an `Idempotency-Key` header. In the `{seckill}`
-    /// slot: the admission script (`queue`, `stream`) keeps it itself.
+
+    /// The keys of one shard of the asynchronous purchase.
+    pub fn shard(&self, shard: Shard) -> ShardKeys<'_> {
+        ShardKeys { keys: self, shard }
+    }
+
+    /// The keys of a one-shard sale, `{seckill}:…`.
+    pub fn single(&self) -> ShardKeys<'_> {
+        self.shard(Shard::SINGLE)
+    }
+}
+
+/// The keys of one shard, each under the shard's hash tag (`{seckill}` for
+/// a one-shard sale, written `{tag}` below).
+#[derive(Debug, Clone, Copy)]
+pub struct ShardKeys<'a> {
+    keys: &'a Keys,
+    shard: Shard,
+}
+
+impl ShardKeys<'_> {
+    pub fn shard(&self) -> Shard {
+        self.shard
+    }
+
+    fn key(&self, name: std::fmt::Arguments<'_>) -> String {
+        format!("{}{{{}}}:{name}", self.keys.prefix, self.shard.tag())
+    }
+
+    /// `{tag}:voucher:{voucherId}`: the shard's part of a sale admitted in
+    /// Redis, a hash of `initial` (its stock when the sale was loaded, orders
+    /// included), `stock` (left), `begin_ms` and `end_ms` (the window, Unix
+    /// epoch milliseconds), `token` (the voucher's sale token), `epoch` (the
+    /// load it came from), `lent` / `received` (units moved out and in since),
+    /// `moves` (how many) and `in_transit` (units lent, not yet settled).
+    pub fn voucher(&self, voucher_id: VoucherId) -> String {
+        self.key(format_args!("voucher:{voucher_id}"))
+    }
+
+    /// `{tag}:buyers:{voucherId}`: the set of user ids admitted.
+    pub fn buyers(&self, voucher_id: VoucherId) -> String {
+        self.key(format_args!("buyers:{voucher_id}"))
+    }
+
+    /// `{tag}:given-back:{voucherId}`: the closed orders whose unit and
+    /// buyer's turn went back to the sale (`lua/giveback.lua`), so that a
+    /// give-back sent twice counts once.
+    pub fn given_back(&self, voucher_id: VoucherId) -> String {
+        self.key(format_args!("given-back:{voucher_id}"))
+    }
+
+    /// `{tag}:received:{voucherId}`: the transfers of stock this shard
+    /// received from the sale's other shards (`lua/shard_receive.lua`), so
+    /// that a transfer received twice counts once.
+    pub fn received(&self, voucher_id: VoucherId) -> String {
+        self.key(format_args!("received:{voucher_id}"))
+    }
+
+    /// `{tag}:transit`: hash transfer id → `<voucherId>:<to>:<units>:<epoch>:<ms>`
+    /// of the units this shard lent to another shard and has not yet seen
+    /// arrive (`lua/shard_lend.lua`): `to` the receiving shard's table
+    /// index, `ms` when it was lent (Redis's clock).
+    pub fn transit(&self) -> String {
+        self.key(format_args!("transit"))
+    }
+
+    /// `{tag}:idempotency:{userId}:{key}`: the answer to a purchase
+    /// request sent with an `Idempotency-Key` header, in the buyer's shard:
+    /// the admission script (`queue`, `stream`) keeps it itself.
     pub fn idempotency(&self, user_id: UserId, key: &str) -> String {
-        format!("{}{{seckill}}:idempotency:{user_id}:{key}", self.prefix)
+        self.key(format_args!("idempotency:{user_id}:{key}"))
     }
 
-    /// `{seckill}:orders`: the stream of admitted orders (fields `id`,
-    /// `userId`, `voucherId`) that the consumer group writes to MySQL. Every
-    /// key of the asynchronous path carries the hash tag `{seckill}`, so a
-    /// script touching several of them stays in one Redis Cluster slot.
-    pub fn order_stream(&self) -> String {
-        format!("{}{{seckill}}:orders", self.prefix)
+    /// `{tag}:orders`: the shard's stream of admitted orders (fields `id`,
+    /// `userId`, `voucherId`) that the consumer group writes to MySQL.
+    pub fn orders(&self) -> String {
+        self.key(format_args!("orders"))
     }
 
-    /// `{seckill}:orders:dead`: orders the consumers gave up on, with the
+    /// `{tag}:orders:dead`: orders the consumers gave up on, with the
     /// entry's fields plus `entry`, `deliveries` and `reason`.
     pub fn dead_letters(&self) -> String {
-        format!("{}{{seckill}}:orders:dead", self.prefix)
+        self.key(format_args!("orders:dead"))
     }
 
-    /// `{seckill}:icr:order`: the sequence of the order ids the admission
+    /// `{tag}:icr:order`: the sequence of the order ids the admission
     /// script draws (never reset: unlike the id worker's daily counter, it
     /// lives in the script's slot, and a day's key would have to be named
     /// before the script reads Redis's clock).
-    pub fn admission_sequence(&self) -> String {
-        format!("{}{{seckill}}:icr:order", self.prefix)
+    pub fn sequence(&self) -> String {
+        self.key(format_args!("icr:order"))
     }
 
-    /// `{seckill}:pending`: hash order id → `<userId>:<voucherId>` of orders
+    /// `{tag}:pending`: hash order id → `<userId>:<voucherId>` of orders
     /// admitted and not yet written to MySQL.
-    pub fn pending_orders(&self) -> String {
-        format!("{}{{seckill}}:pending", self.prefix)
+    pub fn pending(&self) -> String {
+        self.key(format_args!("pending"))
     }
 
-    /// `{seckill}:attempt:<attempt>`: the order id one admission attempt was
+    /// `{tag}:attempt:<attempt>`: the order id one admission attempt was
     /// answered with, kept for a while (`seckill/admission.rs`), so that the
     /// same attempt sent again (a cluster connection re-sends a request whose
     /// reply it lost) is answered with it.
-    pub fn admission_attempt(&self, attempt: u128) -> String {
-        format!("{}{{seckill}}:attempt:{attempt:032x}", self.prefix)
+    pub fn attempt(&self, attempt: u128) -> String {
+        self.key(format_args!("attempt:{attempt:032x}"))
     }
 }

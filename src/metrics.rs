@@ -13,10 +13,10 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
 use hmdp_lock::{LockEvent, LostReason};
 use prometheus::{
-    register_gauge_with_registry, register_histogram_vec_with_registry,
+    register_gauge_vec_with_registry, register_histogram_vec_with_registry,
     register_histogram_with_registry, register_int_counter_vec_with_registry,
     register_int_counter_with_registry, register_int_gauge_vec_with_registry,
-    register_int_gauge_with_registry, Encoder, Gauge, Histogram, HistogramVec, IntCounter,
+    register_int_gauge_with_registry, Encoder, GaugeVec, Histogram, HistogramVec, IntCounter,
     IntCounterVec, IntGauge, IntGaugeVec, Registry, TextEncoder,
 };
 
@@ -52,6 +52,17 @@ metric!(ADMISSIONS: IntCounterVec = register_int_counter_vec_with_registry(
      by outcome (admitted or the errorCode); SOLD_OUT also counts the purchases a node \
      refused from memory of a sale it saw sell out",
     &["outcome"]));
+metric!(SHARD_ADMISSIONS: IntCounterVec = register_int_counter_vec_with_registry(
+    "hmdp_shard_admissions_total",
+    "Admission scripts this node ran, by the sale shard's hash tag (seckill for a one-shard \
+     sale): how a sharded sale spreads its admissions",
+    &["shard"]));
+metric!(STOCK_MOVES: IntCounterVec = register_int_counter_vec_with_registry(
+    "hmdp_stock_moves_total",
+    "Steps of moving stock between a sale's shards, by step: lent, received, received_before \
+     (a transfer sent twice), no_sale, sale_reloaded (the load counted it), settled_stale \
+     (delivered for a mover that stopped)",
+    &["step"]));
 metric!(LOCK_ACQUIRE: HistogramVec = register_histogram_vec_with_registry(
     "lock_acquire_duration_seconds", "Time to acquire (or give up on) the per-user lock",
     &["mode"], LATENCY_BUCKETS.to_vec()));
@@ -81,13 +92,19 @@ metric!(CACHE_READS: IntCounterVec = register_int_counter_vec_with_registry(
 metric!(DB_POOL: IntGaugeVec = register_int_gauge_vec_with_registry(
     "db_pool_connections", "MySQL pool connections by state", &["state"]));
 
-metric!(STREAM_LENGTH: IntGauge = register_int_gauge_with_registry(
-    "hmdp_stream_length", "Entries in the order stream: admitted orders not yet written and acknowledged"));
-metric!(STREAM_PENDING: IntGauge = register_int_gauge_with_registry(
-    "hmdp_stream_pending", "Order stream entries delivered to a consumer and not yet acknowledged"));
-metric!(STREAM_OLDEST_PENDING: Gauge = register_gauge_with_registry(
+metric!(STREAM_LENGTH: IntGaugeVec = register_int_gauge_vec_with_registry(
+    "hmdp_stream_length",
+    "Entries in a shard's order stream: admitted orders not yet written and acknowledged",
+    &["shard"]));
+metric!(STREAM_PENDING: IntGaugeVec = register_int_gauge_vec_with_registry(
+    "hmdp_stream_pending",
+    "A shard's order stream entries delivered to a consumer and not yet acknowledged",
+    &["shard"]));
+metric!(STREAM_OLDEST_PENDING: GaugeVec = register_gauge_vec_with_registry(
     "hmdp_stream_oldest_pending_seconds",
-    "Age of the oldest delivered, unacknowledged order stream entry (the consumers' lag)"));
+    "Age of the oldest delivered, unacknowledged entry of a shard's order stream (the \
+     consumers' lag)",
+    &["shard"]));
 metric!(STREAM_CLAIMED: IntCounter = register_int_counter_with_registry(
     "hmdp_stream_claimed_total",
     "Entries this node's consumer claimed after they sat unacknowledged too long"));
@@ -148,6 +165,22 @@ pub const REDIS_ERROR_KINDS: [&str; 9] = [
     "other",
 ];
 
+/// The order streams' gauges over every shard this node's consumer reads:
+/// entries, pending entries (both summed) and the oldest pending entry's age.
+pub fn stream_totals() -> (i64, i64, f64) {
+    use prometheus::core::Collector;
+    let total = |family: Vec<prometheus::proto::MetricFamily>| -> Vec<f64> {
+        (family.iter())
+            .flat_map(|family| family.get_metric())
+            .map(|metric| metric.get_gauge().get_value())
+            .collect()
+    };
+    let length = total(STREAM_LENGTH.collect()).iter().sum::<f64>() as i64;
+    let pending = total(STREAM_PENDING.collect()).iter().sum::<f64>() as i64;
+    let oldest = total(STREAM_OLDEST_PENDING.collect()).into_iter().fold(0.0, f64::max);
+    (length, pending, oldest)
+}
+
 /// Registers every metric, with the lock series of this node's mode at zero,
 /// so a dashboard sees "no lock lost yet" from the start rather than no
 /// series at all.
@@ -159,6 +192,16 @@ pub fn init(mode: &str) {
     LazyLock::force(&WATCHDOG_RENEWALS);
     LazyLock::force(&FENCING_REJECTIONS);
     LazyLock::force(&STALE_SALES_REPLACED);
+    for step in [
+        "lent",
+        "received",
+        "received_before",
+        "no_sale",
+        "sale_reloaded",
+        "settled_stale",
+    ] {
+        STOCK_MOVES.with_label_values(&[step]);
+    }
     for kind in REDIS_ERROR_KINDS {
         REDIS_ERRORS.with_label_values(&[kind]);
     }

@@ -113,6 +113,7 @@ impl Application {
             deadlines.clone(),
             Duration::from_millis(settings.chaos_hold_ms),
         )
+        .with_default_shards(settings.seckill_shards)
         .start(settings.seckill)
         .await;
         let returned_to = seckill.clone();
@@ -133,6 +134,7 @@ impl Application {
                 timeout,
                 &settings.stream,
                 &node_id,
+                &seckill.shards_to_consume(settings.seckill_shards).await,
             )?),
             SeckillMode::Sync | SeckillMode::Queue => None,
         };

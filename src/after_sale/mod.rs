@@ -33,6 +33,7 @@ use crate::error::{Error, Rejection};
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
 use crate::metrics;
+use crate::seckill::Shard;
 use crate::store::{CloseCause, Closing, Giveback, OrderState, Paid, Store, Using, VoucherOrder};
 
 static GIVE_BACK: LazyLock<Script> =
@@ -220,13 +221,15 @@ impl AfterSale {
         Ok(closing)
     }
 
-    /// Sends a closed order's give-back to the Redis sale (once per order,
+    /// Sends a closed order's give-back to its shard of the Redis sale (once per order,
     /// however often it is sent), then marks it no longer owed.
     pub async fn give_back(&self, giveback: Giveback) -> Result<(), Error> {
+        // The shard that drew the order, whose buyer set holds its buyer.
+        let keys = self.keys.shard(Shard::of_order(giveback.order_id));
         let answer: i64 = GIVE_BACK
-            .key(self.keys.seckill_voucher(giveback.voucher_id))
-            .key(self.keys.seckill_buyers(giveback.voucher_id))
-            .key(self.keys.seckill_given_back(giveback.voucher_id))
+            .key(keys.voucher(giveback.voucher_id))
+            .key(keys.buyers(giveback.voucher_id))
+            .key(keys.given_back(giveback.voucher_id))
             .arg(giveback.order_id.get())
             .arg(giveback.user_id.get())
             .invoke_async(&mut self.redis.clone())

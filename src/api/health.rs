@@ -55,10 +55,11 @@ async fn ready(state: web::Data<AppState>) -> Result<HttpResponse, Error> {
         // The writers' lag, as this node's consumer last read it: a MySQL
         // that stalls the writes leaves the node ready to admit, with its
         // orders pending and their age growing here.
+        let (length, pending, oldest) = metrics::stream_totals();
         ready["orderStream"] = serde_json::json!({
-            "length": metrics::STREAM_LENGTH.get(),
-            "pending": metrics::STREAM_PENDING.get(),
-            "oldestPendingSeconds": metrics::STREAM_OLDEST_PENDING.get(),
+            "length": length,
+            "pending": pending,
+            "oldestPendingSeconds": oldest,
             "failedRounds": metrics::STREAM_ROUND_FAILURES.get(),
         });
     }

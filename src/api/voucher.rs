@@ -9,6 +9,7 @@ use super::response::ok_data;
 use super::AppState;
 use crate::error::Error;
 use crate::ids::ShopId;
+use crate::seckill::Layout;
 use crate::store::{NewSeckillVoucher, NewVoucher};
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -33,6 +34,9 @@ struct VoucherBody {
     stock: Option<i32>,
     begin_time: Option<NaiveDateTime>,
     end_time: Option<NaiveDateTime>,
+    /// How many shards the sale is split into in Redis (not in hmdp): the
+    /// node's `--seckill-shards` when absent.
+    shards: Option<i64>,
 }
 
 fn bad(message: &str) -> Error {
@@ -89,7 +93,9 @@ impl VoucherBody {
         })
     }
 
-    fn seckill(&self) -> Result<NewSeckillVoucher, Error> {
+    /// The seckill part; its sale split into `default_shards` unless the
+    /// body says (`shards`).
+    fn seckill(&self, default_shards: u16) -> Result<NewSeckillVoucher, Error> {
         let stock = self.stock.ok_or_else(|| bad("stock 不能为空"))?;
         if stock < 0 {
             return Err(bad("stock 不能为负"));
@@ -101,10 +107,13 @@ impl VoucherBody {
         if end_time <= begin_time {
             return Err(bad("endTime 必须晚于 beginTime"));
         }
+        let shards = self.shards.unwrap_or(default_shards.into());
+        let shards = Layout::new(shards).map_err(|error| bad(&error.to_string()))?;
         Ok(NewSeckillVoucher {
             stock,
             begin_time,
             end_time,
+            shards: shards.count(),
         })
     }
 }
@@ -124,7 +133,7 @@ async fn add_seckill_voucher(
     body: web::Json<VoucherBody>,
 ) -> Result<HttpResponse, Error> {
     let voucher = body.voucher(1)?;
-    let seckill = body.seckill()?;
+    let seckill = body.seckill(state.seckill.default_shards())?;
     let id = state
         .store
         .insert_seckill_voucher(&voucher, &seckill)
@@ -132,6 +141,7 @@ async fn add_seckill_voucher(
     tracing::info!(
         voucher_id = %id,
         stock = seckill.stock,
+        shards = seckill.shards,
         "seckill voucher created"
     );
     state.seckill.voucher_created(id).await;

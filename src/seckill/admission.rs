@@ -22,9 +22,12 @@ use hmdp_lock::Connection as RedisConnection;
 use redis::Script;
 
 use super::sale_state::SaleState;
+use super::shards::{Shard, SEQUENCE_BITS};
+use super::stock_moves::{Refill, SaleRef};
 use crate::error::{Error, Rejection};
 use crate::idempotency::{IdempotencyKey, ANSWER_KEPT};
-use crate::ids::{OrderId, UserId, VoucherId};
+use crate::ids::{OrderId, UserId};
+use crate::metrics;
 
 static ADMIT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/seckill.lua")));
@@ -120,19 +123,45 @@ impl Admission {
 }
 
 impl SaleState {
-    /// Runs `lua/seckill.lua` for `user_id`'s purchase of `voucher_id`,
-    /// whose sale token MySQL has as `token`, appending the order to the
-    /// order stream when `append_to_stream` (`stream` mode), as the attempt
-    /// `key` names when the buyer sent one.
+    /// Runs `lua/seckill.lua` for `user_id`'s purchase of `sale`, in the
+    /// buyer's shard, appending the order to the shard's order stream when
+    /// `append_to_stream` (`stream` mode), as the attempt `key` names when
+    /// the buyer sent one. A buyer whose shard has no unit left is admitted
+    /// with units moved from the sale's other shards (`stock_moves.rs`), and
+    /// refused as sold out only when none holds one.
     pub async fn admit(
         &self,
         user_id: UserId,
-        voucher_id: VoucherId,
-        token: u64,
+        sale: &SaleRef,
         append_to_stream: bool,
         key: Option<&IdempotencyKey>,
     ) -> Result<Admission, Error> {
-        let keys = &self.keys;
+        let position = sale.layout.position_of(user_id);
+        let shard = sale.layout.shard(position);
+        let deadline = tokio::time::Instant::now() + self.store.backend_timeout();
+        loop {
+            let admission = self
+                .admit_in(shard, user_id, sale, append_to_stream, key)
+                .await?;
+            if admission != Admission::Refused(Rejection::SoldOut) {
+                return Ok(admission);
+            }
+            if self.refill(sale, position, deadline).await? == Refill::SoldOut {
+                return Ok(admission);
+            }
+        }
+    }
+
+    /// One call of `lua/seckill.lua`, in `shard`.
+    async fn admit_in(
+        &self,
+        shard: Shard,
+        user_id: UserId,
+        sale: &SaleRef,
+        append_to_stream: bool,
+        key: Option<&IdempotencyKey>,
+    ) -> Result<Admission, Error> {
+        let keys = self.keys.shard(shard);
         // Only a cluster connection sends a call again after losing its
         // reply (a `ConnectionManager` reconnects and reports the error):
         // elsewhere an attempt without an Idempotency-Key is not kept, which
@@ -140,22 +169,27 @@ impl SaleState {
         let (attempt_key, kept) = match key {
             Some(key) => (keys.idempotency(user_id, key.as_str()), ANSWER_KEPT),
             None if matches!(self.redis, RedisConnection::Cluster(_)) => {
-                (keys.admission_attempt(rand::random()), ATTEMPT_ANSWER_KEPT)
+                (keys.attempt(rand::random()), ATTEMPT_ANSWER_KEPT)
             }
-            None => (keys.admission_attempt(0), Duration::ZERO),
+            None => (keys.attempt(0), Duration::ZERO),
         };
+        metrics::SHARD_ADMISSIONS
+            .with_label_values(&[shard.tag()])
+            .inc();
         let reply: redis::Value = ADMIT
-            .key(keys.seckill_voucher(voucher_id))
-            .key(keys.seckill_buyers(voucher_id))
-            .key(keys.order_stream())
-            .key(keys.pending_orders())
-            .key(keys.admission_sequence())
+            .key(keys.voucher(sale.voucher_id))
+            .key(keys.buyers(sale.voucher_id))
+            .key(keys.orders())
+            .key(keys.pending())
+            .key(keys.sequence())
             .key(attempt_key)
             .arg(user_id.get())
-            .arg(voucher_id.get())
+            .arg(sale.voucher_id.get())
             .arg(u8::from(append_to_stream))
-            .arg(token)
+            .arg(sale.token)
             .arg(kept.as_millis() as u64)
+            .arg(shard.sequence_base())
+            .arg(1u64 << SEQUENCE_BITS)
             .invoke_async(&mut self.redis.clone())
             .await?;
         Admission::from_reply(&reply)

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{Local, NaiveDateTime};
 
+use super::shards::Layout;
 use crate::error::{Error, Rejection};
 use crate::ids::VoucherId;
 use crate::store::Store;
@@ -39,6 +40,8 @@ pub struct SaleInfo {
     sold_out: AtomicBool,
     /// The voucher's sale token: its Redis sale must carry the same.
     token: u64,
+    /// How its sale is split into shards in Redis.
+    layout: Layout,
     read_at: Instant,
     /// Set by the one purchase that reads the voucher again.
     rereading: AtomicBool,
@@ -47,6 +50,10 @@ pub struct SaleInfo {
 impl SaleInfo {
     pub fn token(&self) -> u64 {
         self.token
+    }
+
+    pub fn layout(&self) -> Layout {
+        self.layout
     }
 
     pub fn is_sold_out(&self) -> bool {
@@ -150,6 +157,7 @@ impl Catalog {
             end_time: row.end_time,
             sold_out: AtomicBool::new(row.stock < 1),
             token: row.sale_token,
+            layout: super::sale_state::layout_of(row.shards)?,
             read_at: Instant::now(),
             rereading: AtomicBool::new(false),
         });

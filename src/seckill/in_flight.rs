@@ -1,13 +1,14 @@
 //! Orders between admission and MySQL, read back for the reconciliation
 //! (`hmdp audit`): the pending orders hash, the order stream's entries not
 //! yet acknowledged (the consumers delete an entry once it is written), and
-//! the dead letters. All three hold every voucher's orders; these reads keep
-//! one voucher's.
+//! the dead letters, of each shard. All three hold every voucher's orders;
+//! these reads keep one voucher's.
 
 use redis::streams::{StreamId, StreamRangeReply};
 use redis::AsyncCommands;
 
 use super::sale_state::{pending_entry, SaleState};
+use super::shards::{Layout, Shard};
 use super::stream::entry::order_of;
 use crate::error::Error;
 use crate::ids::{OrderId, VoucherId};
@@ -19,7 +20,8 @@ const PAGE: usize = 1000;
 /// An entry the stream consumers gave up on.
 #[derive(Debug, Clone)]
 pub struct DeadLetter {
-    /// Its id in the dead-letter stream, what a replay names.
+    /// Its id in the dead-letter stream, what a replay names: the entry's
+    /// id, `<shard tag>/<entry id>` in a sharded sale's shard.
     pub id: String,
     /// The order it carries, or why its fields make none.
     pub order: Result<NewOrder, String>,
@@ -35,7 +37,7 @@ pub struct DeadLetter {
 const DEAD_LETTER_FIELDS: [&str; 3] = ["entry", "deliveries", "reason"];
 
 impl DeadLetter {
-    fn of(entry: &StreamId) -> DeadLetter {
+    fn of(shard: Shard, entry: &StreamId) -> DeadLetter {
         let text = |name| entry.get(name).unwrap_or_else(|| "?".to_owned());
         let mut fields: Vec<String> = entry
             .map
@@ -49,7 +51,10 @@ impl DeadLetter {
             .collect();
         fields.sort();
         DeadLetter {
-            id: entry.id.clone(),
+            id: match shard {
+                Shard::SINGLE => entry.id.clone(),
+                shard => format!("{}/{}", shard.tag(), entry.id),
+            },
             order: order_of(&entry.map),
             fields,
             deliveries: text("deliveries"),
@@ -60,53 +65,71 @@ impl DeadLetter {
 
 impl SaleState {
     /// How many orders of every voucher are pending, and how many entries
-    /// the order stream holds: two `O(1)` reads, for polling.
+    /// the order streams hold, over every shard in use: two `O(1)` reads a
+    /// shard, for polling.
     pub async fn orders_on_their_way(&self) -> Result<(u64, u64), Error> {
-        let counts = redis::pipe()
-            .hlen(self.keys.pending_orders())
-            .cmd("XLEN")
-            .arg(self.keys.order_stream())
-            .query_async(&mut self.redis.clone())
-            .await?;
-        Ok(counts)
+        let mut pipe = redis::pipe();
+        let shards = self.shards_in_use().await?;
+        for &shard in &shards {
+            let keys = self.keys.shard(shard);
+            pipe.hlen(keys.pending()).cmd("XLEN").arg(keys.orders());
+        }
+        let counts: Vec<u64> = pipe.query_async(&mut self.redis.clone()).await?;
+        let pending = counts.iter().step_by(2).sum();
+        let streamed = counts.iter().skip(1).step_by(2).sum();
+        Ok((pending, streamed))
     }
 
-    /// Orders of `voucher_id` in the pending orders hash: admitted, not yet
-    /// written (`queue` and `stream`).
+    /// The shards of `voucher_id`'s sale (a one-shard sale's when MySQL no
+    /// longer has the voucher).
+    async fn shards_of(&self, voucher_id: VoucherId) -> Result<Vec<Shard>, Error> {
+        let layout = self.layout(voucher_id).await?.unwrap_or(Layout::SINGLE);
+        Ok(layout.shards().collect())
+    }
+
+    /// Orders of `voucher_id` in its shards' pending orders hashes:
+    /// admitted, not yet written (`queue` and `stream`).
     pub async fn pending_orders_of(&self, voucher_id: VoucherId) -> Result<Vec<NewOrder>, Error> {
-        let mut redis = self.redis.clone();
-        let mut entries = redis
-            .hscan::<_, (i64, String)>(self.keys.pending_orders())
-            .await?;
         let mut orders = Vec::new();
-        while let Some(entry) = entries.next_item().await {
-            let (id, value) = entry?;
-            let order = pending_entry(OrderId::new(id), &value)?;
-            if order.voucher_id == voucher_id {
-                orders.push(order);
+        for shard in self.shards_of(voucher_id).await? {
+            let mut redis = self.redis.clone();
+            let mut entries = redis
+                .hscan::<_, (i64, String)>(self.keys.shard(shard).pending())
+                .await?;
+            while let Some(entry) = entries.next_item().await {
+                let (id, value) = entry?;
+                let order = pending_entry(OrderId::new(id), &value)?;
+                if order.voucher_id == voucher_id {
+                    orders.push(order);
+                }
             }
         }
         Ok(orders)
     }
 
-    /// Orders of `voucher_id` still in the order stream (`stream`): not yet
-    /// delivered, or delivered and not yet acknowledged.
+    /// Orders of `voucher_id` still in its shards' order streams
+    /// (`stream`): not yet delivered, or delivered and not yet acknowledged.
     pub async fn streamed_orders_of(&self, voucher_id: VoucherId) -> Result<Vec<NewOrder>, Error> {
-        let entries = self.read_stream(&self.keys.order_stream()).await?;
         let mut orders = Vec::new();
-        for entry in entries {
-            let order = order_of_entry(&entry)?;
-            if order.voucher_id == voucher_id {
-                orders.push(order);
+        for shard in self.shards_of(voucher_id).await? {
+            for entry in self.read_stream(&self.keys.shard(shard).orders()).await? {
+                let order = order_of_entry(&entry)?;
+                if order.voucher_id == voucher_id {
+                    orders.push(order);
+                }
             }
         }
         Ok(orders)
     }
 
-    /// Every dead letter, oldest first.
+    /// Every dead letter of every shard in use, oldest first in each.
     pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, Error> {
-        let entries = self.read_stream(&self.keys.dead_letters()).await?;
-        Ok(entries.iter().map(DeadLetter::of).collect())
+        let mut letters = Vec::new();
+        for shard in self.shards_in_use().await? {
+            let entries = self.read_stream(&self.keys.shard(shard).dead_letters()).await?;
+            letters.extend(entries.iter().map(|entry| DeadLetter::of(shard, entry)));
+        }
+        Ok(letters)
     }
 
     /// The dead letters carrying an order of `voucher_id`.
@@ -117,25 +140,32 @@ impl SaleState {
         Ok(letters)
     }
 
-    /// The dead letter `id`, `None` when there is none (replayed already,
-    /// or never one).
+    /// The dead letter `id` (as [`DeadLetter::id`] names it), `None` when
+    /// there is none (replayed already, or never one).
     pub async fn dead_letter(&self, id: &str) -> Result<Option<DeadLetter>, Error> {
+        let Some((shard, entry)) = letter_id(id) else {
+            return Ok(None);
+        };
         let page: StreamRangeReply = self
             .redis
             .clone()
-            .xrange(self.keys.dead_letters(), id, id)
+            .xrange(self.keys.shard(shard).dead_letters(), entry, entry)
             .await?;
-        Ok(page.ids.first().map(DeadLetter::of))
+        Ok(page.ids.first().map(|entry| DeadLetter::of(shard, entry)))
     }
 
     /// Removes the dead letter `id`, whose order is written, and the order
     /// from the pending hash, in one `MULTI`; removing it twice is harmless.
     pub async fn remove_dead_letter(&self, id: &str, order_id: OrderId) -> Result<(), Error> {
+        let Some((shard, entry)) = letter_id(id) else {
+            return Ok(());
+        };
+        let keys = self.keys.shard(shard);
         redis::pipe()
             .atomic()
-            .xdel(self.keys.dead_letters(), &[id])
+            .xdel(keys.dead_letters(), &[entry])
             .ignore()
-            .hdel(self.keys.pending_orders(), order_id.get())
+            .hdel(keys.pending(), order_id.get())
             .ignore()
             .query_async::<()>(&mut self.redis.clone())
             .await?;
@@ -168,4 +198,12 @@ fn order_of_entry(entry: &StreamId) -> Result<NewOrder, Error> {
             entry.id
         ))
     })
+}
+
+/// The shard and entry id a dead letter's id names.
+fn letter_id(id: &str) -> Option<(Shard, &str)> {
+    match id.split_once('/') {
+        None => Some((Shard::SINGLE, id)),
+        Some((tag, entry)) => Shard::from_tag(tag).map(|shard| (shard, entry)),
+    }
 }

@@ -14,6 +14,8 @@
 //! Redis instead and answered at once; MySQL gets the order afterwards:
 //!
 //! - `admission.rs` — `lua/seckill.lua` and its reply
+//! - `shards.rs` — a sale's shards: their hash tags, which buyer goes where
+//! - `stock_moves.rs` — units moved between a sale's shards, and the sold-out answer
 //! - `sale_state.rs` — sales, buyers and pending orders in Redis, loaded from MySQL
 //! - `queue.rs` — `queue` mode's in-process queue and its writer
 //! - `stream/` — `stream` mode's consumer: the order stream written to MySQL in batches
@@ -25,6 +27,8 @@ mod catalog;
 mod in_flight;
 mod queue;
 mod sale_state;
+mod shards;
+mod stock_moves;
 pub mod stream;
 mod writer;
 
@@ -47,10 +51,12 @@ use crate::keys::Keys;
 use crate::metrics;
 use crate::store::{NewOrder, Store, VoucherOrder};
 pub use admission::Admission;
-use catalog::Catalog;
+use catalog::{Catalog, SaleInfo};
 pub use in_flight::DeadLetter;
 use queue::OrderQueue;
-pub use sale_state::{PendingOrder, RedisSale, SaleState};
+pub use sale_state::{PendingOrder, RedisSale, RedisShard, SaleState};
+pub use shards::{slot, BadShardCount, Layout, Shard, MAX_SHARDS};
+pub use stock_moves::{SaleRef, STALE_AFTER, SWEEP_EVERY};
 use writer::{Ended, Outcome, FENCED_OUT};
 pub use writer::{Locks, OrderSource, OrderWriter};
 
@@ -122,6 +128,9 @@ pub struct Seckill {
     /// The orders of synchronous purchases sent with an Idempotency-Key
     /// (the admission script keeps those of `queue` and `stream`).
     idempotency: Idempotency,
+    /// How many shards the sales of vouchers created here are split into,
+    /// unless the request says (`--seckill-shards`).
+    default_shards: u16,
 }
 
 impl Seckill {
@@ -152,6 +161,16 @@ impl Seckill {
             sale_state,
             writer: Arc::new(writer),
             handoff: None,
+            default_shards: 1,
+        }
+    }
+
+    /// Splits the sales of vouchers created through this node into
+    /// `shards` shards, unless the request says (`--seckill-shards`).
+    pub fn with_default_shards(self, shards: u16) -> Self {
+        Seckill {
+            default_shards: shards,
+            ..self
         }
     }
 
@@ -171,6 +190,10 @@ impl Seckill {
         for label in Admission::labels() {
             metrics::ADMISSIONS.with_label_values(&[label]);
         }
+        // Units a mover left in transit between shards are delivered by
+        // every node, for as long as it runs.
+        let sale_state = self.sale_state.clone();
+        tokio::spawn(async move { sale_state.sweep_transfers().await });
         let (source, handoff): (_, fn(Arc<OrderWriter>) -> Handoff) = match mode {
             SeckillMode::Queue => (OrderSource::Queue, |writer| {
                 Handoff::Queue(OrderQueue::start(writer))
@@ -199,6 +222,28 @@ impl Seckill {
             Some(Handoff::Queue(queue)) => queue.drain(within).await,
             _ => 0,
         }
+    }
+
+    /// How many shards the sales of vouchers created through this node are
+    /// split into, unless the request says.
+    pub fn default_shards(&self) -> u16 {
+        self.default_shards
+    }
+
+    /// The shards whose order streams this node's consumer reads: every
+    /// shard a seckill voucher's sale uses, and those of the sales this node
+    /// creates (`own_shards` each). Should MySQL not answer now, the
+    /// one-shard sale's and this node's own.
+    pub async fn shards_to_consume(&self, own_shards: u16) -> Vec<Shard> {
+        let mut shards = self.sale_state.shards_in_use().await.unwrap_or_else(|error| {
+            tracing::warn!(?error, "shards in use not read; consuming this node's own");
+            vec![Shard::SINGLE]
+        });
+        let own = Layout::new(own_shards.into()).unwrap_or(Layout::SINGLE);
+        shards.extend(own.shards());
+        shards.sort_unstable();
+        shards.dedup();
+        shards
     }
 
     /// Whether admitted orders go to the order stream (`stream` mode),
@@ -462,11 +507,15 @@ impl Seckill {
             return Err(Rejection::VoucherNotFound.into());
         };
         let append = matches!(handoff, Handoff::Stream);
-        let admit = |token| {
-            self.sale_state
-                .admit(user_id, voucher_id, token, append, key)
+        let admit = |sale: &SaleInfo| {
+            let sale = SaleRef {
+                voucher_id,
+                token: sale.token(),
+                layout: sale.layout(),
+            };
+            async move { self.sale_state.admit(user_id, &sale, append, key).await }
         };
-        let mut admission = admit(sale.token()).await?;
+        let mut admission = admit(&sale).await?;
         if admission == Admission::Stale {
             // Redis holds an earlier voucher's sale under this id, or this
             // node remembers an earlier voucher: both are read again from
@@ -478,7 +527,7 @@ impl Seckill {
                 .await?
                 .ok_or(Rejection::VoucherNotFound)?;
             self.sale_state.load(voucher_id).await?;
-            admission = admit(sale.token()).await?;
+            admission = admit(&sale).await?;
         }
         if admission == Admission::Refused(Rejection::VoucherNotFound) {
             // MySQL has the voucher and Redis had not: Redis restarted
@@ -486,7 +535,7 @@ impl Seckill {
             // load is set-if-absent from MySQL (this task's or a concurrent
             // one's), so asking once more is safe.
             self.sale_state.load(voucher_id).await?;
-            admission = admit(sale.token()).await?;
+            admission = admit(&sale).await?;
         }
         metrics::ADMISSIONS
             .with_label_values(&[admission.label()])

@@ -1,15 +1,18 @@
 //! The asynchronous purchase's state in Redis (keys in `keys.rs`): each
 //! seckill voucher's sale (stock, initial stock, window), its buyers, and
-//! the orders admitted but not yet written.
+//! the orders admitted but not yet written, in each of the sale's shards
+//! (`shards.rs`).
 //!
-//! MySQL stays the source a sale is loaded from: `lua/seckill_load.lua`
-//! writes a voucher's hash and buyers only if the hash is absent, in one
-//! call, so nodes loading the same voucher at once agree, a sale already
-//! running in Redis is never reset, and a Redis restarted empty is filled
-//! again from MySQL at the next node start or purchase. A sale carries its
-//! voucher's sale token: one left by an earlier voucher of the same id (a
-//! database reset or restored while Redis kept its keys) is replaced, not
-//! sold from.
+//! MySQL stays the source a sale is loaded from, as a whole: while the
+//! voucher's stock row is held (no writer commits, no other node loads),
+//! a sale whose every shard is in Redis with this voucher's token and one
+//! load's epoch is kept; otherwise every shard is written again
+//! (`lua/seckill_load.lua`), its part of MySQL's stock and the buyers
+//! routed to it, under a new epoch. So a sale already running in Redis is
+//! never reset, a Redis (or a cluster master) restarted empty is filled
+//! again from MySQL at the next node start or purchase, and a sale left by
+//! an earlier voucher of the same id (a database reset or restored while
+//! Redis kept its keys) is replaced, not sold from.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -20,6 +23,8 @@ use hmdp_lock::Connection as RedisConnection;
 use redis::{AsyncCommands, Script};
 use serde::Serialize;
 
+use super::shards::{Layout, Shard};
+use super::stock_moves::{Refill, SaleRef};
 use crate::error::Error;
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
@@ -54,18 +59,38 @@ impl Readmit {
     }
 }
 
-/// A voucher's sale as Redis holds it.
+/// A voucher's sale as Redis holds it, its shards summed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisSale {
     /// Stock when the sale was loaded, orders already written included.
     pub initial: i64,
     /// Stock left to admit.
     pub stock: i64,
+    /// Units lent by one shard and not yet received by another: on their
+    /// way between shards (`stock_moves.rs`).
+    pub in_transit: i64,
     /// The sale window, Unix epoch milliseconds.
     pub begin_ms: i64,
     pub end_ms: i64,
     /// Users admitted, ascending.
     pub buyers: Vec<UserId>,
+    /// Each shard, by position.
+    pub shards: Vec<RedisShard>,
+}
+
+/// One shard of a sale as Redis holds it: `stock + buyers = initial +
+/// received - lent`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisShard {
+    pub shard: Shard,
+    /// Its part of the stock when the sale was loaded, its orders included.
+    pub initial: i64,
+    pub stock: i64,
+    /// Units it lent to other shards, and received from them, since.
+    pub lent: i64,
+    pub received: i64,
+    /// Users admitted in it.
+    pub buyers: i64,
 }
 
 /// An order admitted and not yet written, as `GET /voucher-order/{id}`
@@ -81,21 +106,22 @@ pub struct PendingOrder {
     pending: bool,
 }
 
-/// What `lua/seckill_load.lua` did.
+/// What Redis holds of a voucher's sale, as a load finds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Put {
-    /// This very sale was there: nothing written.
-    Kept,
-    Loaded,
-    /// Another token's sale was there: replaced.
-    Replaced,
+enum Found {
+    /// Every shard, of this voucher's token and one load: nothing to write.
+    Whole,
+    /// Some shard, or all, is missing (or of another load).
+    Missing,
+    /// A shard carries another token: an earlier voucher's sale.
+    Stale,
 }
 
 /// Sales, buyers and pending orders in Redis.
 pub struct SaleState {
     pub(super) redis: RedisConnection,
     pub(super) keys: Keys,
-    store: Store,
+    pub(super) store: Store,
     /// Loads of one voucher run one at a time: after a Redis restart every
     /// purchase of a hot voucher finds it missing at once, and only the
     /// first should read its buyers from MySQL; the others find it loaded.
@@ -158,16 +184,23 @@ impl SaleState {
             .clone();
         let _one_at_a_time = voucher_loads.lock().await;
         // Checked first so that a sale already in Redis costs no read of
-        // its buyers; the script checks again, for other nodes.
+        // its buyers, and checked again under the stock row, for other nodes.
         let Some(row) = self.store.seckill_voucher(voucher_id).await? else {
             return Ok(false);
         };
-        if self.token(voucher_id).await? == Some(row.sale_token) {
+        let layout = layout_of(row.shards)?;
+        if self.found(voucher_id, layout, row.sale_token).await? == Found::Whole {
             return Ok(false);
         }
         let Some((tx, sale)) = self.store.lock_sale(voucher_id).await? else {
             return Ok(false);
         };
+        let layout = layout_of(sale.shards)?;
+        let found = self.found(voucher_id, layout, sale.token).await?;
+        if found == Found::Whole {
+            tx.commit().await?;
+            return Ok(false);
+        }
         // Stored while the stock row is held: see `Store::lock_sale`.
         let opens_in = if sale.loaded_before {
             self.store.backend_timeout()
@@ -180,73 +213,139 @@ impl SaleState {
         // write to Redis is still on its way.
         let (redis, keys) = (self.redis.clone(), self.keys.clone());
         let stored = tokio::spawn(async move {
-            let put = put(redis, &keys, voucher_id, &sale, opens_in).await?;
+            let taken = put(redis, &keys, voucher_id, layout, &sale, opens_in).await?;
             tx.commit().await?;
-            Ok::<_, Error>((put, sale))
+            Ok::<_, Error>((taken, sale))
         });
-        let (put, sale) = stored.await.map_err(|failed| {
+        let (taken, sale) = stored.await.map_err(|failed| {
             Error::Internal(anyhow::Error::new(failed).context("the sale's load task failed"))
         })??;
-        match put {
-            Put::Kept => {}
-            Put::Loaded => {
-                tracing::info!(%voucher_id, initial = sale.initial(), stock = sale.stock,
-                buyers = sale.buyers.len(), "seckill sale loaded into Redis from MySQL")
-            }
-            Put::Replaced => {
-                metrics::STALE_SALES_REPLACED.inc();
-                tracing::warn!(%voucher_id, initial = sale.initial(), stock = sale.stock,
-                    "Redis held an earlier voucher's sale under this id (the database was reset \
-                     or restored): replaced with this voucher's");
-            }
+        if found == Found::Stale {
+            metrics::STALE_SALES_REPLACED.inc();
+            tracing::warn!(%voucher_id, initial = sale.initial(), stock = sale.stock,
+                "Redis held an earlier voucher's sale under this id (the database was reset \
+                 or restored): replaced with this voucher's");
+        } else {
+            tracing::info!(%voucher_id, initial = sale.initial(), stock = sale.stock,
+                buyers = sale.buyers.len(), shards = layout.count(), pending_taken_out = taken,
+                "seckill sale loaded into Redis from MySQL");
         }
-        Ok(put != Put::Kept)
+        Ok(true)
     }
 
-    /// The sale token of the voucher's sale in Redis: `None` when Redis has
-    /// no sale for it, 0 for a sale stored without one.
-    async fn token(&self, voucher_id: VoucherId) -> Result<Option<u64>, Error> {
-        let (exists, token): (bool, Option<u64>) = redis::pipe()
-            .exists(self.keys.seckill_voucher(voucher_id))
-            .hget(self.keys.seckill_voucher(voucher_id), "token")
-            .query_async(&mut self.redis.clone())
-            .await?;
-        Ok(exists.then_some(token.unwrap_or(0)))
+    /// Whether Redis holds the voucher's sale, in every shard, with the
+    /// voucher's `token` and one load's epoch.
+    async fn found(
+        &self,
+        voucher_id: VoucherId,
+        layout: Layout,
+        token: u64,
+    ) -> Result<Found, Error> {
+        let mut pipe = redis::pipe();
+        for shard in layout.shards() {
+            pipe.cmd("HMGET")
+                .arg(self.keys.shard(shard).voucher(voucher_id))
+                .arg(&["stock", "token", "epoch"]);
+        }
+        let shards: Vec<(Option<i64>, Option<u64>, Option<String>)> =
+            pipe.query_async(&mut self.redis.clone()).await?;
+        // A sale stored before tokens existed has none: it is token 0's.
+        if shards
+            .iter()
+            .any(|(stock, found, _)| stock.is_some() && found.unwrap_or(0) != token)
+        {
+            return Ok(Found::Stale);
+        }
+        let whole = (shards.iter()).all(|(stock, _, epoch)| stock.is_some() && epoch == &shards[0].2);
+        Ok(if whole { Found::Whole } else { Found::Missing })
+    }
+
+    /// The voucher's layout as MySQL has it, `None` when it is no seckill
+    /// voucher.
+    pub async fn layout(&self, voucher_id: VoucherId) -> Result<Option<Layout>, Error> {
+        match self.store.seckill_voucher(voucher_id).await? {
+            Some(row) => Ok(Some(layout_of(row.shards)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every shard the seckill vouchers' sales use (the one-shard sale's
+    /// always among them): whose streams the consumers read, whose units
+    /// in transit the movers watch.
+    pub async fn shards_in_use(&self) -> Result<Vec<Shard>, Error> {
+        let mut shards = vec![Shard::SINGLE];
+        for count in self.store.sale_shard_counts().await? {
+            shards.extend(layout_of(count)?.shards());
+        }
+        shards.sort_unstable();
+        shards.dedup();
+        Ok(shards)
     }
 
     /// Removes a voucher: its rows and orders from MySQL, then its sale and
     /// buyers from Redis (a node that loads meanwhile finds it gone in MySQL).
     pub async fn delete_voucher(&self, voucher_id: VoucherId) -> Result<(), Error> {
+        let layout = self.layout(voucher_id).await?.unwrap_or(Layout::SINGLE);
         self.store.delete_voucher(voucher_id).await?;
-        let keys = [
-            self.keys.seckill_voucher(voucher_id),
-            self.keys.seckill_buyers(voucher_id),
-            self.keys.seckill_given_back(voucher_id),
-        ];
-        self.redis.clone().del::<_, ()>(&keys).await?;
+        for shard in layout.shards() {
+            let keys = self.keys.shard(shard);
+            let keys = [
+                keys.voucher(voucher_id),
+                keys.buyers(voucher_id),
+                keys.given_back(voucher_id),
+                keys.received(voucher_id),
+            ];
+            self.redis.clone().del::<_, ()>(&keys).await?;
+        }
         Ok(())
     }
 
-    /// The voucher's sale as Redis has it, `None` when Redis has none.
+    /// The voucher's sale as Redis has it, `None` when MySQL has no such
+    /// seckill voucher or Redis lacks a shard of its sale.
     pub async fn read(&self, voucher_id: VoucherId) -> Result<Option<RedisSale>, Error> {
-        let (fields, mut buyers): (Vec<Option<i64>>, Vec<u64>) = redis::pipe()
-            .cmd("HMGET")
-            .arg(self.keys.seckill_voucher(voucher_id))
-            .arg(&["initial", "stock", "begin_ms", "end_ms"])
-            .smembers(self.keys.seckill_buyers(voucher_id))
-            .query_async(&mut self.redis.clone())
-            .await?;
-        let [Some(initial), Some(stock), Some(begin_ms), Some(end_ms)] = fields[..] else {
+        let Some(layout) = self.layout(voucher_id).await? else {
             return Ok(None);
         };
-        buyers.sort_unstable();
-        Ok(Some(RedisSale {
-            initial,
-            stock,
-            begin_ms,
-            end_ms,
-            buyers: buyers.into_iter().map(UserId::new).collect(),
-        }))
+        let mut sale = RedisSale {
+            initial: 0,
+            stock: 0,
+            in_transit: 0,
+            begin_ms: 0,
+            end_ms: 0,
+            buyers: Vec::new(),
+            shards: Vec::new(),
+        };
+        for shard in layout.shards() {
+            let keys = self.keys.shard(shard);
+            let (fields, buyers): (Vec<Option<i64>>, Vec<u64>) = redis::pipe()
+                .cmd("HMGET")
+                .arg(keys.voucher(voucher_id))
+                .arg(&["initial", "stock", "begin_ms", "end_ms", "lent", "received"])
+                .smembers(keys.buyers(voucher_id))
+                .query_async(&mut self.redis.clone())
+                .await?;
+            let [Some(initial), Some(stock), Some(begin_ms), Some(end_ms), lent, received] =
+                fields[..]
+            else {
+                return Ok(None);
+            };
+            let (lent, received) = (lent.unwrap_or(0), received.unwrap_or(0));
+            sale.initial += initial;
+            sale.stock += stock;
+            sale.in_transit += lent - received;
+            (sale.begin_ms, sale.end_ms) = (begin_ms, end_ms);
+            sale.shards.push(RedisShard {
+                shard,
+                initial,
+                stock,
+                lent,
+                received,
+                buyers: buyers.len() as i64,
+            });
+            sale.buyers.extend(buyers.into_iter().map(UserId::new));
+        }
+        sale.buyers.sort_unstable();
+        Ok(Some(sale))
     }
 
     /// The order if it is admitted, not yet written, and `user_id`'s.
@@ -258,7 +357,7 @@ impl SaleState {
         let entry: Option<String> = self
             .redis
             .clone()
-            .hget(self.keys.pending_orders(), order_id.get())
+            .hget(self.pending_of(order_id), order_id.get())
             .await?;
         let Some(entry) = entry else {
             return Ok(None);
@@ -272,34 +371,71 @@ impl SaleState {
         }))
     }
 
-    /// Of `orders`, those not in the pending hash: Redis lost them (their
-    /// writer read them before it restarted empty).
+    /// The pending orders hash of the shard that drew `order_id`.
+    pub(super) fn pending_of(&self, order_id: OrderId) -> String {
+        self.keys.shard(Shard::of_order(order_id)).pending()
+    }
+
+    /// Of `orders`, those not in their shard's pending hash: Redis lost
+    /// them (their writer read them before it restarted empty), or a load
+    /// of their sale took them out (it did not count them).
     pub async fn not_pending(&self, orders: &[NewOrder]) -> Result<Vec<NewOrder>, Error> {
         if orders.is_empty() {
             return Ok(Vec::new());
         }
-        let ids: Vec<i64> = orders.iter().map(|order| order.id.get()).collect();
-        let found: Vec<Option<String>> = redis::cmd("HMGET")
-            .arg(self.keys.pending_orders())
-            .arg(&ids)
-            .query_async(&mut self.redis.clone())
-            .await?;
+        let mut pipe = redis::pipe();
+        for order in orders {
+            pipe.hexists(self.pending_of(order.id), order.id.get());
+        }
+        let found: Vec<bool> = pipe.query_async(&mut self.redis.clone()).await?;
         Ok(orders
             .iter()
             .zip(found)
-            .filter(|(_, found)| found.is_none())
+            .filter(|(_, found)| !found)
             .map(|(order, _)| *order)
             .collect())
     }
 
-    /// Counts `order`, which Redis lost, again in its voucher's sale (see
-    /// `lua/seckill_readmit.lua`); run while its writer holds the stock row.
+    /// Counts `order`, which Redis lost, again in its shard of the sale
+    /// (see `lua/seckill_readmit.lua`); run while its writer holds the
+    /// stock row. A shard with no unit left borrows from the sale's other
+    /// shards first (`stock_moves.rs`).
     pub async fn readmit(&self, order: NewOrder, append_to_stream: bool) -> Result<Readmit, Error> {
+        let shard = Shard::of_order(order.id);
+        let readmit = self.readmit_in(shard, order, append_to_stream).await?;
+        if readmit != Readmit::NoUnit {
+            return Ok(readmit);
+        }
+        let Some(row) = self.store.seckill_voucher(order.voucher_id).await? else {
+            return Ok(readmit);
+        };
+        let sale = SaleRef {
+            voucher_id: order.voucher_id,
+            token: row.sale_token,
+            layout: layout_of(row.shards)?,
+        };
+        let Some(position) = sale.layout.shards().position(|of| of == shard) else {
+            return Ok(readmit);
+        };
+        let deadline = tokio::time::Instant::now() + self.store.backend_timeout();
+        match self.refill(&sale, position as u16, deadline).await? {
+            Refill::Moved => self.readmit_in(shard, order, append_to_stream).await,
+            Refill::SoldOut => Ok(readmit),
+        }
+    }
+
+    async fn readmit_in(
+        &self,
+        shard: Shard,
+        order: NewOrder,
+        append_to_stream: bool,
+    ) -> Result<Readmit, Error> {
+        let keys = self.keys.shard(shard);
         let code: i64 = READMIT
-            .key(self.keys.seckill_voucher(order.voucher_id))
-            .key(self.keys.seckill_buyers(order.voucher_id))
-            .key(self.keys.pending_orders())
-            .key(self.keys.order_stream())
+            .key(keys.voucher(order.voucher_id))
+            .key(keys.buyers(order.voucher_id))
+            .key(keys.pending())
+            .key(keys.orders())
             .arg(order.id.get())
             .arg(order.user_id.get())
             .arg(order.voucher_id.get())
@@ -318,16 +454,21 @@ impl SaleState {
         }
     }
 
-    /// Marks orders as written (or as never to be written): they leave the
-    /// pending hash.
+    /// Marks orders as written (or as never to be written): they leave
+    /// their shards' pending hashes.
     pub async fn forget_pending(&self, order_ids: &[OrderId]) -> Result<(), Error> {
-        let ids: Vec<i64> = order_ids.iter().map(|id| id.get()).collect();
-        self.redis
-            .clone()
-            .hdel::<_, _, ()>(self.keys.pending_orders(), ids)
-            .await?;
+        let mut pipe = redis::pipe();
+        for id in order_ids {
+            pipe.hdel(self.pending_of(*id), id.get()).ignore();
+        }
+        pipe.query_async::<()>(&mut self.redis.clone()).await?;
         Ok(())
     }
+}
+
+/// A stored shard count as a layout.
+pub(super) fn layout_of(count: u16) -> Result<Layout, Error> {
+    Layout::new(count.into()).map_err(|bad| Error::Internal(anyhow::Error::new(bad)))
 }
 
 /// A sale time as Redis compares it: the wall-clock time MySQL holds, in
@@ -342,38 +483,51 @@ fn epoch_ms(at: NaiveDateTime) -> i64 {
     )
 }
 
-/// Writes `sale` into Redis unless this very sale is there
-/// (`lua/seckill_load.lua`).
+/// Writes every shard of `sale` into Redis under a new epoch
+/// (`lua/seckill_load.lua`); returns how many pending orders of the voucher
+/// it took out of the pending hashes, for their writers to count again.
 async fn put(
     mut redis: RedisConnection,
     keys: &Keys,
     voucher_id: VoucherId,
+    layout: Layout,
     sale: &SaleSnapshot,
     opens_in: Duration,
-) -> Result<Put, Error> {
-    let mut load = LOAD.prepare_invoke();
-    load.key(keys.seckill_voucher(voucher_id))
-        .key(keys.seckill_buyers(voucher_id))
-        .key(keys.seckill_given_back(voucher_id))
-        .arg(sale.initial())
-        .arg(sale.stock)
-        .arg(epoch_ms(sale.begin_time))
-        .arg(epoch_ms(sale.end_time))
-        .arg(sale.token)
-        .arg(opens_in.as_millis() as u64)
-        .arg(sale.buyers.len());
-    for buyer in &sale.buyers {
-        load.arg(buyer.get());
+) -> Result<i64, Error> {
+    let epoch = rand::random::<u64>() >> 1;
+    let stock = layout.split(sale.stock);
+    let mut taken = 0;
+    for (position, shard) in layout.shards().enumerate() {
+        let buyers: Vec<_> = (sale.buyers.iter())
+            .filter(|buyer| usize::from(layout.position_of(**buyer)) == position)
+            .collect();
+        let keys = keys.shard(shard);
+        let mut load = LOAD.prepare_invoke();
+        load.key(keys.voucher(voucher_id))
+            .key(keys.buyers(voucher_id))
+            .key(keys.given_back(voucher_id))
+            .key(keys.received(voucher_id))
+            .key(keys.pending())
+            .arg(stock[position] + buyers.len() as i64)
+            .arg(stock[position])
+            .arg(epoch_ms(sale.begin_time))
+            .arg(epoch_ms(sale.end_time))
+            .arg(sale.token)
+            .arg(opens_in.as_millis() as u64)
+            .arg(epoch)
+            .arg(voucher_id.get())
+            .arg(buyers.len());
+        for buyer in buyers {
+            load.arg(buyer.get());
+        }
+        // A closed order counts as given back in the shard that drew it,
+        // where its give-back goes (`after_sale`).
+        for order in (sale.given_back.iter()).filter(|order| Shard::of_order(**order) == shard) {
+            load.arg(order.get());
+        }
+        taken += load.invoke_async::<i64>(&mut redis).await?;
     }
-    for order in &sale.given_back {
-        load.arg(order.get());
-    }
-    let put: i64 = load.invoke_async(&mut redis).await?;
-    Ok(match put {
-        0 => Put::Kept,
-        1 => Put::Loaded,
-        _ => Put::Replaced,
-    })
+    Ok(taken)
 }
 
 /// The order the pending orders hash holds under `order_id`, as the

@@ -29,6 +29,8 @@ pub struct SaleSnapshot {
     /// Whether the sale was loaded into Redis before: loading it again
     /// means Redis lost it.
     pub loaded_before: bool,
+    /// How many shards the sale is split into in Redis.
+    pub shards: u16,
 }
 
 impl SaleSnapshot {
@@ -46,6 +48,13 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await
+    }
+
+    /// The shard counts the seckill vouchers' sales use, ascending.
+    pub async fn sale_shard_counts(&self) -> Result<Vec<u16>, sqlx::Error> {
+        sqlx::query_scalar("SELECT DISTINCT shards FROM tb_seckill_voucher ORDER BY shards")
+            .fetch_all(&self.pool)
+            .await
     }
 
     /// The voucher's sale, `None` when it is no seckill voucher, read in a
@@ -66,15 +75,15 @@ impl Store {
         voucher_id: VoucherId,
     ) -> Result<Option<(Tx, SaleSnapshot)>, sqlx::Error> {
         let mut tx = self.begin().await?;
-        let sale: Option<(i32, NaiveDateTime, NaiveDateTime, u64, bool)> = sqlx::query_as(
+        let sale: Option<(i32, NaiveDateTime, NaiveDateTime, u64, bool, u16)> = sqlx::query_as(
             "SELECT stock, CAST(begin_time AS DATETIME), CAST(end_time AS DATETIME), sale_token, \
-                    sale_loaded \
+                    sale_loaded, shards \
              FROM tb_seckill_voucher WHERE voucher_id = ? FOR UPDATE",
         )
         .bind(voucher_id)
         .fetch_optional(&mut *tx)
         .await?;
-        let Some((stock, begin_time, end_time, token, loaded_before)) = sale else {
+        let Some((stock, begin_time, end_time, token, loaded_before, shards)) = sale else {
             tx.rollback().await?;
             return Ok(None);
         };
@@ -117,6 +126,7 @@ impl Store {
             given_back,
             token,
             loaded_before,
+            shards,
         };
         Ok(Some((tx, sale)))
     }

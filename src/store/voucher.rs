@@ -26,6 +26,9 @@ pub struct NewSeckillVoucher {
     pub stock: i32,
     pub begin_time: NaiveDateTime,
     pub end_time: NaiveDateTime,
+    /// How many shards its sale is split into in Redis (1 to
+    /// `seckill::MAX_SHARDS`).
+    pub shards: u16,
 }
 
 /// A voucher as listed for a shop, seckill fields merged (hmdp's `Voucher`).
@@ -62,6 +65,8 @@ pub struct SeckillVoucher {
     /// Drawn at random when the voucher was created: what tells its Redis
     /// sale from an earlier voucher's under the same id.
     pub sale_token: u64,
+    /// How many shards its sale is split into in Redis.
+    pub shards: u16,
 }
 
 /// A new seckill voucher's sale token: random, below 2^63 (a Lua number
@@ -86,14 +91,16 @@ impl Store {
         let mut tx = self.begin().await?;
         let id = insert_voucher_row(&mut tx, voucher).await?;
         sqlx::query(
-            "INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time, sale_token) \
-             VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO tb_seckill_voucher \
+             (voucher_id, stock, begin_time, end_time, sale_token, shards) \
+             VALUES (?, ?, ?, ?, ?, ?)",
         )
         .bind(id)
         .bind(seckill.stock)
         .bind(seckill.begin_time)
         .bind(seckill.end_time)
         .bind(new_sale_token())
+        .bind(seckill.shards)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -140,7 +147,7 @@ impl Store {
     ) -> Result<Option<SeckillVoucher>, sqlx::Error> {
         sqlx::query_as(
             "SELECT stock, CAST(begin_time AS DATETIME) AS begin_time, \
-             CAST(end_time AS DATETIME) AS end_time, sale_token \
+             CAST(end_time AS DATETIME) AS end_time, sale_token, shards \
              FROM tb_seckill_voucher WHERE voucher_id = ?",
         )
         .bind(voucher_id)

@@ -10,7 +10,7 @@ use hmdp::config::SeckillMode;
 use hmdp::error::Rejection;
 use hmdp::id_worker::EPOCH_SECONDS;
 use hmdp::ids::{OrderId, UserId, VoucherId};
-use hmdp::seckill::{Admission, RedisSale};
+use hmdp::seckill::{Admission, Layout, RedisSale, SaleRef};
 use hmdp_lock::LockMode;
 use hmdp_test_support::{wait_until, RedisServer};
 use redis::AsyncCommands;
@@ -85,7 +85,7 @@ async fn the_script_answers_every_outcome() {
     let sequence: i64 = app
         .redis
         .clone()
-        .get(app.keys().admission_sequence())
+        .get(app.keys().single().sequence())
         .await
         .unwrap();
     assert_eq!(id & 0xFFFF_FFFF, (1 << 31) | sequence, "id {id}");
@@ -123,9 +123,14 @@ async fn the_script_answers_every_outcome() {
 #[tokio::test]
 async fn a_voucher_missing_in_redis_is_an_answer_not_a_script_error() {
     let app = queue_app(0).await;
-    let sale_state = app.sale_state();
-    let admit = |voucher: i64, append: bool| {
-        sale_state.admit(UserId::new(1), VoucherId::new(voucher), 0, append, None)
+    let sale_state = &app.sale_state();
+    let admit = |voucher: i64, append: bool| async move {
+        let sale = SaleRef {
+            voucher_id: VoucherId::new(voucher),
+            token: 0,
+            layout: Layout::SINGLE,
+        };
+        sale_state.admit(UserId::new(1), &sale, append, None).await
     };
     let not_found = Admission::Refused(Rejection::VoucherNotFound);
 
@@ -134,7 +139,7 @@ async fn a_voucher_missing_in_redis_is_an_answer_not_a_script_error() {
 
     // A hash without its window (written by hand, or half evicted) is no
     // sale either: the script never reads a missing field as a number.
-    let key = app.keys().seckill_voucher(VoucherId::new(424_243));
+    let key = app.keys().single().voucher(VoucherId::new(424_243));
     let _: () = app.redis.clone().hset(&key, "stock", 5).await.unwrap();
     assert_eq!(admit(424_243, true).await.unwrap(), not_found);
 
@@ -142,11 +147,11 @@ async fn a_voucher_missing_in_redis_is_an_answer_not_a_script_error() {
     // no id drawn.
     assert_eq!(app.pending_orders().await, 0);
     assert!(
-        !app.key_exists(&app.keys().admission_sequence()).await,
+        !app.key_exists(&app.keys().single().sequence()).await,
         "a refused admission drew an order id"
     );
     assert!(
-        !app.key_exists(&app.keys().order_stream()).await,
+        !app.key_exists(&app.keys().single().orders()).await,
         "a refused admission appended to the stream"
     );
     let stock: i64 = app.redis.clone().hget(&key, "stock").await.unwrap();
@@ -173,7 +178,7 @@ async fn a_sale_redis_lost_is_reloaded_from_mysql_by_the_next_purchase() {
     let _: () = app
         .redis
         .clone()
-        .del(&[keys.seckill_voucher(voucher), keys.seckill_buyers(voucher)])
+        .del(&[keys.single().voucher(voucher), keys.single().buyers(voucher)])
         .await
         .unwrap();
     assert_eq!(app.redis_sale(voucher).await, None);
@@ -228,6 +233,7 @@ async fn two_nodes_starting_together_load_one_sale_and_never_reset_it() {
         begin_ms,
         end_ms,
         buyers: loaded_buyers,
+        ..
     } = loaded.clone();
     assert_eq!((initial, stock), (10, 8));
     assert_eq!(loaded_buyers, users(&buyers));
@@ -380,18 +386,18 @@ async fn queue_loses_admitted_orders_when_its_node_is_killed() {
     assert_eq!(app.pending_orders().await, BUYERS);
 }
 
-/// The script's id sequence keeps the low word's top bit set as it wraps
-/// around its 31 bits: the ids stay distinct and never look like the id
-/// worker's.
+/// The script's id sequence keeps the low word's top bit set, and the
+/// shard's index below it, as it wraps around its 24 bits: the ids stay
+/// distinct, never look like the id worker's, and name their shard.
 #[tokio::test]
-async fn the_scripts_id_sequence_wraps_within_its_31_bits() {
+async fn the_scripts_id_sequence_wraps_within_its_24_bits() {
     let app = queue_app(0).await;
     let voucher = app.create_open_seckill(3).await;
     let tokens = app.login_many(3).await;
     let _: () = app
         .redis
         .clone()
-        .set(app.keys().admission_sequence(), (1u64 << 31) - 2)
+        .set(app.keys().single().sequence(), (1u64 << 24) - 2)
         .await
         .unwrap();
     let mut low_words = Vec::new();
@@ -400,7 +406,7 @@ async fn the_scripts_id_sequence_wraps_within_its_31_bits() {
         let id: i64 = body["data"].as_str().unwrap().parse().unwrap();
         low_words.push(id & 0xFFFF_FFFF);
     }
-    assert_eq!(low_words, [(1 << 32) - 1, 1 << 31, (1 << 31) + 1]);
+    assert_eq!(low_words, [(1 << 31) + (1 << 24) - 1, 1 << 31, (1 << 31) + 1]);
     wait_until_written(&app).await;
 }
 
@@ -498,6 +504,7 @@ async fn a_reused_voucher_id_never_inherits_the_sale_redis_kept() {
                 stock: 3,
                 begin_time: now - TimeDelta::hours(1),
                 end_time: now + TimeDelta::hours(1),
+                shards: 1,
             },
         )
         .await

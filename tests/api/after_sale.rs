@@ -503,7 +503,7 @@ async fn an_idempotency_key_replayed_after_a_reset(mode: SeckillMode) {
     let tokens = app.login_many(2).await;
     let token = &tokens[0];
     let user = app.user_id(token).await;
-    let claimed = app.keys().idempotency(user, "buy-1");
+    let claimed = app.keys().single().idempotency(user, "buy-1");
     // The connection is reset once the node holds the key: the purchase has
     // begun, and its answer (`sync`) is still to come.
     let mut connection = TcpStream::connect(socket_address(&app)).await.unwrap();

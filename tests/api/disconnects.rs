@@ -337,6 +337,7 @@ fn hmdp_voucher() -> (NewVoucher, NewSeckillVoucher) {
         stock: 10,
         begin_time: time("2020-01-01T00:00:00"),
         end_time: time("2037-12-31T00:00:00"),
+        shards: 1,
     };
     (voucher, seckill)
 }

@@ -540,8 +540,8 @@ async fn a_frozen_mysql_makes_sale_reloads_give_up_not_pile_up() {
     // Redis loses both sales (evicted, or restarted empty).
     for voucher in vouchers {
         let keys = [
-            app.keys().seckill_voucher(voucher),
-            app.keys().seckill_buyers(voucher),
+            app.keys().single().voucher(voucher),
+            app.keys().single().buyers(voucher),
         ];
         let _: () = redis::AsyncCommands::del(&mut app.redis.clone(), &keys)
             .await

@@ -317,7 +317,7 @@ impl TestApp {
     pub async fn pending_orders(&self) -> usize {
         self.redis
             .clone()
-            .hlen(self.keys().pending_orders())
+            .hlen(self.keys().single().pending())
             .await
             .unwrap()
     }

@@ -28,7 +28,7 @@ async fn add_orders(app: &TestApp, voucher: VoucherId, users: impl IntoIterator<
     for user in users {
         let (id, user, voucher) = (order_id(user), user.to_string(), voucher.to_string());
         pipe.xadd(
-            keys.order_stream(),
+            keys.single().orders(),
             "*",
             &[
                 ("id", id.to_string()),
@@ -37,7 +37,7 @@ async fn add_orders(app: &TestApp, voucher: VoucherId, users: impl IntoIterator<
             ],
         )
         .ignore()
-        .hset(keys.pending_orders(), id, format!("{user}:{voucher}"))
+        .hset(keys.single().pending(), id, format!("{user}:{voucher}"))
         .ignore();
     }
     let () = pipe.query_async(&mut app.redis.clone()).await.unwrap();
@@ -48,7 +48,7 @@ async fn add_entry(app: &TestApp, fields: &[(&str, &str)]) {
     let _: String = app
         .redis
         .clone()
-        .xadd(app.keys().order_stream(), "*", fields)
+        .xadd(app.keys().single().orders(), "*", fields)
         .await
         .unwrap();
 }
@@ -58,7 +58,7 @@ async fn add_entry(app: &TestApp, fields: &[(&str, &str)]) {
 async fn pending(app: &TestApp) -> i64 {
     let summary: redis::RedisResult<(i64, redis::Value, redis::Value, redis::Value)> =
         redis::cmd("XPENDING")
-            .arg(app.keys().order_stream())
+            .arg(app.keys().single().orders())
             .arg(GROUP)
             .query_async(&mut app.redis.clone())
             .await;
@@ -72,7 +72,7 @@ async fn pending(app: &TestApp) -> i64 {
 async fn stream_length(app: &TestApp) -> usize {
     app.redis
         .clone()
-        .xlen(app.keys().order_stream())
+        .xlen(app.keys().single().orders())
         .await
         .unwrap()
 }
@@ -81,7 +81,7 @@ async fn stream_length(app: &TestApp) -> usize {
 async fn dead_letters(app: &TestApp) -> usize {
     app.redis
         .clone()
-        .xlen(app.keys().dead_letters())
+        .xlen(app.keys().single().dead_letters())
         .await
         .unwrap()
 }
@@ -90,13 +90,13 @@ async fn dead_letters(app: &TestApp) -> usize {
 /// stream and the group.
 async fn consumers(app: &TestApp) -> Vec<String> {
     // `XINFO CONSUMERS` of a missing key fails with a plain `ERR`.
-    if !app.key_exists(&app.keys().order_stream()).await {
+    if !app.key_exists(&app.keys().single().orders()).await {
         return Vec::new();
     }
     let reply: redis::RedisResult<StreamInfoConsumersReply> = app
         .redis
         .clone()
-        .xinfo_consumers(app.keys().order_stream(), GROUP)
+        .xinfo_consumers(app.keys().single().orders(), GROUP)
         .await;
     match reply {
         Ok(reply) => reply
@@ -258,7 +258,7 @@ async fn poison_entries_go_to_the_dead_letters_and_do_not_block_the_rest() {
     .await;
     add_orders(&app, voucher, [8]).await;
 
-    let dead = app.keys().dead_letters();
+    let dead = app.keys().single().dead_letters();
     wait_until(
         "two dead letters, nothing pending",
         Duration::from_secs(30),
@@ -311,13 +311,13 @@ async fn a_redelivered_written_order_is_acknowledged_not_written_again() {
     // A consumer that committed the order of user 1 and died before its
     // XACK: the entry is pending under its name, the order is in MySQL.
     let () = redis
-        .xgroup_create_mkstream(keys.order_stream(), GROUP, "0")
+        .xgroup_create_mkstream(keys.single().orders(), GROUP, "0")
         .await
         .unwrap();
     add_orders(&app, voucher, [1]).await;
     let _: redis::Value = redis::cmd("XREADGROUP")
         .arg(&["GROUP", GROUP, "dead-node:0", "STREAMS"])
-        .arg(keys.order_stream())
+        .arg(keys.single().orders())
         .arg(">")
         .query_async(&mut redis)
         .await

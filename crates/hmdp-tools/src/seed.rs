@@ -213,6 +213,7 @@ fn voucher(shop: &Shop) -> (NewVoucher, NewSeckillVoucher) {
         stock: VOUCHER_STOCK,
         begin_time: at(2025, 1, 1, 0, 0, 0),
         end_time: at(2037, 12, 31, 23, 59, 59),
+        shards: 1,
     };
     (voucher, sale)
 }

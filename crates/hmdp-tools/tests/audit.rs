@@ -76,7 +76,7 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
 
     // A buyer Redis admitted who has no order and none on its way.
     let keys = Keys::new(sandbox.redis.prefix.clone());
-    let buyers = keys.seckill_buyers(VoucherId::new(voucher));
+    let buyers = keys.single().buyers(VoucherId::new(voucher));
     let mut redis = common::redis().await;
     let _: () = redis.sadd(&buyers, 424_242).await.unwrap();
     let (code, out) = audit(&sandbox, voucher);
@@ -162,12 +162,12 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
     // node died holding it): lost, not on its way.
     let stale_id = hmdp::id_worker::compose(Utc::now() - TimeDelta::minutes(10), 77);
     let _: () = redis
-        .hset(keys.pending_orders(), stale_id, format!("515151:{voucher}"))
+        .hset(keys.single().pending(), stale_id, format!("515151:{voucher}"))
         .await
         .unwrap();
     let _: () = redis.sadd(&buyers, 515_151).await.unwrap();
     let _: () = redis
-        .hincr(keys.seckill_voucher(VoucherId::new(voucher)), "stock", -1)
+        .hincr(keys.single().voucher(VoucherId::new(voucher)), "stock", -1)
         .await
         .unwrap();
     let (code, out) = audit(&sandbox, voucher);
@@ -177,10 +177,10 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
         "{out}"
     );
     assert!(out.contains("(1 of them lost)"), "{out}");
-    let _: () = redis.hdel(keys.pending_orders(), stale_id).await.unwrap();
+    let _: () = redis.hdel(keys.single().pending(), stale_id).await.unwrap();
     let _: () = redis.srem(&buyers, 515_151).await.unwrap();
     let _: () = redis
-        .hincr(keys.seckill_voucher(VoucherId::new(voucher)), "stock", 1)
+        .hincr(keys.single().voucher(VoucherId::new(voucher)), "stock", 1)
         .await
         .unwrap();
 

@@ -72,7 +72,7 @@ async fn dead_letters_are_listed_and_replayed_once_or_left_listed_with_the_reaso
     ] {
         let letter: String = redis
             .xadd(
-                keys.dead_letters(),
+                keys.single().dead_letters(),
                 "*",
                 &[
                     ("id", id),
@@ -86,7 +86,7 @@ async fn dead_letters_are_listed_and_replayed_once_or_left_listed_with_the_reaso
             .await
             .unwrap();
         let _: () = redis
-            .hset(keys.pending_orders(), id, format!("{user}:{voucher}"))
+            .hset(keys.single().pending(), id, format!("{user}:{voucher}"))
             .await
             .unwrap();
         letters.push(letter);
@@ -131,7 +131,7 @@ async fn dead_letters_are_listed_and_replayed_once_or_left_listed_with_the_reaso
             .await
             .unwrap();
     assert_eq!(stock, 7);
-    let pending: bool = redis.hexists(keys.pending_orders(), 91).await.unwrap();
+    let pending: bool = redis.hexists(keys.single().pending(), 91).await.unwrap();
     assert!(!pending);
     let (code, out) = hmdp(&sandbox, &["dead-letters", "replay", &letters[1]]);
     assert_eq!(code, 2, "{out}");

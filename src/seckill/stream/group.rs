@@ -1,7 +1,8 @@
 //! The consumer group's Redis side: creating the group, reading, claiming,
 //! delivery counts, acknowledging and dead-lettering entries, and the
-//! stream's gauges. Every command names keys of the `{seckill}` hash tag
-//! only, so the `MULTI` blocks below stay in one Redis Cluster slot.
+//! stream's gauges, for one shard's stream. Every command names keys of
+//! the shard's hash tag only, so the `MULTI` blocks below stay in one Redis
+//! Cluster slot.
 
 use std::time::Duration;
 
@@ -13,7 +14,8 @@ use redis::streams::{
 use redis::{AsyncCommands, RedisResult};
 
 use super::entry::Entry;
-use crate::keys::Keys;
+use crate::keys::ShardKeys;
+use crate::seckill::shards::Shard;
 use crate::metrics;
 use crate::store::NewOrder;
 
@@ -29,7 +31,9 @@ pub(super) struct OrderStream {
     /// on the shared connection would hold up every command queued behind
     /// it (sessions, locks, ids) for as long as it blocks.
     reader: RedisConnection,
-    stream: String,
+    pub stream: String,
+    /// Whose stream it is: the label of its gauges.
+    shard: Shard,
     dead_letters: String,
     pending_orders: String,
     /// `<node id>:<process uuid>`: unique per process, so a restarted node
@@ -49,15 +53,16 @@ impl OrderStream {
     pub fn new(
         redis: RedisConnection,
         reader: RedisConnection,
-        keys: &Keys,
+        keys: ShardKeys<'_>,
         consumer: String,
     ) -> OrderStream {
         OrderStream {
             redis,
             reader,
-            stream: keys.order_stream(),
+            stream: keys.orders(),
+            shard: keys.shard(),
             dead_letters: keys.dead_letters(),
-            pending_orders: keys.pending_orders(),
+            pending_orders: keys.pending(),
             consumer,
         }
     }
@@ -217,8 +222,9 @@ impl OrderStream {
                 .cmd("TIME")
                 .query_async(&mut self.redis.clone())
                 .await?;
-        metrics::STREAM_LENGTH.set(length);
-        metrics::STREAM_PENDING.set(pending.count);
+        let shard = [self.shard.tag()];
+        metrics::STREAM_LENGTH.with_label_values(&shard).set(length);
+        metrics::STREAM_PENDING.with_label_values(&shard).set(pending.count);
         let now_ms = now_secs * 1000 + now_micros / 1000;
         let oldest_ms = pending
             .oldest
@@ -226,7 +232,7 @@ impl OrderStream {
             .and_then(|id| id.split('-').next())
             .and_then(|ms| ms.parse::<u64>().ok());
         let age_ms = oldest_ms.map_or(0, |ms| now_ms.saturating_sub(ms));
-        metrics::STREAM_OLDEST_PENDING.set(age_ms as f64 / 1000.0);
+        (metrics::STREAM_OLDEST_PENDING.with_label_values(&shard)).set(age_ms as f64 / 1000.0);
         Ok(())
     }
 

@@ -1,9 +1,13 @@
 //! The order stream's writer (`--seckill stream`): the course's V6 consumer,
 //! made safe for many nodes.
 //!
-//! Every node runs one consumer in the group `order-writers`, named after
-//! the node and this process (never a constant: two nodes named `c1` would
-//! share, and steal, each other's pending entries). The loop alternates:
+//! Every node runs one consumer in the group `order-writers` of each
+//! shard's order stream (`shards.rs`: a one-shard sale's is
+//! `{seckill}:orders`), named after the node and this process (never a
+//! constant: two nodes named `c1` would share, and steal, each other's
+//! pending entries). Each stream has a loop of its own, so a stream whose
+//! batch is stuck (or whose master is failing over) holds up no other.
+//! Each loop alternates:
 //!
 //! - **read** up to `--stream-batch` new entries (`XREADGROUP ... BLOCK`, on
 //!   a connection of its own) and settle them as one batch;
@@ -39,6 +43,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::shards::Shard;
 use super::writer::OrderWriter;
 
 /// A consumer with nothing pending that has not read for this many claim
@@ -61,9 +66,10 @@ const MAX_BLOCK: Duration = Duration::from_secs(1);
 const RETRY: Duration = Duration::from_millis(500);
 const MAX_RETRY: Duration = Duration::from_secs(8);
 
-/// This node's consumer, built, not yet running.
+/// This node's consumer of every shard's stream, built, not yet running.
 pub struct StreamConsumer {
-    inner: Arc<Inner>,
+    name: String,
+    streams: Vec<Arc<Inner>>,
 }
 
 struct Inner {
@@ -77,13 +83,14 @@ struct Inner {
 /// A running consumer; [`RunningConsumer::stop`] ends it gracefully.
 pub struct RunningConsumer {
     stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
+    tasks: Vec<JoinHandle<()>>,
 }
 
 impl StreamConsumer {
-    /// A consumer named `<node_id>:<random uuid>`, reading on a connection
-    /// of its own to `redis_url` (replies awaited up to `timeout` beyond the
-    /// read's block) and writing through `writer`.
+    /// A consumer named `<node_id>:<random uuid>` in the group of each of
+    /// `shards`' streams, reading each on a connection of its own to
+    /// `redis_url` (replies awaited up to `timeout` beyond the read's block)
+    /// and writing through `writer`.
     pub fn new(
         writer: Arc<OrderWriter>,
         redis: RedisConnection,
@@ -91,33 +98,42 @@ impl StreamConsumer {
         timeout: Duration,
         settings: &StreamSettings,
         node_id: &str,
+        shards: &[Shard],
     ) -> anyhow::Result<StreamConsumer> {
-        let reader = crate::config::connect_redis(redis_url, timeout + MAX_BLOCK)?;
-        let consumer = format!("{node_id}:{}", uuid::Uuid::new_v4().simple());
-        let stream = OrderStream::new(redis, reader, writer.keys(), consumer);
-        Ok(StreamConsumer {
-            inner: Arc::new(Inner {
-                writer,
-                stream,
-                batch: settings.batch(),
-                claim_idle: settings.claim_idle(),
-                max_deliveries: settings.stream_max_deliveries as usize,
-            }),
-        })
+        let name = format!("{node_id}:{}", uuid::Uuid::new_v4().simple());
+        let streams = (shards.iter())
+            .map(|&shard| {
+                let reader = crate::config::connect_redis(redis_url, timeout + MAX_BLOCK)?;
+                let keys = writer.keys().shard(shard);
+                Ok(Arc::new(Inner {
+                    stream: OrderStream::new(redis.clone(), reader, keys, name.clone()),
+                    writer: writer.clone(),
+                    batch: settings.batch(),
+                    claim_idle: settings.claim_idle(),
+                    max_deliveries: settings.stream_max_deliveries as usize,
+                }))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(StreamConsumer { name, streams })
     }
 
-    /// The consumer's name in the group.
+    /// The consumer's name in each group.
     pub fn name(&self) -> &str {
-        &self.inner.stream.consumer
+        &self.name
     }
 
-    /// Starts consuming in a task of its own.
+    /// Starts consuming, a task per stream.
     pub fn spawn(self) -> RunningConsumer {
         metrics::init_stream(batch::OUTCOMES, batch::DEAD_LETTER_REASONS);
         let (stop, stopped) = watch::channel(false);
-        let span = tracing::info_span!("stream_consumer", consumer = %self.name());
-        let task = tokio::spawn(self.inner.run(stopped).instrument(span));
-        RunningConsumer { stop, task }
+        let tasks = (self.streams.into_iter())
+            .map(|inner| {
+                let span = tracing::info_span!("stream_consumer", consumer = %self.name,
+                    stream = %inner.stream.stream);
+                tokio::spawn(inner.run(stopped.clone()).instrument(span))
+            })
+            .collect();
+        RunningConsumer { stop, tasks }
     }
 }
 
@@ -127,8 +143,10 @@ impl RunningConsumer {
     pub async fn stop(self) {
         // An error means the consumer has already ended.
         let _ = self.stop.send(true);
-        if let Err(failed) = self.task.await {
-            tracing::error!(error = %failed, "the stream consumer task failed");
+        for task in self.tasks {
+            if let Err(failed) = task.await {
+                tracing::error!(error = %failed, "the stream consumer task failed");
+            }
         }
     }
 }

@@ -144,5 +144,6 @@ pub(super) fn unlimited_sale() -> NewSeckillVoucher {
         stock: i32::MAX,
         begin_time: now,
         end_time: now + chrono::Duration::days(1),
+        shards: 1,
     }
 }

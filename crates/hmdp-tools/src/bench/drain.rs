@@ -23,7 +23,7 @@ use hmdp::config::connect_redis;
 use hmdp::config::StoreSettings;
 use hmdp::ids::{UserId, VoucherId};
 use hmdp::keys::Keys;
-use hmdp::seckill::{Admission, SaleState};
+use hmdp::seckill::{Admission, Layout, SaleRef, SaleState};
 use hmdp::store::Store;
 
 #[derive(Debug, Clone, Args)]
@@ -109,11 +109,12 @@ async fn measure(
     voucher: VoucherId,
 ) -> anyhow::Result<BenchDrainResult> {
     sale.load(voucher).await?;
-    let token = store
-        .seckill_voucher(voucher)
-        .await?
-        .context("the benchmark's voucher is gone")?
-        .sale_token;
+    let row = (store.seckill_voucher(voucher).await?).context("the benchmark's voucher is gone")?;
+    let sale_ref = SaleRef {
+        voucher_id: voucher,
+        token: row.sale_token,
+        layout: Layout::new(row.shards.into())?,
+    };
     let orders = args.orders;
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
@@ -126,7 +127,7 @@ async fn measure(
                     return Ok::<_, anyhow::Error>(());
                 }
                 let user = UserId::new(FIRST_USER + n);
-                let admitted = sale.admit(user, voucher, token, true, None).await?;
+                let admitted = sale.admit(user, &sale_ref, true, None).await?;
                 anyhow::ensure!(
                     matches!(admitted, Admission::Admitted(_)),
                     "admission refused: {admitted:?}"

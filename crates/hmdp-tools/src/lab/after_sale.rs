@@ -290,9 +290,9 @@ impl<'a> Stage<'a> {
     pub async fn naive_give_back(&self, node: &Node, buyer: &Buyer) -> anyhow::Result<()> {
         let () = redis::pipe()
             .atomic()
-            .hincr(self.keys.seckill_voucher(self.voucher), "stock", 1)
+            .hincr(self.keys.single().voucher(self.voucher), "stock", 1)
             .ignore()
-            .srem(self.keys.seckill_buyers(self.voucher), buyer.user.get())
+            .srem(self.keys.single().buyers(self.voucher), buyer.user.get())
             .ignore()
             .query_async(&mut self.lab.redis())
             .await

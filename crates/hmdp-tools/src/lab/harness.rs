@@ -53,6 +53,7 @@ pub(super) async fn open_voucher(
                 stock,
                 begin_time: now - TimeDelta::hours(1),
                 end_time: now + TimeDelta::hours(1),
+                shards: 1,
             },
         )
         .await

@@ -46,6 +46,7 @@ pub async fn seckill_voucher_in_mysql(store: &Store, stock: i32) -> i64 {
                 stock,
                 begin_time: now,
                 end_time: now + TimeDelta::hours(1),
+                shards: 1,
             },
         )
         .await

@@ -1,0 +1,335 @@
+//! Stock moved between a sale's shards: a buyer whose shard has run out
+//! while other shards still hold units is served from them.
+//!
+//! A move is three calls, each to one shard, each of which can be the last
+//! one its mover makes:
+//!
+//! 1. **lend** (`lua/shard_lend.lua`, on the lending shard): half its stock
+//!    (at most [`MOST_LENT`]) leaves it and is recorded in its transit hash
+//!    under a random transfer id, in the same call;
+//! 2. **receive** (`lua/shard_receive.lua`, on the receiving shard): the
+//!    units join its stock, the transfer id its received set, in one call —
+//!    a transfer is received once, however often it is sent;
+//! 3. **settle** (`lua/shard_settle.lua`, on the lending shard): the record
+//!    leaves the transit hash.
+//!
+//! A mover that dies after step 1 or 2 leaves its record behind. Every node
+//! looks at the transit hashes every [`SWEEP_EVERY`], and so does a buyer
+//! who finds units in transit: a record older than [`STALE_AFTER`] is
+//! received and settled by whoever finds it, which changes nothing if the
+//! mover was only slow. A unit is thus stranded at most `STALE_AFTER +
+//! SWEEP_EVERY` (3 s) after its mover died. A sale loaded again meanwhile
+//! (a new epoch) counted its units from MySQL: the receive is refused, the
+//! record settled.
+//!
+//! The sale answers SOLD_OUT only when no shard holds or moves a unit: two
+//! reads of every shard, one after the other, find each one's stock at 0,
+//! nothing in transit, and no move between them.
+
+use std::time::Duration;
+
+use futures::future::try_join_all;
+use redis::Script;
+use std::sync::LazyLock;
+use tokio::time::Instant;
+
+use super::sale_state::SaleState;
+use super::shards::{Layout, Shard};
+use crate::error::Error;
+use crate::ids::VoucherId;
+use crate::metrics;
+
+static LEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/shard_lend.lua")));
+static RECEIVE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/shard_receive.lua")));
+static SETTLE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/shard_settle.lua")));
+
+/// At most this many units move in one transfer: enough that a shard all
+/// buyers hash to borrows a few times, not once a purchase.
+const MOST_LENT: i64 = 64;
+
+/// A transfer recorded this long ago is taken for its mover's: dead. A
+/// live mover's three calls take milliseconds.
+pub const STALE_AFTER: Duration = Duration::from_secs(2);
+
+/// How often every node looks for stale transfers.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a buyer waits before looking again while units are in transit.
+const IN_TRANSIT_PAUSE: Duration = Duration::from_millis(5);
+
+/// A sale as a mover needs it.
+#[derive(Debug, Clone, Copy)]
+pub struct SaleRef {
+    pub voucher_id: VoucherId,
+    /// The voucher's sale token: a shard of another token lends nothing.
+    pub token: u64,
+    pub layout: Layout,
+}
+
+/// What [`SaleState::refill`] did for a shard found empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refill {
+    /// Units came to the shard (moved here, or given back): ask it again.
+    Moved,
+    /// No shard holds or moves a unit.
+    SoldOut,
+}
+
+/// One shard's counts, as one read finds them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Look {
+    stock: i64,
+    moves: i64,
+    in_transit: i64,
+}
+
+/// A transfer record of a transit hash, as `lua/shard_lend.lua` wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Transfer {
+    voucher_id: VoucherId,
+    to: Shard,
+    units: i64,
+    epoch: String,
+    lent_ms: i64,
+}
+
+impl Transfer {
+    fn parse(record: &str) -> Option<Transfer> {
+        let mut fields = record.split(':');
+        let transfer = Transfer {
+            voucher_id: VoucherId::new(fields.next()?.parse().ok()?),
+            to: Shard::from_index(fields.next()?.parse().ok()?)?,
+            units: fields.next()?.parse().ok()?,
+            epoch: fields.next()?.to_owned(),
+            lent_ms: fields.next()?.parse().ok()?,
+        };
+        fields.next().is_none().then_some(transfer)
+    }
+}
+
+impl SaleState {
+    /// Fills shard `position` of `sale`, found empty by a buyer, from the
+    /// sale's other shards; or finds that none holds a unit. Gives up (503)
+    /// at `deadline` while units stay in transit (a mover died within the
+    /// last [`STALE_AFTER`]).
+    pub(super) async fn refill(
+        &self,
+        sale: &SaleRef,
+        position: u16,
+        deadline: Instant,
+    ) -> Result<Refill, Error> {
+        if sale.layout.count() == 1 {
+            return Ok(Refill::SoldOut);
+        }
+        let home = sale.layout.shard(position);
+        while Instant::now() < deadline {
+            let first = self.look(sale).await?;
+            let Some(first) = first.into_iter().collect::<Option<Vec<Look>>>() else {
+                // A shard is gone (Redis lost it): the sale is loaded again
+                // as a whole, and the buyer's shard asked again.
+                self.load(sale.voucher_id).await?;
+                return Ok(Refill::Moved);
+            };
+            if first[usize::from(position)].stock > 0 {
+                return Ok(Refill::Moved);
+            }
+            // The fullest first: the fewer moves, the better.
+            let mut donors: Vec<u16> = (0..sale.layout.count())
+                .filter(|&donor| donor != position && first[usize::from(donor)].stock > 0)
+                .collect();
+            donors.sort_by_key(|&donor| -first[usize::from(donor)].stock);
+            for donor in donors {
+                if self.moved(sale, sale.layout.shard(donor), home).await? {
+                    return Ok(Refill::Moved);
+                }
+            }
+            let moving: Vec<Shard> = (sale.layout.shards().zip(&first))
+                .filter(|(_, look)| look.in_transit > 0)
+                .map(|(shard, _)| shard)
+                .collect();
+            if !moving.is_empty() {
+                for shard in moving {
+                    self.settle_stale(shard).await?;
+                }
+                tokio::time::sleep(IN_TRANSIT_PAUSE).await;
+                continue;
+            }
+            let second = self.look(sale).await?;
+            let unchanged = second.iter().zip(&first).all(|(second, first)| {
+                second.is_some_and(|second| {
+                    second.stock == 0 && second.in_transit == 0 && second.moves == first.moves
+                })
+            });
+            if unchanged {
+                return Ok(Refill::SoldOut);
+            }
+        }
+        Err(super::over_budget(
+            "moving stock between the sale's shards",
+            self.store.backend_timeout(),
+        ))
+    }
+
+    /// Every shard's counts, read at once; `None` for a shard Redis lacks.
+    async fn look(&self, sale: &SaleRef) -> Result<Vec<Option<Look>>, Error> {
+        let reads = sale.layout.shards().map(|shard| {
+            let mut redis = self.redis.clone();
+            let key = self.keys.shard(shard).voucher(sale.voucher_id);
+            async move {
+                let fields: Vec<Option<i64>> = redis::cmd("HMGET")
+                    .arg(key)
+                    .arg(&["stock", "moves", "in_transit"])
+                    .query_async(&mut redis)
+                    .await?;
+                Ok::<_, Error>(match fields[..] {
+                    [Some(stock), moves, in_transit] => Some(Look {
+                        stock,
+                        moves: moves.unwrap_or(0),
+                        in_transit: in_transit.unwrap_or(0),
+                    }),
+                    _ => None,
+                })
+            }
+        });
+        try_join_all(reads).await
+    }
+
+    /// One move from `from` to `to`: lend, receive, settle. `false` when
+    /// `from` had no unit left to lend.
+    async fn moved(&self, sale: &SaleRef, from: Shard, to: Shard) -> Result<bool, Error> {
+        let transfer_id = format!("{:032x}", rand::random::<u128>());
+        let from_keys = self.keys.shard(from);
+        let (units, epoch): (i64, String) = LEND
+            .key(from_keys.voucher(sale.voucher_id))
+            .key(from_keys.transit())
+            .arg(sale.voucher_id.get())
+            .arg(sale.token)
+            .arg(to.index())
+            .arg(&transfer_id)
+            .arg(MOST_LENT)
+            .invoke_async(&mut self.redis.clone())
+            .await?;
+        if units == 0 {
+            return Ok(false);
+        }
+        metrics::STOCK_MOVES.with_label_values(&["lent"]).inc();
+        let transfer = Transfer {
+            voucher_id: sale.voucher_id,
+            to,
+            units,
+            epoch,
+            lent_ms: 0,
+        };
+        self.deliver(from, &transfer_id, &transfer).await?;
+        Ok(true)
+    }
+
+    /// Steps 2 and 3 of a move: receive, then settle.
+    async fn deliver(
+        &self,
+        from: Shard,
+        transfer_id: &str,
+        transfer: &Transfer,
+    ) -> Result<(), Error> {
+        let to_keys = self.keys.shard(transfer.to);
+        let received: i64 = RECEIVE
+            .key(to_keys.voucher(transfer.voucher_id))
+            .key(to_keys.received(transfer.voucher_id))
+            .arg(transfer_id)
+            .arg(transfer.units)
+            .arg(&transfer.epoch)
+            .invoke_async(&mut self.redis.clone())
+            .await?;
+        let outcome = match received {
+            1 => "received",
+            0 => "received_before",
+            2 => "no_sale",
+            _ => "sale_reloaded",
+        };
+        metrics::STOCK_MOVES.with_label_values(&[outcome]).inc();
+        let from_keys = self.keys.shard(from);
+        let _settled: i64 = SETTLE
+            .key(from_keys.voucher(transfer.voucher_id))
+            .key(from_keys.transit())
+            .arg(transfer_id)
+            .invoke_async(&mut self.redis.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Receives and settles every transfer `shard` lent more than
+    /// [`STALE_AFTER`] ago (its mover is taken for dead); how many.
+    pub async fn settle_stale(&self, shard: Shard) -> Result<usize, Error> {
+        let mut redis = self.redis.clone();
+        let transit = self.keys.shard(shard).transit();
+        let (records, (seconds, micros)): (Vec<(String, String)>, (i64, i64)) = redis::pipe()
+            .hgetall(&transit)
+            .cmd("TIME")
+            .query_async(&mut redis)
+            .await?;
+        let now_ms = seconds * 1000 + micros / 1000;
+        let mut settled = 0;
+        for (transfer_id, record) in records {
+            let Some(transfer) = Transfer::parse(&record) else {
+                tracing::warn!(%transfer_id, %record, "unreadable transfer record; left as it is");
+                continue;
+            };
+            if now_ms - transfer.lent_ms < STALE_AFTER.as_millis() as i64 {
+                continue;
+            }
+            tracing::warn!(%transfer_id, voucher_id = %transfer.voucher_id, units = transfer.units,
+                from = shard.tag(), to = transfer.to.tag(),
+                "stock moved between shards by a mover that stopped; delivering it");
+            self.deliver(shard, &transfer_id, &transfer).await?;
+            metrics::STOCK_MOVES.with_label_values(&["settled_stale"]).inc();
+            settled += 1;
+        }
+        Ok(settled)
+    }
+
+    /// Every node's sweep, for as long as it runs: every [`SWEEP_EVERY`],
+    /// stale transfers of every shard in use are delivered.
+    pub async fn sweep_transfers(&self) {
+        loop {
+            tokio::time::sleep(SWEEP_EVERY).await;
+            let shards = match self.shards_in_use().await {
+                Ok(shards) => shards,
+                Err(error) => {
+                    tracing::debug!(?error, "shards in use not read; sweeping none");
+                    continue;
+                }
+            };
+            for shard in shards.into_iter().filter(|&shard| shard != Shard::SINGLE) {
+                if let Err(error) = self.settle_stale(shard).await {
+                    tracing::warn!(?error, shard = shard.tag(), "stale transfers not delivered");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transfer_record_reads_back_whole_or_not_at_all() {
+        let to = Shard::from_index(11).unwrap();
+        assert_eq!(
+            Transfer::parse("42:11:3:987:1700000000000"),
+            Some(Transfer {
+                voucher_id: VoucherId::new(42),
+                to,
+                units: 3,
+                epoch: "987".to_owned(),
+                lent_ms: 1_700_000_000_000,
+            })
+        );
+        for bad in ["", "42:11:3:987", "42:11:3:987:1:2", "x:11:3:987:1", "42:200:3:987:1"] {
+            assert_eq!(Transfer::parse(bad), None, "{bad}");
+        }
+    }
+}
