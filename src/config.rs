@@ -420,6 +420,12 @@ pub struct ServeSettings {
     #[arg(long, env = "HMDP_CHAOS_HOLD_MS", default_value_t = 0)]
     pub chaos_hold_ms: u64,
 
+    /// Fault injection: sleep this long between the two halves of a move of
+    /// stock between a sale's shards (after the units left one shard, before
+    /// the other receives them), so that a test can kill the node there.
+    #[arg(long, env = "HMDP_CHAOS_MOVE_PAUSE_MS", default_value_t = 0)]
+    pub chaos_move_pause_ms: u64,
+
     /// How long a request body may take to arrive after its headers; a
     /// slower one fails with 408 and its connection is closed.
     #[arg(long, env = "HMDP_BODY_TIMEOUT_MS", default_value_t = 5000,

@@ -114,6 +114,7 @@ impl Application {
             Duration::from_millis(settings.chaos_hold_ms),
         )
         .with_default_shards(settings.seckill_shards)
+        .with_move_pause(Duration::from_millis(settings.chaos_move_pause_ms))
         .start(settings.seckill)
         .await;
         let returned_to = seckill.clone();

@@ -5,6 +5,7 @@
 //! these reads keep one voucher's.
 
 use redis::streams::{StreamId, StreamRangeReply};
+use futures::future::try_join_all;
 use redis::AsyncCommands;
 
 use super::sale_state::{pending_entry, SaleState};
@@ -68,16 +69,24 @@ impl SaleState {
     /// the order streams hold, over every shard in use: two `O(1)` reads a
     /// shard, for polling.
     pub async fn orders_on_their_way(&self) -> Result<(u64, u64), Error> {
-        let mut pipe = redis::pipe();
         let shards = self.shards_in_use().await?;
-        for &shard in &shards {
+        let counts = try_join_all(shards.into_iter().map(|shard| {
+            let mut redis = self.redis.clone();
             let keys = self.keys.shard(shard);
-            pipe.hlen(keys.pending()).cmd("XLEN").arg(keys.orders());
-        }
-        let counts: Vec<u64> = pipe.query_async(&mut self.redis.clone()).await?;
-        let pending = counts.iter().step_by(2).sum();
-        let streamed = counts.iter().skip(1).step_by(2).sum();
-        Ok((pending, streamed))
+            let (pending, orders) = (keys.pending(), keys.orders());
+            async move {
+                redis::pipe()
+                    .hlen(pending)
+                    .cmd("XLEN")
+                    .arg(orders)
+                    .query_async::<(u64, u64)>(&mut redis)
+                    .await
+            }
+        }))
+        .await?;
+        Ok(counts.into_iter().fold((0, 0), |(p, s), (pending, streamed)| {
+            (p + pending, s + streamed)
+        }))
     }
 
     /// The shards of `voucher_id`'s sale (a one-shard sale's when MySQL no

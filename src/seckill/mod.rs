@@ -165,6 +165,13 @@ impl Seckill {
         }
     }
 
+    /// Fault injection: every move of stock between shards pauses this
+    /// long between its lend and its receive (`--chaos-move-pause-ms`).
+    pub fn with_move_pause(self, pause: Duration) -> Self {
+        self.sale_state.pause_moves(pause);
+        self
+    }
+
     /// Splits the sales of vouchers created through this node into
     /// `shards` shards, unless the request says (`--seckill-shards`).
     pub fn with_default_shards(self, shards: u16) -> Self {

@@ -15,10 +15,12 @@
 //! Redis kept its keys) is replaced, not sold from.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use chrono::{Local, NaiveDateTime, TimeZone};
+use futures::future::try_join_all;
 use hmdp_lock::Connection as RedisConnection;
 use redis::{AsyncCommands, Script};
 use serde::Serialize;
@@ -128,6 +130,9 @@ pub struct SaleState {
     /// Other vouchers' loads do not wait for it. One entry per voucher that
     /// exists in MySQL (a load is asked for no other).
     loading: Mutex<HashMap<VoucherId, Arc<tokio::sync::Mutex<()>>>>,
+    /// Fault injection: milliseconds a move of stock between shards pauses
+    /// after its lend (`stock_moves.rs`); 0 in production.
+    pub(super) move_pause_ms: AtomicU64,
 }
 
 impl SaleState {
@@ -137,7 +142,14 @@ impl SaleState {
             keys,
             store,
             loading: Mutex::new(HashMap::new()),
+            move_pause_ms: AtomicU64::new(0),
         }
+    }
+
+    /// Fault injection: every move of stock between shards pauses `pause`
+    /// between its lend and its receive.
+    pub fn pause_moves(&self, pause: Duration) {
+        (self.move_pause_ms).store(pause.as_millis() as u64, Ordering::Relaxed);
     }
 
     /// Loads every seckill voucher of MySQL that Redis lacks (a node
@@ -241,14 +253,21 @@ impl SaleState {
         layout: Layout,
         token: u64,
     ) -> Result<Found, Error> {
-        let mut pipe = redis::pipe();
-        for shard in layout.shards() {
-            pipe.cmd("HMGET")
-                .arg(self.keys.shard(shard).voucher(voucher_id))
-                .arg(&["stock", "token", "epoch"]);
-        }
+        // A call per shard, all at once: a cluster runs a pipeline on one
+        // node, and the shards live on several.
         let shards: Vec<(Option<i64>, Option<u64>, Option<String>)> =
-            pipe.query_async(&mut self.redis.clone()).await?;
+            try_join_all(layout.shards().map(|shard| {
+                let mut redis = self.redis.clone();
+                let key = self.keys.shard(shard).voucher(voucher_id);
+                async move {
+                    redis::cmd("HMGET")
+                        .arg(key)
+                        .arg(&["stock", "token", "epoch"])
+                        .query_async(&mut redis)
+                        .await
+                }
+            }))
+            .await?;
         // A sale stored before tokens existed has none: it is token 0's.
         if shards
             .iter()
@@ -383,16 +402,27 @@ impl SaleState {
         if orders.is_empty() {
             return Ok(Vec::new());
         }
-        let mut pipe = redis::pipe();
-        for order in orders {
-            pipe.hexists(self.pending_of(order.id), order.id.get());
-        }
-        let found: Vec<bool> = pipe.query_async(&mut self.redis.clone()).await?;
+        let found = try_join_all(by_shard(orders.iter().map(|order| order.id)).into_iter().map(
+            |(shard, ids)| {
+                let mut redis = self.redis.clone();
+                let pending = self.keys.shard(shard).pending();
+                async move {
+                    let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
+                    let found: Vec<Option<String>> = redis::cmd("HMGET")
+                        .arg(pending)
+                        .arg(&ids)
+                        .query_async(&mut redis)
+                        .await?;
+                    Ok::<_, Error>(ids.into_iter().zip(found).filter_map(|(id, f)| f.map(|_| id)))
+                }
+            },
+        ))
+        .await?;
+        let found: std::collections::HashSet<i64> = found.into_iter().flatten().collect();
         Ok(orders
             .iter()
-            .zip(found)
-            .filter(|(_, found)| !found)
-            .map(|(order, _)| *order)
+            .filter(|order| !found.contains(&order.id.get()))
+            .copied()
             .collect())
     }
 
@@ -457,13 +487,26 @@ impl SaleState {
     /// Marks orders as written (or as never to be written): they leave
     /// their shards' pending hashes.
     pub async fn forget_pending(&self, order_ids: &[OrderId]) -> Result<(), Error> {
-        let mut pipe = redis::pipe();
-        for id in order_ids {
-            pipe.hdel(self.pending_of(*id), id.get()).ignore();
-        }
-        pipe.query_async::<()>(&mut self.redis.clone()).await?;
+        try_join_all(by_shard(order_ids.iter().copied()).into_iter().map(|(shard, ids)| {
+            let mut redis = self.redis.clone();
+            let pending = self.keys.shard(shard).pending();
+            async move {
+                let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
+                redis.hdel::<_, _, ()>(pending, ids).await
+            }
+        }))
+        .await?;
         Ok(())
     }
+}
+
+/// Order ids grouped by the shard that drew them.
+fn by_shard(order_ids: impl Iterator<Item = OrderId>) -> HashMap<Shard, Vec<OrderId>> {
+    let mut shards: HashMap<Shard, Vec<OrderId>> = HashMap::new();
+    for id in order_ids {
+        shards.entry(Shard::of_order(id)).or_default().push(id);
+    }
+    shards
 }
 
 /// A stored shard count as a layout.

@@ -26,6 +26,7 @@
 //! reads of every shard, one after the other, find each one's stock at 0,
 //! nothing in transit, and no move between them.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::future::try_join_all;
@@ -216,6 +217,10 @@ impl SaleState {
             return Ok(false);
         }
         metrics::STOCK_MOVES.with_label_values(&["lent"]).inc();
+        let pause = self.move_pause_ms.load(Ordering::Relaxed);
+        if pause > 0 {
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+        }
         let transfer = Transfer {
             voucher_id: sale.voucher_id,
             to,

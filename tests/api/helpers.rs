@@ -313,13 +313,10 @@ impl TestApp {
         self.sale_state().read(voucher_id).await.unwrap()
     }
 
-    /// Orders admitted and not yet written.
+    /// Orders admitted and not yet written, in every shard in use.
     pub async fn pending_orders(&self) -> usize {
-        self.redis
-            .clone()
-            .hlen(self.keys().single().pending())
-            .await
-            .unwrap()
+        let (pending, _) = self.sale_state().orders_on_their_way().await.unwrap();
+        pending as usize
     }
 
     pub async fn audit(&self, voucher_id: VoucherId) -> VoucherAudit {

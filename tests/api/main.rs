@@ -13,6 +13,7 @@ mod logs;
 mod lost_reply;
 mod queue;
 mod redis_cluster;
+mod shards;
 mod shop;
 mod shutdown;
 mod slow_body;
