@@ -2,10 +2,11 @@
 -- decides, while it holds the voucher's stock row, that the sale must be
 -- written: missing, partly missing, or another token's). The shard's hash,
 -- buyers and given-back orders are written together or not at all.
--- Orders of the voucher still pending in this shard were admitted into the
--- sale this load replaces: they leave the pending hash, so that their
+-- A sale loaded again (Redis lost it, or lost another of its shards) may
+-- find orders of the voucher still pending in this shard, admitted into
+-- the sale this load replaces: they leave the pending hash, so that their
 -- writers count them again in the new sale (lua/seckill_readmit.lua)
--- instead of taking them for counted.
+-- instead of taking them for counted. A first load leaves the hash alone.
 -- KEYS[1]: the shard's part of the sale ({tag}:voucher:<voucherId>)
 -- KEYS[2]: the shard's buyer set ({tag}:buyers:<voucherId>)
 -- KEYS[3]: the shard's given-back orders ({tag}:given-back:<voucherId>)
@@ -28,7 +29,7 @@
 --          already, so they count as given back (a give-back still on its
 --          way changes nothing)
 -- Returns the number of pending orders of the voucher it took out of the
--- pending hash.
+-- pending hash (none on a first load: ARGV[6] is 0).
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 redis.call('HSET', KEYS[1], 'initial', ARGV[1], 'stock', ARGV[2],
   'begin_ms', ARGV[3], 'end_ms', ARGV[4], 'token', ARGV[5], 'epoch', ARGV[7],
@@ -48,8 +49,11 @@ end
 local buyers_end = 9 + tonumber(ARGV[9])
 add_all(KEYS[2], 10, buyers_end)
 add_all(KEYS[3], buyers_end + 1, #ARGV)
-local suffix = ':' .. ARGV[8]
 local taken = 0
+if tonumber(ARGV[6]) == 0 then
+  return taken
+end
+local suffix = ':' .. ARGV[8]
 local cursor = '0'
 repeat
   local page = redis.call('HSCAN', KEYS[5], cursor, 'COUNT', 1000)

@@ -17,7 +17,7 @@ use hmdp::config::StoreSettings;
 use hmdp::id_worker::minted_at;
 use hmdp::ids::{UserId, VoucherId};
 use hmdp::keys::Keys;
-use hmdp::seckill::SaleState;
+use hmdp::seckill::{slot, SaleState};
 use hmdp::store::{Giveback, Store, VoucherAudit};
 
 /// `hmdp audit`.
@@ -57,8 +57,11 @@ pub struct AuditSettings {
 
 const CHECKS: &str = "\
 Checks, each holds / BROKEN / not checked:
-  redis-stock               Redis stock + buyers = initial stock (the `initial` Redis
-                            recorded when it loaded the sale), and stock >= 0.
+  redis-stock               Redis stock + buyers + units in transit between shards =
+                            initial stock (the `initial` Redis recorded when it
+                            loaded the sale), and stock >= 0; in each shard of a
+                            sharded sale, stock + buyers = its initial + units it
+                            received - units it lent.
   mysql-stock               MySQL active orders (unpaid, paid, used) + MySQL stock =
                             initial stock, and stock >= 0: a closed order's unit is
                             back in stock.
@@ -124,6 +127,26 @@ impl Check {
     }
 }
 
+/// One shard of the sale as Redis holds it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShardRow {
+    /// Its hash tag, and the cluster slot the tag names.
+    pub tag: &'static str,
+    pub slot: u16,
+    pub initial: i64,
+    pub stock: i64,
+    pub buyers: i64,
+    pub lent: i64,
+    pub received: i64,
+}
+
+impl ShardRow {
+    /// What the shard should hold, by what it began with and what moved.
+    fn expected(&self) -> i64 {
+        self.initial + self.received - self.lent
+    }
+}
+
 /// One voucher's reconciliation.
 #[derive(Debug, Clone, Serialize)]
 pub struct Audit {
@@ -147,6 +170,11 @@ pub struct Audit {
     pub in_stream: usize,
     /// Pending orders with no stream entry, older than the bound: lost.
     pub pending_lost: usize,
+    /// Units lent by one shard and not yet received by another.
+    pub in_transit: Option<i64>,
+    /// Each shard of the sale in Redis, by position (one for a one-shard
+    /// sale).
+    pub shards: Vec<ShardRow>,
     pub checks: Vec<Check>,
     /// Whether a check not made may pass (`--allow-unchecked`).
     pub allow_unchecked: bool,
@@ -242,6 +270,44 @@ impl fmt::Display for Audit {
                  or a Redis restarted empty that no purchase or node start has loaded again)"
             )?;
         }
+        if self.shards.len() > 1 {
+            writeln!(
+                f,
+                "  {:<18} {:>5} {:>8} {:>7} {:>7} {:>6} {:>8}",
+                "shard", "slot", "initial", "stock", "buyers", "lent", "received"
+            )?;
+            for shard in &self.shards {
+                writeln!(
+                    f,
+                    "  {:<18} {:>5} {:>8} {:>7} {:>7} {:>6} {:>8}{}",
+                    shard.tag,
+                    shard.slot,
+                    shard.initial,
+                    shard.stock,
+                    shard.buyers,
+                    shard.lent,
+                    shard.received,
+                    if shard.stock + shard.buyers == shard.expected() {
+                        ""
+                    } else {
+                        "  BROKEN"
+                    }
+                )?;
+            }
+            let total = |field: fn(&ShardRow) -> i64| self.shards.iter().map(field).sum::<i64>();
+            writeln!(
+                f,
+                "  {:<18} {:>5} {:>8} {:>7} {:>7} {:>6} {:>8}  ({} in transit)",
+                format!("total ({})", self.shards.len()),
+                "",
+                total(|shard| shard.initial),
+                total(|shard| shard.stock),
+                total(|shard| shard.buyers),
+                total(|shard| shard.lent),
+                total(|shard| shard.received),
+                self.in_transit.unwrap_or(0)
+            )?;
+        }
         for check in &self.checks {
             let status = match check.status {
                 Status::Holds => "holds",
@@ -319,6 +385,18 @@ pub async fn audit(
         pending: 0,
         in_stream: 0,
         pending_lost: 0,
+        in_transit: sale.as_ref().map(|sale| sale.in_transit),
+        shards: (sale.iter().flat_map(|sale| &sale.shards))
+            .map(|shard| ShardRow {
+                tag: shard.shard.tag(),
+                slot: slot(shard.shard.tag()),
+                initial: shard.initial,
+                stock: shard.stock,
+                buyers: shard.buyers,
+                lent: shard.lent,
+                received: shard.received,
+            })
+            .collect(),
         checks: Vec::new(),
         allow_unchecked: options.allow_unchecked,
     };
@@ -326,24 +404,47 @@ pub async fn audit(
     match &sale {
         Some(sale) => {
             let buyers = sale.buyers.len() as i64;
+            let held = sale.stock + buyers + sale.in_transit;
             let mut differences = Vec::new();
-            if sale.stock + buyers != sale.initial {
+            if held != sale.initial {
                 differences.push(format!(
-                    "stock + buyers is {}, {} than the initial stock",
-                    sale.stock + buyers,
-                    more_or_fewer(sale.stock + buyers - sale.initial)
+                    "stock + buyers + in transit is {held}, {} than the initial stock",
+                    more_or_fewer(held - sale.initial)
                 ));
             }
             if sale.stock < 0 {
                 differences.push(format!("stock is negative: {}", sale.stock));
             }
+            if sale.in_transit < 0 {
+                differences.push(format!(
+                    "more units received than lent between shards: {}",
+                    -sale.in_transit
+                ));
+            }
+            for shard in audit.shards.iter().filter(|_| audit.shards.len() > 1) {
+                if shard.stock + shard.buyers != shard.expected() || shard.stock < 0 {
+                    differences.push(format!(
+                        "shard {}: stock {} + {} buyers, where initial {} + received {} - \
+                         lent {} = {}",
+                        shard.tag,
+                        shard.stock,
+                        shard.buyers,
+                        shard.initial,
+                        shard.received,
+                        shard.lent,
+                        shard.expected()
+                    ));
+                }
+            }
+            let transit = match sale.in_transit {
+                0 => String::new(),
+                units => format!(" + {units} in transit"),
+            };
             checks.push(Check::judged(
                 "redis-stock",
                 format!(
-                    "stock {} + {buyers} buyers = {} (initial {})",
-                    sale.stock,
-                    sale.stock + buyers,
-                    sale.initial
+                    "stock {} + {buyers} buyers{transit} = {held} (initial {})",
+                    sale.stock, sale.initial
                 ),
                 differences,
             ));
