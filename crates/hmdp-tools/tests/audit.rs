@@ -13,6 +13,7 @@ use chrono::{TimeDelta, Utc};
 use hmdp::config::{RedisSettings, SeckillMode};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
+use hmdp::seckill::{slot, Layout};
 use hmdp_lock::LockMode;
 use hmdp_test_support::{mysql_server_url, redis_url};
 use hmdp_tools::cluster::{node_flags, Cluster, ClusterSpec, Sandbox};
@@ -213,4 +214,80 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
             .await
             .unwrap();
     assert_eq!(left, 0, "the benchmark's orders are removed");
+}
+
+/// A sale split into four shards (on one Redis: the tags are only names
+/// there): the verified load test drains it, the audit shows each shard and
+/// the total, counts units on their way between shards, and names the shard
+/// whose own balance a unit added by hand broke.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_of_a_sharded_sale_shows_each_shard_and_the_total() {
+    let sandbox = Sandbox::create(
+        &format!("{}/hmdp", mysql_server_url()),
+        &RedisSettings::at(redis_url()),
+        "test",
+    )
+    .await
+    .expect("MySQL is reachable");
+    let spec = ClusterSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
+    let mut flags = node_flags(LockMode::Reentrant, SeckillMode::Stream, 0);
+    flags.extend(["--db-pool=8".to_owned(), "--seckill-shards=4".to_owned()]);
+    let cluster = Cluster::start(spec.clone(), &flags).await.unwrap();
+    let json = tempfile::NamedTempFile::new().unwrap();
+    let (code, out) = hmdp(
+        &sandbox,
+        &[
+            "loadtest",
+            "--target",
+            &cluster.url(),
+            "--workload=sale",
+            "--users=40",
+            "--stock=48",
+            "--admin-token",
+            &spec.admin_token,
+            "--verify",
+            "--json",
+            json.path().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json.path()).unwrap()).unwrap();
+    let voucher = report["voucher"].as_i64().unwrap();
+    // Ten buyers and two units left in each shard.
+    assert_eq!(report["audit"]["shards"].as_array().unwrap().len(), 4, "{report}");
+
+    let (code, out) = audit(&sandbox, voucher);
+    assert_eq!(code, 0, "{out}");
+    let layout = Layout::new(4).unwrap();
+    for shard in layout.shards() {
+        assert!(out.contains(&format!("  {:<18} {:>5}", shard.tag(), slot(shard.tag()))), "{out}");
+    }
+    assert!(out.contains("total (4)"), "{out}");
+    assert!(out.contains("verdict: every check holds"), "{out}");
+
+    // A unit lent by shard 1 and not yet received: on its way, not lost.
+    let keys = Keys::new(sandbox.redis.prefix.clone());
+    let lender = keys.shard(layout.shard(1)).voucher(VoucherId::new(voucher));
+    let mut redis = common::redis().await;
+    let lend = |units: i64| {
+        redis::pipe()
+            .hincr(&lender, "stock", -units)
+            .hincr(&lender, "lent", units)
+            .clone()
+    };
+    let (): () = lend(1).query_async(&mut redis).await.unwrap();
+    let (code, out) = audit(&sandbox, voucher);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("+ 1 in transit"), "{out}");
+    let (): () = lend(-1).query_async(&mut redis).await.unwrap();
+
+    // A unit that appeared in shard 2 out of nowhere.
+    let shard = layout.shard(2);
+    let grown = keys.shard(shard).voucher(VoucherId::new(voucher));
+    let _: () = redis.hincr(&grown, "stock", 1).await.unwrap();
+    let (code, out) = audit(&sandbox, voucher);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("verdict: BROKEN: redis-stock"), "{out}");
+    assert!(out.contains(&format!("shard {}: stock 3 + 10 buyers", shard.tag())), "{out}");
 }
