@@ -98,7 +98,6 @@ impl Keys {
         format!("{}{{seckill}}:due", self.prefix)
     }
 
-
     /// The keys of one shard of the asynchronous purchase.
     pub fn shard(&self, shard: Shard) -> ShardKeys<'_> {
         ShardKeys { keys: self, shard }

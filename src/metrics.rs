@@ -177,7 +177,9 @@ pub fn stream_totals() -> (i64, i64, f64) {
     };
     let length = total(STREAM_LENGTH.collect()).iter().sum::<f64>() as i64;
     let pending = total(STREAM_PENDING.collect()).iter().sum::<f64>() as i64;
-    let oldest = total(STREAM_OLDEST_PENDING.collect()).into_iter().fold(0.0, f64::max);
+    let oldest = total(STREAM_OLDEST_PENDING.collect())
+        .into_iter()
+        .fold(0.0, f64::max);
     (length, pending, oldest)
 }
 

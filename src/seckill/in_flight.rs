@@ -4,8 +4,8 @@
 //! the dead letters, of each shard. All three hold every voucher's orders;
 //! these reads keep one voucher's.
 
-use redis::streams::{StreamId, StreamRangeReply};
 use futures::future::try_join_all;
+use redis::streams::{StreamId, StreamRangeReply};
 use redis::AsyncCommands;
 
 use super::sale_state::{pending_entry, SaleState};
@@ -84,9 +84,11 @@ impl SaleState {
             }
         }))
         .await?;
-        Ok(counts.into_iter().fold((0, 0), |(p, s), (pending, streamed)| {
-            (p + pending, s + streamed)
-        }))
+        Ok(counts
+            .into_iter()
+            .fold((0, 0), |(p, s), (pending, streamed)| {
+                (p + pending, s + streamed)
+            }))
     }
 
     /// The shards of `voucher_id`'s sale (a one-shard sale's when MySQL no
@@ -135,7 +137,9 @@ impl SaleState {
     pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, Error> {
         let mut letters = Vec::new();
         for shard in self.shards_in_use().await? {
-            let entries = self.read_stream(&self.keys.shard(shard).dead_letters()).await?;
+            let entries = self
+                .read_stream(&self.keys.shard(shard).dead_letters())
+                .await?;
             letters.extend(entries.iter().map(|entry| DeadLetter::of(shard, entry)));
         }
         Ok(letters)

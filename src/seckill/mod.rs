@@ -242,10 +242,14 @@ impl Seckill {
     /// creates (`own_shards` each). Should MySQL not answer now, the
     /// one-shard sale's and this node's own.
     pub async fn shards_to_consume(&self, own_shards: u16) -> Vec<Shard> {
-        let mut shards = self.sale_state.shards_in_use().await.unwrap_or_else(|error| {
-            tracing::warn!(?error, "shards in use not read; consuming this node's own");
-            vec![Shard::SINGLE]
-        });
+        let mut shards = self
+            .sale_state
+            .shards_in_use()
+            .await
+            .unwrap_or_else(|error| {
+                tracing::warn!(?error, "shards in use not read; consuming this node's own");
+                vec![Shard::SINGLE]
+            });
         let own = Layout::new(own_shards.into()).unwrap_or(Layout::SINGLE);
         shards.extend(own.shards());
         shards.sort_unstable();

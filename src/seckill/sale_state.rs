@@ -275,7 +275,8 @@ impl SaleState {
         {
             return Ok(Found::Stale);
         }
-        let whole = (shards.iter()).all(|(stock, _, epoch)| stock.is_some() && epoch == &shards[0].2);
+        let whole =
+            (shards.iter()).all(|(stock, _, epoch)| stock.is_some() && epoch == &shards[0].2);
         Ok(if whole { Found::Whole } else { Found::Missing })
     }
 
@@ -402,21 +403,27 @@ impl SaleState {
         if orders.is_empty() {
             return Ok(Vec::new());
         }
-        let found = try_join_all(by_shard(orders.iter().map(|order| order.id)).into_iter().map(
-            |(shard, ids)| {
-                let mut redis = self.redis.clone();
-                let pending = self.keys.shard(shard).pending();
-                async move {
-                    let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
-                    let found: Vec<Option<String>> = redis::cmd("HMGET")
-                        .arg(pending)
-                        .arg(&ids)
-                        .query_async(&mut redis)
-                        .await?;
-                    Ok::<_, Error>(ids.into_iter().zip(found).filter_map(|(id, f)| f.map(|_| id)))
-                }
-            },
-        ))
+        let found = try_join_all(
+            by_shard(orders.iter().map(|order| order.id))
+                .into_iter()
+                .map(|(shard, ids)| {
+                    let mut redis = self.redis.clone();
+                    let pending = self.keys.shard(shard).pending();
+                    async move {
+                        let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
+                        let found: Vec<Option<String>> = redis::cmd("HMGET")
+                            .arg(pending)
+                            .arg(&ids)
+                            .query_async(&mut redis)
+                            .await?;
+                        Ok::<_, Error>(
+                            ids.into_iter()
+                                .zip(found)
+                                .filter_map(|(id, f)| f.map(|_| id)),
+                        )
+                    }
+                }),
+        )
         .await?;
         let found: std::collections::HashSet<i64> = found.into_iter().flatten().collect();
         Ok(orders
@@ -487,14 +494,18 @@ impl SaleState {
     /// Marks orders as written (or as never to be written): they leave
     /// their shards' pending hashes.
     pub async fn forget_pending(&self, order_ids: &[OrderId]) -> Result<(), Error> {
-        try_join_all(by_shard(order_ids.iter().copied()).into_iter().map(|(shard, ids)| {
-            let mut redis = self.redis.clone();
-            let pending = self.keys.shard(shard).pending();
-            async move {
-                let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
-                redis.hdel::<_, _, ()>(pending, ids).await
-            }
-        }))
+        try_join_all(
+            by_shard(order_ids.iter().copied())
+                .into_iter()
+                .map(|(shard, ids)| {
+                    let mut redis = self.redis.clone();
+                    let pending = self.keys.shard(shard).pending();
+                    async move {
+                        let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
+                        redis.hdel::<_, _, ()>(pending, ids).await
+                    }
+                }),
+        )
         .await?;
         Ok(())
     }

@@ -205,7 +205,10 @@ mod tests {
         let layout = Layout::new(6).unwrap();
         for shard in layout.shards() {
             let low = shard.sequence_base() + (1 << SEQUENCE_BITS) - 1;
-            assert_eq!(Shard::of_order(OrderId::new((99 << 32) | low as i64)), shard);
+            assert_eq!(
+                Shard::of_order(OrderId::new((99 << 32) | low as i64)),
+                shard
+            );
         }
     }
 

@@ -289,7 +289,9 @@ impl SaleState {
                 from = shard.tag(), to = transfer.to.tag(),
                 "stock moved between shards by a mover that stopped; delivering it");
             self.deliver(shard, &transfer_id, &transfer).await?;
-            metrics::STOCK_MOVES.with_label_values(&["settled_stale"]).inc();
+            metrics::STOCK_MOVES
+                .with_label_values(&["settled_stale"])
+                .inc();
             settled += 1;
         }
         Ok(settled)
@@ -333,7 +335,13 @@ mod tests {
                 lent_ms: 1_700_000_000_000,
             })
         );
-        for bad in ["", "42:11:3:987", "42:11:3:987:1:2", "x:11:3:987:1", "42:200:3:987:1"] {
+        for bad in [
+            "",
+            "42:11:3:987",
+            "42:11:3:987:1:2",
+            "x:11:3:987:1",
+            "42:200:3:987:1",
+        ] {
             assert_eq!(Transfer::parse(bad), None, "{bad}");
         }
     }

@@ -178,7 +178,10 @@ async fn a_sale_redis_lost_is_reloaded_from_mysql_by_the_next_purchase() {
     let _: () = app
         .redis
         .clone()
-        .del(&[keys.single().voucher(voucher), keys.single().buyers(voucher)])
+        .del(&[
+            keys.single().voucher(voucher),
+            keys.single().buyers(voucher),
+        ])
         .await
         .unwrap();
     assert_eq!(app.redis_sale(voucher).await, None);
@@ -406,7 +409,10 @@ async fn the_scripts_id_sequence_wraps_within_its_24_bits() {
         let id: i64 = body["data"].as_str().unwrap().parse().unwrap();
         low_words.push(id & 0xFFFF_FFFF);
     }
-    assert_eq!(low_words, [(1 << 31) + (1 << 24) - 1, 1 << 31, (1 << 31) + 1]);
+    assert_eq!(
+        low_words,
+        [(1 << 31) + (1 << 24) - 1, 1 << 31, (1 << 31) + 1]
+    );
     wait_until_written(&app).await;
 }
 

@@ -115,6 +115,7 @@ async fn an_order_whose_users_lock_stays_busy_for_seconds_is_written_not_dropped
 async fn a_queued_order_in_its_transaction_when_redis_restarts_is_counted_in_the_reloaded_sale() {
     crate::stream::an_order_in_its_transaction_when_redis_restarts_is_counted_in_the_reloaded_sale(
         hmdp::config::SeckillMode::Queue,
+        1,
     )
     .await;
 }

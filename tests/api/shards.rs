@@ -125,7 +125,9 @@ async fn two_nodes_storming_a_six_shard_sale_sell_each_unit_once_and_one_per_use
     let layout = Layout::new(SHARDS.into()).unwrap();
     let mut per_master: HashMap<u16, usize> = HashMap::new();
     for shard in layout.shards() {
-        *per_master.entry(master_of(&cluster, slot(shard.tag())).await).or_default() += 1;
+        *per_master
+            .entry(master_of(&cluster, slot(shard.tag())).await)
+            .or_default() += 1;
     }
     assert_eq!(
         per_master.values().copied().collect::<Vec<_>>(),
@@ -151,7 +153,10 @@ async fn two_nodes_storming_a_six_shard_sale_sell_each_unit_once_and_one_per_use
     let mut told = HashMap::new();
     for (user, answers) in &answers {
         let orders: Vec<i64> = answers.iter().filter_map(order_of).collect();
-        assert!(orders.len() <= 1, "user {user} told success twice: {answers:?}");
+        assert!(
+            orders.len() <= 1,
+            "user {user} told success twice: {answers:?}"
+        );
         for answer in answers.iter().filter(|answer| order_of(answer).is_none()) {
             let code = answer["errorCode"].as_str().unwrap_or("?");
             assert!(
@@ -180,9 +185,11 @@ async fn buyers_who_all_hash_to_one_shard_buy_every_unit_of_every_shard() {
         .collect();
     assert_eq!(buyers.len(), 40);
 
-    let answers = join_all(buyers.iter().map(|(user, token)| async {
-        (*user, buy_at(&app.address, voucher, token).await)
-    }))
+    let answers = join_all(
+        buyers
+            .iter()
+            .map(|(user, token)| async { (*user, buy_at(&app.address, voucher, token).await) }),
+    )
     .await;
     let told: HashMap<_, _> = (answers.iter())
         .filter_map(|(user, answer)| order_of(answer).map(|order| (*user, order)))
@@ -196,7 +203,9 @@ async fn buyers_who_all_hash_to_one_shard_buy_every_unit_of_every_shard() {
     every_success_written(&app, voucher, &told).await;
     let sale = app.redis_sale(voucher).await.unwrap();
     assert!(
-        sale.shards[1..].iter().all(|shard| shard.buyers == 0 && shard.lent > 0),
+        sale.shards[1..]
+            .iter()
+            .all(|shard| shard.buyers == 0 && shard.lent > 0),
         "every other shard lent its units to the buyers' shard: {sale:?}"
     );
 }
@@ -211,8 +220,8 @@ async fn a_node_killed_while_moving_stock_between_shards_loses_no_unit_and_doubl
     let voucher = app.create_open_seckill(STOCK).await;
     let layout = Layout::new(SHARDS.into()).unwrap();
     let everyone = users(&app, 6 * 8).await;
-    let (first_shard, others): (Vec<_>, Vec<_>) = (everyone.into_iter())
-        .partition(|(user, _)| layout.position_of(*user) == 0);
+    let (first_shard, others): (Vec<_>, Vec<_>) =
+        (everyone.into_iter()).partition(|(user, _)| layout.position_of(*user) == 0);
 
     // The first shard's two units, sold by the healthy node.
     let mut told = HashMap::new();
@@ -232,17 +241,28 @@ async fn a_node_killed_while_moving_stock_between_shards_loses_no_unit_and_doubl
             .send()
             .await
     });
-    wait_until("units lent and not received", Duration::from_secs(10), || async {
-        app.redis_sale(voucher).await.is_some_and(|sale| sale.in_transit > 0)
-    })
+    wait_until(
+        "units lent and not received",
+        Duration::from_secs(10),
+        || async {
+            app.redis_sale(voucher)
+                .await
+                .is_some_and(|sale| sale.in_transit > 0)
+        },
+    )
     .await;
     paused.kill().await;
-    assert!(cut_short.await.unwrap().is_err(), "the killed node answered nothing");
+    assert!(
+        cut_short.await.unwrap().is_err(),
+        "the killed node answered nothing"
+    );
 
     // Within the bound, the live node delivers what the dead one lent.
     let bound = STALE_AFTER + SWEEP_EVERY + Duration::from_secs(2);
     wait_until("the stranded units delivered", bound, || async {
-        app.redis_sale(voucher).await.is_some_and(|sale| sale.in_transit == 0)
+        app.redis_sale(voucher)
+            .await
+            .is_some_and(|sale| sale.in_transit == 0)
     })
     .await;
     let sale = app.redis_sale(voucher).await.unwrap();
@@ -253,9 +273,10 @@ async fn a_node_killed_while_moving_stock_between_shards_loses_no_unit_and_doubl
         .chain(first_shard[3..].iter().cloned())
         .chain(others)
         .collect();
-    let answers = join_all(rest.iter().map(|(user, token)| async {
-        (*user, buy_at(&app.address, voucher, token).await)
-    }))
+    let answers = join_all(
+        rest.iter()
+            .map(|(user, token)| async { (*user, buy_at(&app.address, voucher, token).await) }),
+    )
     .await;
     told.extend(
         (answers.iter()).filter_map(|(user, answer)| order_of(answer).map(|order| (*user, order))),
@@ -264,4 +285,160 @@ async fn a_node_killed_while_moving_stock_between_shards_loses_no_unit_and_doubl
     assert_eq!(users.len(), told.len());
     assert_eq!(told.len() as i64, STOCK, "{answers:?}");
     every_success_written(&app, voucher, &told).await;
+}
+
+/// One shard of a sale lost (its master restarted empty, say) while the
+/// other shards' orders are in their writers' hands: the next purchase
+/// loads the whole sale again from MySQL, the orders in flight are counted
+/// again in their shards, and every unit sells once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_lost_while_orders_are_in_flight_reloads_the_sale_and_sells_each_unit_once() {
+    const STOCK: i64 = 8;
+    let redis = hmdp_test_support::RedisServer::start().await.unwrap();
+    let app = spawn_app(|s| {
+        s.store.redis.url = redis.url();
+        s.seckill = SeckillMode::Stream;
+        s.seckill_shards = 4;
+        // Every writer stays in its transaction 3 s, before its INSERT.
+        s.chaos_hold_ms = 3000;
+        s.store.timeout.backend_timeout_ms = 8000;
+    })
+    .await;
+    let voucher = app.create_open_seckill(STOCK).await;
+    let layout = Layout::new(4).unwrap();
+    let everyone = users(&app, 16).await;
+    let mut told = HashMap::new();
+    for (user, token) in &everyone[..4] {
+        let answer = buy_at(&app.address, voucher, token).await;
+        told.insert(*user, order_of(&answer).expect("admitted"));
+    }
+    wait_until(
+        "the orders in their writer's hands",
+        Duration::from_secs(20),
+        || async { !app.lock_keys().await.is_empty() },
+    )
+    .await;
+
+    let lost = app.keys().shard(layout.shard(2)).voucher(voucher);
+    let buyers = app.keys().shard(layout.shard(2)).buyers(voucher);
+    let _: () = redis::cmd("DEL")
+        .arg(&[lost, buyers])
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+
+    // Everyone tries (again), retrying while the reloaded sale has not
+    // opened; a buyer of the lost shard first, whose purchase reloads it. (A
+    // buyer admitted between the loss and the reload is counted again by its
+    // writer the same way, as long as it reaches its commit within the hold.)
+    let mut everyone = everyone;
+    let first = (everyone.iter().skip(4))
+        .position(|(user, _)| layout.position_of(*user) == 2)
+        .expect("a buyer of the lost shard");
+    everyone.swap(0, first + 4);
+    for (user, token) in &everyone {
+        let answer = std::sync::Mutex::new(Value::Null);
+        wait_until("a final answer", Duration::from_secs(30), || async {
+            let now = buy_at(&app.address, voucher, token).await;
+            let settled = now["errorCode"] != "UNAVAILABLE";
+            *answer.lock().unwrap() = now;
+            settled
+        })
+        .await;
+        let answer = answer.into_inner().unwrap();
+        match (told.get(user), order_of(&answer)) {
+            // As in hmdp, a sale sold out says so before it looks at the buyer.
+            (Some(_), None) => assert!(
+                ["ALREADY_ORDERED", "SOLD_OUT"].contains(&answer["errorCode"].as_str().unwrap()),
+                "{answer}"
+            ),
+            (Some(first), Some(again)) => panic!("user {user} told {first} and {again}"),
+            (None, Some(order)) => {
+                told.insert(*user, order);
+            }
+            (None, None) => assert_eq!(answer["errorCode"], "SOLD_OUT", "{answer}"),
+        }
+    }
+    assert_eq!(told.len() as i64, STOCK);
+    every_success_written(&app, voucher, &told).await;
+}
+
+/// A cancelled order of a sharded sale gives its unit back to the shard
+/// that sold it, once; a buyer of another shard, refused while the sale was
+/// sold out, then buys that unit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_order_gives_its_unit_back_to_its_shard_and_a_buyer_of_another_buys_it() {
+    const STOCK: i64 = 4;
+    let app = spawn_app(|s| {
+        s.seckill = SeckillMode::Stream;
+        s.seckill_shards = 4;
+    })
+    .await;
+    let voucher = app.create_open_seckill(STOCK).await;
+    let layout = Layout::new(4).unwrap();
+    let everyone = users(&app, 20).await;
+    let of_shard = |position| {
+        everyone
+            .iter()
+            .filter(move |(user, _)| layout.position_of(*user) == position)
+    };
+    // Every unit sold to buyers of shard 0, the other shards lending theirs.
+    let mut told = HashMap::new();
+    for (user, token) in of_shard(0).take(STOCK as usize) {
+        let answer = buy_at(&app.address, voucher, token).await;
+        told.insert(*user, order_of(&answer).expect("a unit"));
+    }
+    let (late, late_token) = of_shard(3).next().unwrap().clone();
+    let refused = buy_at(&app.address, voucher, &late_token).await;
+    assert_eq!(refused["errorCode"], "SOLD_OUT", "{refused}");
+
+    let (canceller, canceller_token) = of_shard(0).next().unwrap();
+    wait_until("the order written", Duration::from_secs(20), || async {
+        app.audit(voucher).await.active_orders == STOCK
+    })
+    .await;
+    let order = told.remove(canceller).unwrap();
+    for _ in 0..2 {
+        let cancelled = app
+            .post_json(
+                &format!("/voucher-order/{order}/cancel"),
+                Some(canceller_token),
+            )
+            .await;
+        assert_eq!(cancelled["success"], true, "{cancelled}");
+    }
+    wait_until(
+        "the unit back in shard 0",
+        Duration::from_secs(10),
+        || async {
+            app.redis_sale(voucher)
+                .await
+                .is_some_and(|sale| sale.shards[0].stock == 1)
+        },
+    )
+    .await;
+
+    let bought = buy_at(&app.address, voucher, &late_token).await;
+    told.insert(late, order_of(&bought).expect("the unit given back"));
+    wait_until("the orders written", Duration::from_secs(20), || async {
+        app.audit(voucher).await.active_orders == STOCK
+    })
+    .await;
+    let audit = app.audit(voucher).await;
+    assert_eq!(
+        (audit.closed_orders, audit.stock_left, audit.duplicate_users),
+        (1, 0, 0)
+    );
+    let sale = app.redis_sale(voucher).await.unwrap();
+    assert_eq!(
+        (sale.stock, sale.in_transit, sale.buyers.len()),
+        (0, 0, 4),
+        "{sale:?}"
+    );
+    for shard in &sale.shards {
+        assert_eq!(
+            shard.stock + shard.buyers,
+            shard.initial + shard.received - shard.lent
+        );
+    }
 }

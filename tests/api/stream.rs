@@ -534,20 +534,36 @@ async fn a_stock_row_held_by_another_session_delays_orders_and_never_dead_letter
 async fn a_batch_in_flight_when_redis_restarts_is_counted_in_the_reloaded_sale() {
     an_order_in_its_transaction_when_redis_restarts_is_counted_in_the_reloaded_sale(
         SeckillMode::Stream,
+        1,
+    )
+    .await;
+}
+
+/// The test above with the sale in four shards: the reloaded sale splits
+/// MySQL's stock over them, the order in flight is counted again in its own
+/// shard, and the buyers after the loss are served from every shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_in_flight_when_redis_restarts_is_counted_in_a_reloaded_sharded_sale() {
+    an_order_in_its_transaction_when_redis_restarts_is_counted_in_the_reloaded_sale(
+        SeckillMode::Stream,
+        4,
     )
     .await;
 }
 
 /// The test above, for an admitted order whose writer (`stream`'s consumer,
-/// `queue`'s writer) is in its transaction when Redis restarts empty.
+/// `queue`'s writer) is in its transaction when Redis restarts empty, in a
+/// sale of `shards` shards.
 pub async fn an_order_in_its_transaction_when_redis_restarts_is_counted_in_the_reloaded_sale(
     mode: SeckillMode,
+    shards: u16,
 ) {
     const STOCK: i64 = 4;
     let mut redis = hmdp_test_support::RedisServer::start().await.unwrap();
     let app = spawn_app(|s| {
         s.store.redis.url = redis.url();
         s.seckill = mode;
+        s.seckill_shards = shards;
         // Every writer stays in its transaction 4 s, before its INSERT.
         s.chaos_hold_ms = 4000;
         s.store.timeout.backend_timeout_ms = 8000;

@@ -163,7 +163,11 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
     // node died holding it): lost, not on its way.
     let stale_id = hmdp::id_worker::compose(Utc::now() - TimeDelta::minutes(10), 77);
     let _: () = redis
-        .hset(keys.single().pending(), stale_id, format!("515151:{voucher}"))
+        .hset(
+            keys.single().pending(),
+            stale_id,
+            format!("515151:{voucher}"),
+        )
         .await
         .unwrap();
     let _: () = redis.sadd(&buyers, 515_151).await.unwrap();
@@ -255,13 +259,20 @@ async fn the_audit_of_a_sharded_sale_shows_each_shard_and_the_total() {
         serde_json::from_str(&std::fs::read_to_string(json.path()).unwrap()).unwrap();
     let voucher = report["voucher"].as_i64().unwrap();
     // Ten buyers and two units left in each shard.
-    assert_eq!(report["audit"]["shards"].as_array().unwrap().len(), 4, "{report}");
+    assert_eq!(
+        report["audit"]["shards"].as_array().unwrap().len(),
+        4,
+        "{report}"
+    );
 
     let (code, out) = audit(&sandbox, voucher);
     assert_eq!(code, 0, "{out}");
     let layout = Layout::new(4).unwrap();
     for shard in layout.shards() {
-        assert!(out.contains(&format!("  {:<18} {:>5}", shard.tag(), slot(shard.tag()))), "{out}");
+        assert!(
+            out.contains(&format!("  {:<18} {:>5}", shard.tag(), slot(shard.tag()))),
+            "{out}"
+        );
     }
     assert!(out.contains("total (4)"), "{out}");
     assert!(out.contains("verdict: every check holds"), "{out}");
@@ -289,5 +300,8 @@ async fn the_audit_of_a_sharded_sale_shows_each_shard_and_the_total() {
     let (code, out) = audit(&sandbox, voucher);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("verdict: BROKEN: redis-stock"), "{out}");
-    assert!(out.contains(&format!("shard {}: stock 3 + 10 buyers", shard.tag())), "{out}");
+    assert!(
+        out.contains(&format!("shard {}: stock 3 + 10 buyers", shard.tag())),
+        "{out}"
+    );
 }

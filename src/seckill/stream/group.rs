@@ -15,8 +15,8 @@ use redis::{AsyncCommands, RedisResult};
 
 use super::entry::Entry;
 use crate::keys::ShardKeys;
-use crate::seckill::shards::Shard;
 use crate::metrics;
+use crate::seckill::shards::Shard;
 use crate::store::NewOrder;
 
 /// The one consumer group of the order stream: every node's consumer joins
@@ -224,7 +224,9 @@ impl OrderStream {
                 .await?;
         let shard = [self.shard.tag()];
         metrics::STREAM_LENGTH.with_label_values(&shard).set(length);
-        metrics::STREAM_PENDING.with_label_values(&shard).set(pending.count);
+        metrics::STREAM_PENDING
+            .with_label_values(&shard)
+            .set(pending.count);
         let now_ms = now_secs * 1000 + now_micros / 1000;
         let oldest_ms = pending
             .oldest

@@ -33,6 +33,7 @@ pub(super) mod entry;
 mod group;
 mod replay;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -66,10 +67,27 @@ const MAX_BLOCK: Duration = Duration::from_secs(1);
 const RETRY: Duration = Duration::from_millis(500);
 const MAX_RETRY: Duration = Duration::from_secs(8);
 
+/// How often the consumer looks for shards whose streams it does not read
+/// yet: a voucher created since with a shard count no sale had before.
+const DISCOVER_EVERY: Duration = Duration::from_secs(2);
+
 /// This node's consumer of every shard's stream, built, not yet running.
 pub struct StreamConsumer {
     name: String,
-    streams: Vec<Arc<Inner>>,
+    builder: Builder,
+    /// The shards whose streams it reads from the start.
+    shards: Vec<Shard>,
+}
+
+/// What it takes to read one more shard's stream.
+struct Builder {
+    writer: Arc<OrderWriter>,
+    redis: RedisConnection,
+    redis_url: String,
+    timeout: Duration,
+    batch: usize,
+    claim_idle: Duration,
+    max_deliveries: usize,
 }
 
 struct Inner {
@@ -83,14 +101,15 @@ struct Inner {
 /// A running consumer; [`RunningConsumer::stop`] ends it gracefully.
 pub struct RunningConsumer {
     stop: watch::Sender<bool>,
-    tasks: Vec<JoinHandle<()>>,
+    task: JoinHandle<()>,
 }
 
 impl StreamConsumer {
     /// A consumer named `<node_id>:<random uuid>` in the group of each of
-    /// `shards`' streams, reading each on a connection of its own to
-    /// `redis_url` (replies awaited up to `timeout` beyond the read's block)
-    /// and writing through `writer`.
+    /// `shards`' streams (and of the streams of shards the sales use later),
+    /// reading each on a connection of its own to `redis_url` (replies
+    /// awaited up to `timeout` beyond the read's block) and writing through
+    /// `writer`.
     pub fn new(
         writer: Arc<OrderWriter>,
         redis: RedisConnection,
@@ -100,21 +119,22 @@ impl StreamConsumer {
         node_id: &str,
         shards: &[Shard],
     ) -> anyhow::Result<StreamConsumer> {
-        let name = format!("{node_id}:{}", uuid::Uuid::new_v4().simple());
-        let streams = (shards.iter())
-            .map(|&shard| {
-                let reader = crate::config::connect_redis(redis_url, timeout + MAX_BLOCK)?;
-                let keys = writer.keys().shard(shard);
-                Ok(Arc::new(Inner {
-                    stream: OrderStream::new(redis.clone(), reader, keys, name.clone()),
-                    writer: writer.clone(),
-                    batch: settings.batch(),
-                    claim_idle: settings.claim_idle(),
-                    max_deliveries: settings.stream_max_deliveries as usize,
-                }))
-            })
-            .collect::<anyhow::Result<_>>()?;
-        Ok(StreamConsumer { name, streams })
+        let consumer = StreamConsumer {
+            name: format!("{node_id}:{}", uuid::Uuid::new_v4().simple()),
+            builder: Builder {
+                writer,
+                redis,
+                redis_url: redis_url.to_owned(),
+                timeout,
+                batch: settings.batch(),
+                claim_idle: settings.claim_idle(),
+                max_deliveries: settings.stream_max_deliveries as usize,
+            },
+            shards: shards.to_vec(),
+        };
+        // A URL that makes no connection is refused now, not in the task.
+        consumer.builder.stream(Shard::SINGLE, &consumer.name)?;
+        Ok(consumer)
     }
 
     /// The consumer's name in each group.
@@ -122,31 +142,78 @@ impl StreamConsumer {
         &self.name
     }
 
-    /// Starts consuming, a task per stream.
+    /// Starts consuming: a task per stream, and one that starts a task for
+    /// each shard the sales begin to use.
     pub fn spawn(self) -> RunningConsumer {
         metrics::init_stream(batch::OUTCOMES, batch::DEAD_LETTER_REASONS);
         let (stop, stopped) = watch::channel(false);
-        let tasks = (self.streams.into_iter())
-            .map(|inner| {
-                let span = tracing::info_span!("stream_consumer", consumer = %self.name,
-                    stream = %inner.stream.stream);
-                tokio::spawn(inner.run(stopped.clone()).instrument(span))
-            })
-            .collect();
-        RunningConsumer { stop, tasks }
+        let span = tracing::info_span!("stream_consumer", consumer = %self.name);
+        let task = tokio::spawn(self.supervise(stopped).instrument(span));
+        RunningConsumer { stop, task }
+    }
+
+    async fn supervise(self, mut stopped: watch::Receiver<bool>) {
+        let mut running: BTreeMap<Shard, JoinHandle<()>> = BTreeMap::new();
+        let mut shards = self.shards.clone();
+        loop {
+            for shard in shards {
+                if running.contains_key(&shard) {
+                    continue;
+                }
+                match self.builder.stream(shard, &self.name) {
+                    Ok(inner) => {
+                        let span = tracing::info_span!("stream", shard = shard.tag());
+                        let task = tokio::spawn(inner.run(stopped.clone()).instrument(span));
+                        running.insert(shard, task);
+                    }
+                    Err(error) => {
+                        tracing::warn!(error = %error, shard = shard.tag(),
+                            "cannot read the shard's order stream yet; trying again")
+                    }
+                }
+            }
+            if pause(&mut stopped, DISCOVER_EVERY).await {
+                break;
+            }
+            shards = match self.builder.writer.sale_state().shards_in_use().await {
+                Ok(shards) => shards,
+                Err(error) => {
+                    tracing::debug!(error = %error, "shards in use not read; looking again later");
+                    Vec::new()
+                }
+            };
+        }
+        for (_, task) in running {
+            if let Err(failed) = task.await {
+                tracing::error!(error = %failed, "the stream consumer task failed");
+            }
+        }
+    }
+}
+
+impl Builder {
+    /// The loop reading `shard`'s stream as the consumer `name`.
+    fn stream(&self, shard: Shard, name: &str) -> anyhow::Result<Arc<Inner>> {
+        let reader = crate::config::connect_redis(&self.redis_url, self.timeout + MAX_BLOCK)?;
+        let keys = self.writer.keys().shard(shard);
+        Ok(Arc::new(Inner {
+            stream: OrderStream::new(self.redis.clone(), reader, keys, name.to_owned()),
+            writer: self.writer.clone(),
+            batch: self.batch,
+            claim_idle: self.claim_idle,
+            max_deliveries: self.max_deliveries,
+        }))
     }
 }
 
 impl RunningConsumer {
-    /// Stops reading, lets the batch in hand be written and acknowledged,
-    /// and returns once the consumer has ended.
+    /// Stops reading, lets the batches in hand be written and acknowledged,
+    /// and returns once every stream's loop has ended.
     pub async fn stop(self) {
         // An error means the consumer has already ended.
         let _ = self.stop.send(true);
-        for task in self.tasks {
-            if let Err(failed) = task.await {
-                tracing::error!(error = %failed, "the stream consumer task failed");
-            }
+        if let Err(failed) = self.task.await {
+            tracing::error!(error = %failed, "the stream consumer task failed");
         }
     }
 }

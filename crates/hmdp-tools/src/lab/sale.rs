@@ -243,7 +243,9 @@ impl SaleStage {
     /// (`XPENDING`'s count), and entries in the stream (`XLEN`): the
     /// consumers delete what they acknowledged, so the rest is unread.
     pub async fn stream_entries(&self) -> anyhow::Result<(i64, i64)> {
-        let stream = Keys::new(self.sandbox.redis.prefix.clone()).single().orders();
+        let stream = Keys::new(self.sandbox.redis.prefix.clone())
+            .single()
+            .orders();
         let ((read, _, _, _), entries): ((i64, redis::Value, redis::Value, redis::Value), i64) =
             redis::pipe()
                 .cmd("XPENDING")
