@@ -4,9 +4,13 @@
 //! in Redis and writing the orders afterwards changes; with `--report`, the
 //! same as a picture (`report_html`). With `--payers`, each run goes on
 //! past the sale: its orders are paid, cancelled or left to time out, and
-//! the units that came back are sold again (`after_sale`).
+//! the units that came back are sold again (`after_sale`). With
+//! `--redis-cluster` and `--seckill-shards 1,6`, a table shows each master's
+//! share of the sale and the Redis CPU per admission for each shard count
+//! (`masters`).
 
 mod after_sale;
+mod masters;
 mod report_html;
 
 use std::fmt::Write as _;
@@ -45,6 +49,15 @@ pub struct DemoSettings {
     /// until MySQL holds every order Redis admitted.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [SeckillMode::Sync])]
     pub seckill: Vec<SeckillMode>,
+
+    /// Shard counts to run every asynchronous path with, in order
+    /// (comma-separated, 1 to 64): each run's voucher splits its sale into
+    /// that many shards in Redis (`--seckill-shards` of the nodes). With
+    /// --redis-cluster, a table shows each master's share of the sale's
+    /// scripts and the Redis CPU per admission for each count.
+    #[arg(long, value_delimiter = ',', default_values_t = [1],
+          value_parser = clap::value_parser!(u16).range(1..=i64::from(hmdp::seckill::MAX_SHARDS)))]
+    pub seckill_shards: Vec<u16>,
 
     /// Distinct users.
     #[arg(long, default_value_t = 1000)]
@@ -118,14 +131,40 @@ impl DemoSettings {
         self.seckill.iter().any(|&s| s != SeckillMode::Sync)
     }
 
+    /// Whether a run splits its sale: the table then shows the shard count.
+    fn with_shards(&self) -> bool {
+        self.seckill_shards.iter().any(|&shards| shards != 1)
+    }
+
     /// The nodes' flags for one run; the pay timeout only with --payers,
-    /// so that without it the nodes run as they always did.
-    fn node_flags(&self, mode: LockMode, seckill: SeckillMode) -> Vec<String> {
+    /// and the shard count only above one, so that without them the nodes
+    /// run as they always did.
+    fn node_flags(&self, mode: LockMode, seckill: SeckillMode, shards: u16) -> Vec<String> {
         let mut flags = node_flags(mode, seckill, self.chaos_hold_ms);
         if self.payers.is_some() {
             flags.push(format!("--pay-timeout-secs={}", self.pay_timeout_secs));
         }
+        if shards != 1 {
+            flags.push(format!("--seckill-shards={shards}"));
+        }
         flags
+    }
+
+    /// Every run: each purchase path with each lock mode, the asynchronous
+    /// paths with each shard count (the synchronous one keeps no sale in
+    /// Redis, so it runs once).
+    fn combinations(&self) -> Vec<(SeckillMode, LockMode, u16)> {
+        let mut runs = Vec::new();
+        for &seckill in &self.seckill {
+            let shards: &[u16] = match seckill {
+                SeckillMode::Sync => &[1],
+                SeckillMode::Queue | SeckillMode::Stream => &self.seckill_shards,
+            };
+            for &count in shards {
+                runs.extend(self.modes.iter().map(|&mode| (seckill, mode, count)));
+            }
+        }
+        runs
     }
 }
 
@@ -144,6 +183,8 @@ const DRAIN_DEADLINE: Duration = Duration::from_secs(60);
 struct ModeRun {
     mode: LockMode,
     seckill: SeckillMode,
+    /// How many shards the run's sale was split into.
+    shards: u16,
     result: Result<Run, String>,
 }
 
@@ -160,6 +201,8 @@ struct Run {
     /// With --payers: what the orders' life after the sale did and left;
     /// its violations are in the report's too.
     after_sale: Option<AfterSale>,
+    /// With --redis-cluster: what the run cost each master.
+    masters: Option<masters::Spread>,
 }
 
 impl ModeRun {
@@ -178,9 +221,10 @@ impl ModeRun {
     /// The lock mode alone on the synchronous path (the demo's table as it
     /// always was), the lock mode and the path on the others.
     fn label(&self) -> String {
-        match self.seckill {
-            SeckillMode::Sync => self.mode.to_string(),
-            seckill => format!("{} + {seckill}", self.mode),
+        match (self.seckill, self.shards) {
+            (SeckillMode::Sync, _) => self.mode.to_string(),
+            (seckill, 1) => format!("{} + {seckill}", self.mode),
+            (seckill, shards) => format!("{} + {seckill}, {shards} shards", self.mode),
         }
     }
 
@@ -272,7 +316,7 @@ pub async fn run(settings: DemoSettings) -> anyhow::Result<()> {
         None => settings.store.redis.clone(),
     };
     let sandbox = Sandbox::create(&settings.store.database.url, &redis, "demo").await?;
-    let outcome = until_signal(demo(&settings, exe, &sandbox))
+    let outcome = until_signal(demo(&settings, exe, &sandbox, redis_cluster.as_ref()))
         .await
         .unwrap_or_else(|signal| Err(anyhow!("interrupted by {signal}: nodes and nginx stopped")));
     // The cluster was dropped with the demo future; now the data goes too,
@@ -282,14 +326,16 @@ pub async fn run(settings: DemoSettings) -> anyhow::Result<()> {
     outcome
 }
 
-async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyhow::Result<()> {
-    // Every lock mode on each purchase path in turn, grouped by path.
-    let combinations: Vec<(SeckillMode, LockMode)> = settings
-        .seckill
-        .iter()
-        .flat_map(|&seckill| settings.modes.iter().map(move |&mode| (seckill, mode)))
-        .collect();
-    let Some(&(first_seckill, first_mode)) = combinations.first() else {
+async fn demo(
+    settings: &DemoSettings,
+    exe: PathBuf,
+    sandbox: &Sandbox,
+    redis_cluster: Option<&RedisCluster>,
+) -> anyhow::Result<()> {
+    // Every lock mode on each purchase path (and shard count) in turn,
+    // grouped by path.
+    let combinations = settings.combinations();
+    let Some(&(first_seckill, first_mode, first_shards)) = combinations.first() else {
         bail!("no lock modes or no purchase paths given");
     };
     let spec = ClusterSpec::in_sandbox(exe, sandbox);
@@ -299,7 +345,7 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
     );
     let mut cluster = Cluster::start(
         spec.clone(),
-        &settings.node_flags(first_mode, first_seckill),
+        &settings.node_flags(first_mode, first_seckill, first_shards),
     )
     .await?;
     let client = loadtest::http_client(settings.concurrency)?;
@@ -319,14 +365,14 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
     let sales = SaleState::new(redis, keys, store.clone());
 
     let mut runs = Vec::new();
-    for (i, &(seckill, mode)) in combinations.iter().enumerate() {
-        let flags = settings.node_flags(mode, seckill);
+    for (i, &(seckill, mode, shards)) in combinations.iter().enumerate() {
+        let flags = settings.node_flags(mode, seckill, shards);
         let result = async {
             if i > 0 {
                 cluster.restart_nodes(&flags).await?;
             }
             eprintln!(
-                "{mode}, {seckill}: {} users x {} purchases",
+                "{mode}, {seckill}, {shards} shard(s): {} users x {} purchases",
                 tokens.len(),
                 settings.per_user
             );
@@ -345,6 +391,10 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
                 concurrency: settings.concurrency,
                 progress: loadtest::progress_bar((tokens.len() * settings.per_user) as u64),
             };
+            let before = match redis_cluster {
+                Some(redis) => Some(masters::sample(redis, &cluster.node_urls()).await?),
+                None => None,
+            };
             let measured = loadtest::run(&plan).await?;
             let voucher = VoucherId::new(voucher);
             let drained = match seckill {
@@ -352,6 +402,13 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
                 SeckillMode::Queue | SeckillMode::Stream => {
                     Some(loadtest::drain(&sales, voucher, DRAIN_DEADLINE).await?)
                 }
+            };
+            let masters = match (redis_cluster, &before) {
+                (Some(redis), Some(before)) if seckill != SeckillMode::Sync => {
+                    let after = masters::sample(redis, &cluster.node_urls()).await?;
+                    Some(masters::spread(before, &after))
+                }
+                _ => None,
             };
             let audit = store.audit_voucher(voucher).await?;
             let mut report = Report::new(&plan, &measured);
@@ -398,6 +455,7 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
                 drain,
                 latency: LatencyCurve::of(&measured.latency_us),
                 after_sale,
+                masters,
             })
         }
         .await
@@ -405,6 +463,7 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
         runs.push(ModeRun {
             mode,
             seckill,
+            shards,
             result,
         });
     }
@@ -423,8 +482,26 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
         settings.chaos_hold_ms
     );
     println!();
-    print!("{}", table(&runs, settings.with_paths()));
+    print!("{}", table(&runs, settings.with_paths(), settings.with_shards()));
     println!();
+    let spreads: Vec<(String, &masters::Spread)> = (runs.iter())
+        .filter_map(|run| {
+            let spread = run.result.as_ref().ok()?.masters.as_ref()?;
+            Some((run.label(), spread))
+        })
+        .collect();
+    if let Some((_, first)) = spreads.first() {
+        println!(
+            "each master's share of the sale's scripts (INFO commandstats: admissions and \
+             moves between shards) and the masters' CPU per admission (INFO cpu)"
+        );
+        let ports: Vec<u16> = first.masters.iter().map(|master| master.port).collect();
+        println!("{}", masters::heading(&ports));
+        for (label, spread) in &spreads {
+            println!("{}", masters::row(label, spread));
+        }
+        println!();
+    }
     if let Some(payers) = settings.payers {
         println!(
             "after the sale: {payers} of the buyers pay, a tenth of the rest cancel, \
@@ -459,14 +536,12 @@ async fn demo(settings: &DemoSettings, exe: PathBuf, sandbox: &Sandbox) -> anyho
 
 /// The side-by-side table, one row per run; `with_paths` adds the purchase
 /// path and the drain time (the synchronous path's rows show `-` there).
-fn table(runs: &[ModeRun], with_paths: bool) -> String {
+fn table(runs: &[ModeRun], with_paths: bool, with_shards: bool) -> String {
     let mut out = String::new();
-    let path = |text: &str| {
-        if with_paths {
-            format!(" {text:<7}")
-        } else {
-            String::new()
-        }
+    let path = |text: &str| match (with_paths, with_shards) {
+        (false, _) => String::new(),
+        (true, false) => format!(" {text:<7}"),
+        (true, true) => format!(" {text:<14}"),
     };
     let drain = |text: &str| {
         if with_paths {
@@ -491,7 +566,10 @@ fn table(runs: &[ModeRun], with_paths: bool) -> String {
     );
     for run in runs {
         let mode = run.mode.to_string();
-        let seckill = path(&run.seckill.to_string());
+        let seckill = path(&match run.shards {
+            1 => run.seckill.to_string(),
+            shards => format!("{} x{shards}", run.seckill),
+        });
         match &run.result {
             Ok(Run {
                 report: r,
@@ -597,6 +675,10 @@ struct ModeJson<'a> {
     drain_ms: Option<f64>,
     /// With --payers: the orders' life after the sale.
     after_sale: Option<&'a AfterSale>,
+    /// How many shards the run's sale was split into.
+    shards: u16,
+    /// With --redis-cluster: each master's share and the CPU per admission.
+    masters: Option<&'a masters::Spread>,
     error: Option<&'a str>,
 }
 
@@ -620,6 +702,8 @@ fn write_json(path: &PathBuf, settings: &DemoSettings, runs: &[ModeRun]) -> anyh
                 .as_ref()
                 .ok()
                 .and_then(|run| run.after_sale.as_ref()),
+            shards: run.shards,
+            masters: (run.result.as_ref().ok()).and_then(|run| run.masters.as_ref()),
             error: run.result.as_ref().err().map(String::as_str),
         })
         .collect();
@@ -630,6 +714,7 @@ fn write_json(path: &PathBuf, settings: &DemoSettings, runs: &[ModeRun]) -> anyh
         "concurrency": settings.concurrency,
         "chaos_hold_ms": settings.chaos_hold_ms,
         "seckill": settings.seckill.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "seckill_shards": settings.seckill_shards,
         "payers": settings.payers.map(|payers| payers.to_string()),
         "pay_timeout_secs": settings.payers.map(|_| settings.pay_timeout_secs),
         "modes": modes,
@@ -685,12 +770,13 @@ mod tests {
         let run = |seckill| ModeRun {
             mode: LockMode::Reentrant,
             seckill,
+            shards: 1,
             result: Err("no nginx".into()),
         };
-        let sync_only = table(&[run(SeckillMode::Sync)], false);
+        let sync_only = table(&[run(SeckillMode::Sync)], false, false);
         assert!(sync_only.starts_with("mode       requests"), "{sync_only}");
         assert!(sync_only.lines().next().unwrap().ends_with("node1/node2"));
-        let both = table(&[run(SeckillMode::Sync), run(SeckillMode::Stream)], true);
+        let both = table(&[run(SeckillMode::Sync), run(SeckillMode::Stream)], true, false);
         let mut lines = both.lines();
         assert!(lines
             .next()

@@ -108,11 +108,13 @@ fn ran(figures: Figures) -> ModeRun {
     ModeRun {
         mode: figures.mode,
         seckill: figures.seckill,
+        shards: 1,
         result: Ok(Run {
             report,
             drain,
             latency: LatencyCurve::of(&measured.latency_us),
             after_sale: None,
+            masters: None,
         }),
     }
 }
@@ -304,6 +306,7 @@ fn every_string_from_outside_is_escaped() {
     runs.push(ModeRun {
         mode: LockMode::Redlock,
         seckill: SeckillMode::Sync,
+        shards: 1,
         result: Err("<img src=x onerror=alert(1)> & \"quoted\" 'too'".into()),
     });
     let page = render(&settings(&[]), &runs, &occasion());
