@@ -14,7 +14,15 @@
 -- ARGV[5]: at most this many units
 -- Returns {units lent, the sale's epoch}: {0, ''} when the shard has no
 -- unit (or no sale of this token); half its stock, rounded up, at most
--- ARGV[5], otherwise.
+-- ARGV[5], otherwise. A transfer id lends once: sent again while its
+-- record stands, it is answered with the record.
+-- The same transfer sent again (a cluster connection re-sends a call whose
+-- reply it lost) lent already: answered with what it lent.
+local lent = redis.call('HGET', KEYS[2], ARGV[4])
+if lent then
+  local _, _, units, epoch = string.match(lent, '^(%d+):(%d+):(%d+):([^:]*):(%d+)$')
+  return {tonumber(units), epoch}
+end
 local sale = redis.call('HMGET', KEYS[1], 'stock', 'token', 'epoch')
 if not sale[1] or (sale[2] or '0') ~= ARGV[2] then
   return {0, ''}

@@ -19,7 +19,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use hmdp_lock::Connection as RedisConnection;
-use redis::Script;
+use redis::{AsyncCommands, Script};
 
 use super::sale_state::SaleState;
 use super::shards::{Shard, SEQUENCE_BITS};
@@ -143,8 +143,16 @@ impl SaleState {
             let admission = self
                 .admit_in(shard, user_id, sale, append_to_stream, key)
                 .await?;
-            if admission != Admission::Refused(Rejection::SoldOut) {
+            if admission != Admission::Refused(Rejection::SoldOut) || sale.layout.count() == 1 {
                 return Ok(admission);
+            }
+            // A buyer who has bought moves no stock: the sale still holds
+            // units elsewhere, so the answer is the one a sale with stock
+            // gives.
+            let buyers = self.keys.shard(shard).buyers(sale.voucher_id);
+            let bought: bool = self.redis.clone().sismember(buyers, user_id.get()).await?;
+            if bought {
+                return Ok(Admission::Refused(Rejection::AlreadyOrdered));
             }
             if self.refill(sale, position, deadline).await? == Refill::SoldOut {
                 return Ok(admission);

@@ -286,6 +286,7 @@ impl Seckill {
     /// this node forgets that it saw the voucher sell out.
     pub fn stock_returned(&self, voucher_id: VoucherId) {
         self.catalog.stock_returned(voucher_id);
+        self.sale_state.stock_returned(voucher_id);
     }
 
     /// The caller's order: written in MySQL, else admitted and pending in

@@ -26,7 +26,7 @@ use redis::{AsyncCommands, Script};
 use serde::Serialize;
 
 use super::shards::{Layout, Shard};
-use super::stock_moves::{Refill, SaleRef};
+use super::stock_moves::{Refill, SaleRef, Seen};
 use crate::error::Error;
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
@@ -133,6 +133,9 @@ pub struct SaleState {
     /// Fault injection: milliseconds a move of stock between shards pauses
     /// after its lend (`stock_moves.rs`); 0 in production.
     pub(super) move_pause_ms: AtomicU64,
+    /// What this node saw of each sharded sale's shards a moment ago
+    /// (`stock_moves.rs`).
+    pub(super) seen_shards: Mutex<HashMap<VoucherId, Seen>>,
 }
 
 impl SaleState {
@@ -143,6 +146,7 @@ impl SaleState {
             store,
             loading: Mutex::new(HashMap::new()),
             move_pause_ms: AtomicU64::new(0),
+            seen_shards: Mutex::new(HashMap::new()),
         }
     }
 

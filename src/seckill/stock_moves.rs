@@ -14,11 +14,12 @@
 //!    leaves the transit hash.
 //!
 //! A mover that dies after step 1 or 2 leaves its record behind. Every node
-//! looks at the transit hashes every [`SWEEP_EVERY`], and so does a buyer
-//! who finds units in transit: a record older than [`STALE_AFTER`] is
-//! received and settled by whoever finds it, which changes nothing if the
-//! mover was only slow. A unit is thus stranded at most `STALE_AFTER +
-//! SWEEP_EVERY` (3 s) after its mover died. A sale loaded again meanwhile
+//! looks at the transit hashes every [`SWEEP_EVERY`]: a record older than
+//! [`STALE_AFTER`] is received and settled by whichever node finds it, which
+//! changes nothing if the mover was only slow. A buyer who finds units in
+//! transit waits for them, looking again every [`IN_TRANSIT_PAUSE`]. A unit
+//! is thus stranded at most `STALE_AFTER + SWEEP_EVERY` (3 s) after its
+//! mover died. A sale loaded again meanwhile
 //! (a new epoch) counted its units from MySQL: the receive is refused, the
 //! record settled.
 //!
@@ -59,7 +60,7 @@ pub const STALE_AFTER: Duration = Duration::from_secs(2);
 pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// How long a buyer waits before looking again while units are in transit.
-const IN_TRANSIT_PAUSE: Duration = Duration::from_millis(5);
+const IN_TRANSIT_PAUSE: Duration = Duration::from_millis(10);
 
 /// A sale as a mover needs it.
 #[derive(Debug, Clone, Copy)]
@@ -79,9 +80,33 @@ pub enum Refill {
     SoldOut,
 }
 
+/// How long a node trusts what it saw of a sale's shards: long enough to
+/// spare the storm in flight at the last unit a read of every shard each,
+/// far shorter than the node's memory of a sold-out sale (5 s, `catalog.rs`).
+const SEEN_FOR: Duration = Duration::from_millis(200);
+
+/// What a node saw of a sale's shards at one moment.
+#[derive(Debug, Clone)]
+pub(super) struct Seen {
+    at: Instant,
+    looks: Vec<Look>,
+    /// Proved sold out then.
+    sold_out: bool,
+}
+
+/// The positions of the shards other than `position` that held stock, the
+/// fullest first: the fewer moves, the better.
+fn fullest(looks: &[Look], position: u16) -> impl Iterator<Item = u16> {
+    let mut donors: Vec<u16> = (0..looks.len() as u16)
+        .filter(|&donor| donor != position && looks[usize::from(donor)].stock > 0)
+        .collect();
+    donors.sort_by_key(|&donor| -looks[usize::from(donor)].stock);
+    donors.into_iter()
+}
+
 /// One shard's counts, as one read finds them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Look {
+pub(super) struct Look {
     stock: i64,
     moves: i64,
     in_transit: i64,
@@ -126,6 +151,19 @@ impl SaleState {
             return Ok(Refill::SoldOut);
         }
         let home = sale.layout.shard(position);
+        // What this node saw a moment ago spares the reads of every shard:
+        // a sale it proved sold out, or the shard that had the most stock.
+        match self.seen(sale.voucher_id) {
+            Some(Seen { sold_out: true, .. }) => return Ok(Refill::SoldOut),
+            Some(Seen { looks, .. }) => {
+                if let Some(donor) = fullest(&looks, position).next() {
+                    if self.moved(sale, sale.layout.shard(donor), home).await? {
+                        return Ok(Refill::Moved);
+                    }
+                }
+            }
+            None => {}
+        }
         while Instant::now() < deadline {
             let first = self.look(sale).await?;
             let Some(first) = first.into_iter().collect::<Option<Vec<Look>>>() else {
@@ -137,24 +175,15 @@ impl SaleState {
             if first[usize::from(position)].stock > 0 {
                 return Ok(Refill::Moved);
             }
-            // The fullest first: the fewer moves, the better.
-            let mut donors: Vec<u16> = (0..sale.layout.count())
-                .filter(|&donor| donor != position && first[usize::from(donor)].stock > 0)
-                .collect();
-            donors.sort_by_key(|&donor| -first[usize::from(donor)].stock);
-            for donor in donors {
+            self.remember(sale.voucher_id, &first, false);
+            for donor in fullest(&first, position) {
                 if self.moved(sale, sale.layout.shard(donor), home).await? {
                     return Ok(Refill::Moved);
                 }
             }
-            let moving: Vec<Shard> = (sale.layout.shards().zip(&first))
-                .filter(|(_, look)| look.in_transit > 0)
-                .map(|(shard, _)| shard)
-                .collect();
-            if !moving.is_empty() {
-                for shard in moving {
-                    self.settle_stale(shard).await?;
-                }
+            // Units on their way land within a mover's round trips, or, its
+            // mover dead, within the bound, delivered by the sweep.
+            if first.iter().any(|look| look.in_transit > 0) {
                 tokio::time::sleep(IN_TRANSIT_PAUSE).await;
                 continue;
             }
@@ -165,6 +194,7 @@ impl SaleState {
                 })
             });
             if unchanged {
+                self.remember(sale.voucher_id, &first, true);
                 return Ok(Refill::SoldOut);
             }
         }
@@ -172,6 +202,37 @@ impl SaleState {
             "moving stock between the sale's shards",
             self.store.backend_timeout(),
         ))
+    }
+
+    /// What this node saw of the sale's shards, if it saw it within
+    /// [`SEEN_FOR`].
+    fn seen(&self, voucher_id: VoucherId) -> Option<Seen> {
+        let seen = self.seen_shards.lock().expect("seen shards poisoned");
+        (seen.get(&voucher_id))
+            .filter(|seen| seen.at.elapsed() < SEEN_FOR)
+            .cloned()
+    }
+
+    fn remember(&self, voucher_id: VoucherId, looks: &[Look], sold_out: bool) {
+        let mut seen = self.seen_shards.lock().expect("seen shards poisoned");
+        let at = Instant::now();
+        seen.retain(|_, seen| seen.at.elapsed() < SEEN_FOR);
+        let looks = looks.to_vec();
+        seen.insert(
+            voucher_id,
+            Seen {
+                at,
+                looks,
+                sold_out,
+            },
+        );
+    }
+
+    /// A unit of the voucher came back (an order closed on this node): what
+    /// this node saw of its shards is forgotten.
+    pub fn stock_returned(&self, voucher_id: VoucherId) {
+        let mut seen = self.seen_shards.lock().expect("seen shards poisoned");
+        seen.remove(&voucher_id);
     }
 
     /// Every shard's counts, read at once; `None` for a shard Redis lacks.
@@ -267,9 +328,11 @@ impl SaleState {
 
     /// Receives and settles every transfer `shard` lent more than
     /// [`STALE_AFTER`] ago (its mover is taken for dead); how many.
-    pub async fn settle_stale(&self, shard: Shard) -> Result<usize, Error> {
+    async fn settle_stale(&self, shard: Shard) -> Result<usize, Error> {
         let mut redis = self.redis.clone();
         let transit = self.keys.shard(shard).transit();
+        // One pipeline, sent to the master of the transit hash: the clock
+        // that stamped the records (`lua/shard_lend.lua`) tells their age.
         let (records, (seconds, micros)): (Vec<(String, String)>, (i64, i64)) = redis::pipe()
             .hgetall(&transit)
             .cmd("TIME")

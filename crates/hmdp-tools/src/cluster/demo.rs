@@ -392,7 +392,7 @@ async fn demo(
                 progress: loadtest::progress_bar((tokens.len() * settings.per_user) as u64),
             };
             let before = match redis_cluster {
-                Some(redis) => Some(masters::sample(redis, &cluster.node_urls()).await?),
+                Some(redis) => Some(masters::sample_idle(redis, &cluster.node_urls()).await?),
                 None => None,
             };
             let measured = loadtest::run(&plan).await?;
@@ -482,7 +482,10 @@ async fn demo(
         settings.chaos_hold_ms
     );
     println!();
-    print!("{}", table(&runs, settings.with_paths(), settings.with_shards()));
+    print!(
+        "{}",
+        table(&runs, settings.with_paths(), settings.with_shards())
+    );
     println!();
     let spreads: Vec<(String, &masters::Spread)> = (runs.iter())
         .filter_map(|run| {
@@ -493,7 +496,7 @@ async fn demo(
     if let Some((_, first)) = spreads.first() {
         println!(
             "each master's share of the sale's scripts (INFO commandstats: admissions and \
-             moves between shards) and the masters' CPU per admission (INFO cpu)"
+             moves between shards) and the masters' CPU per admission (INFO cpu, less their idle CPU)"
         );
         let ports: Vec<u16> = first.masters.iter().map(|master| master.port).collect();
         println!("{}", masters::heading(&ports));
@@ -776,7 +779,11 @@ mod tests {
         let sync_only = table(&[run(SeckillMode::Sync)], false, false);
         assert!(sync_only.starts_with("mode       requests"), "{sync_only}");
         assert!(sync_only.lines().next().unwrap().ends_with("node1/node2"));
-        let both = table(&[run(SeckillMode::Sync), run(SeckillMode::Stream)], true, false);
+        let both = table(
+            &[run(SeckillMode::Sync), run(SeckillMode::Stream)],
+            true,
+            false,
+        );
         let mut lines = both.lines();
         assert!(lines
             .next()

@@ -84,6 +84,13 @@ pub struct SoakSettings {
     #[arg(long, value_enum, default_value_t = SeckillMode::Sync)]
     pub seckill: SeckillMode,
 
+    /// How many shards each sale is split into in Redis (`queue`, `stream`;
+    /// passed to the nodes as `--seckill-shards`): the faults then hit sales
+    /// that move stock between shards.
+    #[arg(long, default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=i64::from(hmdp::seckill::MAX_SHARDS)))]
+    pub seckill_shards: u16,
+
     /// Run Redis with an append-only file synced this often (`always`,
     /// `everysec`), so that a restart reloads it; without it, Redis
     /// restarts empty.
@@ -179,6 +186,7 @@ async fn soak(
     flags.push("--stream-max-deliveries=3".into());
     flags.push(format!("--pay-timeout-secs={}", settings.pay_timeout_secs));
     flags.push("--pay-sweep-secs=5".into());
+    flags.push(format!("--seckill-shards={}", settings.seckill_shards));
     if settings.fencing {
         flags.push("--fencing".into());
     }
@@ -734,8 +742,9 @@ fn report(
     };
     println!();
     println!(
-        "soak: --seckill {}, {:.1} min, Redis {persistence}, lock {}",
+        "soak: --seckill {} ({} shard(s)), {:.1} min, Redis {persistence}, lock {}",
         settings.seckill,
+        settings.seckill_shards,
         elapsed.as_secs_f64() / 60.0,
         settings.lock
     );

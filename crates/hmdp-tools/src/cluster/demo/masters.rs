@@ -1,11 +1,14 @@
 //! What a run cost each master of the demo's Redis Cluster: its share of
 //! the sale's scripts (`INFO commandstats`: every `EVALSHA`, the admissions
 //! and the moves of stock between shards) and the masters' CPU per
-//! admission (`INFO cpu`, user + system, over the admission scripts the
-//! nodes ran, `hmdp_shard_admissions_total`). A one-shard sale lives in one
+//! admission (`INFO cpu`, user + system, less what they use idle, measured
+//! over a second before the run, over the admission scripts the nodes ran,
+//! `hmdp_shard_admissions_total`). A one-shard sale lives in one
 //! slot, so one master runs all of it; a sharded one spreads it.
 
 use std::fmt::Write as _;
+
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hmdp_test_support::{RedisCluster, RedisServer};
@@ -22,9 +25,16 @@ struct Counters {
 /// The masters' counters at one moment, and the admissions the nodes ran.
 #[derive(Debug, Clone)]
 pub struct Sample {
+    at: Instant,
     masters: Vec<Counters>,
     admissions: u64,
+    /// The masters' CPU seconds a second idle, all summed, measured before
+    /// this sample ([`sample_idle`]).
+    idle_cpu_per_s: f64,
 }
+
+/// How long the masters are watched idle before a run.
+const IDLE: Duration = Duration::from_secs(1);
 
 /// A run's cost on the masters.
 #[derive(Debug, Clone, Serialize)]
@@ -52,9 +62,22 @@ impl Spread {
     }
 }
 
+/// The masters' counters after watching them idle for a second (the run
+/// then subtracts their idle CPU), and the admission scripts the nodes at
+/// `node_urls` ran so far.
+pub async fn sample_idle(cluster: &RedisCluster, node_urls: &[String]) -> anyhow::Result<Sample> {
+    let quiet = sample(cluster, node_urls).await?;
+    tokio::time::sleep(IDLE).await;
+    let mut now = sample(cluster, node_urls).await?;
+    let cpu = |sample: &Sample| sample.masters.iter().map(|m| m.cpu_seconds).sum::<f64>();
+    now.idle_cpu_per_s = (cpu(&now) - cpu(&quiet)) / (now.at - quiet.at).as_secs_f64();
+    Ok(now)
+}
+
 /// The cluster's masters' counters now, and the admission scripts the nodes
 /// at `node_urls` ran so far.
 pub async fn sample(cluster: &RedisCluster, node_urls: &[String]) -> anyhow::Result<Sample> {
+    let at = Instant::now();
     let mut masters = Vec::new();
     for server in cluster.servers() {
         if let Some(counters) = master_counters(server).await? {
@@ -67,8 +90,10 @@ pub async fn sample(cluster: &RedisCluster, node_urls: &[String]) -> anyhow::Res
         admissions += node_admissions(url).await?;
     }
     Ok(Sample {
+        at,
         masters,
         admissions,
+        idle_cpu_per_s: 0.0,
     })
 }
 
@@ -86,7 +111,8 @@ pub fn spread(before: &Sample, after: &Sample) -> Spread {
         })
         .collect();
     let total: u64 = scripts.iter().map(|(_, scripts, _)| scripts).sum();
-    let cpu: f64 = scripts.iter().map(|(_, _, cpu)| cpu).sum();
+    let idle = before.idle_cpu_per_s * (after.at - before.at).as_secs_f64();
+    let cpu: f64 = scripts.iter().map(|(_, _, cpu)| cpu).sum::<f64>() - idle;
     let admissions = after.admissions.saturating_sub(before.admissions);
     Spread {
         masters: (scripts.iter())
@@ -182,6 +208,8 @@ mod tests {
 
     fn sample(scripts: [u64; 3], cpu: [f64; 3], admissions: u64) -> Sample {
         Sample {
+            at: Instant::now(),
+            idle_cpu_per_s: 0.0,
             masters: (0..3)
                 .map(|i| Counters {
                     port: 7000 + i as u16,
