@@ -154,8 +154,14 @@ impl SaleState {
             if bought {
                 return Ok(Admission::Refused(Rejection::AlreadyOrdered));
             }
-            if self.refill(sale, position, deadline).await? == Refill::SoldOut {
-                return Ok(admission);
+            match self.refill(sale, position, deadline).await? {
+                Refill::SoldOut => return Ok(admission),
+                Refill::Moved => {}
+                // A shard is gone (Redis lost it): the sale is loaded again
+                // as a whole, and the buyer's shard asked again.
+                Refill::Missing => {
+                    self.load(sale.voucher_id).await?;
+                }
             }
         }
     }

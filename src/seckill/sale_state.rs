@@ -462,6 +462,9 @@ impl SaleState {
         match self.refill(&sale, position as u16, deadline).await? {
             Refill::Moved => self.readmit_in(shard, order, append_to_stream).await,
             Refill::SoldOut => Ok(readmit),
+            // The sale is to be loaded again, which waits for the stock row
+            // this writer holds, and then counts its order from MySQL.
+            Refill::Missing => Ok(Readmit::NoSale),
         }
     }
 

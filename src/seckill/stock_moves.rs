@@ -76,6 +76,9 @@ pub struct SaleRef {
 pub enum Refill {
     /// Units came to the shard (moved here, or given back): ask it again.
     Moved,
+    /// A shard of the sale is gone from Redis: the sale is to be loaded
+    /// again as a whole.
+    Missing,
     /// No shard holds or moves a unit.
     SoldOut,
 }
@@ -167,10 +170,7 @@ impl SaleState {
         while Instant::now() < deadline {
             let first = self.look(sale).await?;
             let Some(first) = first.into_iter().collect::<Option<Vec<Look>>>() else {
-                // A shard is gone (Redis lost it): the sale is loaded again
-                // as a whole, and the buyer's shard asked again.
-                self.load(sale.voucher_id).await?;
-                return Ok(Refill::Moved);
+                return Ok(Refill::Missing);
             };
             if first[usize::from(position)].stock > 0 {
                 return Ok(Refill::Moved);
