@@ -1,7 +1,7 @@
 -- Admits one purchase of a flash sale, or refuses it, in one call: the sale
 -- window by Redis's own clock, the stock, the one-order-per-user buyer set,
 -- the order's id, and the hand-off of the admitted order, in one shard of
--- the sale (src/seckill/shards.rs): every key shares the shard's hash tag
+-- the sale (src/shards.rs): every key shares the shard's hash tag
 -- (`{seckill}` for a one-shard sale), so the script is valid on a Redis
 -- Cluster. A buyer always belongs to one shard: the buyer set is the
 -- shard's, and "one order per user" stays one check.

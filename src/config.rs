@@ -381,7 +381,7 @@ pub struct ServeSettings {
     /// in one Redis Cluster slot; N spreads its stock, buyers and order
     /// streams over N tags chosen to land evenly on the cluster's masters.
     #[arg(long, env = "HMDP_SECKILL_SHARDS", default_value_t = 1,
-          value_parser = clap::value_parser!(u16).range(1..=i64::from(crate::seckill::MAX_SHARDS)))]
+          value_parser = clap::value_parser!(u16).range(1..=i64::from(crate::shards::MAX_SHARDS)))]
     pub seckill_shards: u16,
 
     #[command(flatten)]

@@ -2,14 +2,14 @@
 //! prefix so that deployments and test runs sharing a Redis stay apart.
 //!
 //! The keys of the asynchronous purchase live in a sale's shards
-//! ([`ShardKeys`], `seckill/shards.rs`): each shard's keys share one hash
+//! ([`ShardKeys`], `shards.rs`): each shard's keys share one hash
 //! tag, since the admission script touches a voucher's hash, its buyers,
 //! the order stream, the pending orders and the id sequence in one call,
 //! which a Redis Cluster allows only within one slot. A one-shard sale's
 //! tag is `{seckill}`.
 
 use crate::ids::{ShopId, UserId, VoucherId};
-use crate::seckill::Shard;
+use crate::shards::Shard;
 
 /// Builds Redis keys.
 #[derive(Debug, Clone, Default)]

@@ -29,6 +29,9 @@ pub mod keys;
 pub mod metrics;
 /// The purchase use case.
 pub mod seckill;
+/// A sale's shards: their hash tags, which buyer goes where, what an order
+/// id says of its shard.
+pub mod shards;
 /// Wiring a node together, and its `serve` and `migrate`.
 pub mod startup;
 /// All SQL.

@@ -33,7 +33,7 @@ use crate::error::{Error, Rejection};
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
 use crate::metrics;
-use crate::seckill::Shard;
+use crate::shards::Shard;
 use crate::store::{CloseCause, Closing, Giveback, OrderState, Paid, Store, Using, VoucherOrder};
 
 static GIVE_BACK: LazyLock<Script> =

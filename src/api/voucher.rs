@@ -9,7 +9,7 @@ use super::response::ok_data;
 use super::AppState;
 use crate::error::Error;
 use crate::ids::ShopId;
-use crate::seckill::Layout;
+use crate::shards::Layout;
 use crate::store::{NewSeckillVoucher, NewVoucher};
 
 pub fn routes(cfg: &mut web::ServiceConfig) {

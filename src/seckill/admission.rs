@@ -22,12 +22,12 @@ use hmdp_lock::Connection as RedisConnection;
 use redis::{AsyncCommands, Script};
 
 use super::sale_state::SaleState;
-use super::shards::{Shard, SEQUENCE_BITS};
 use super::stock_moves::{Refill, SaleRef};
 use crate::error::{Error, Rejection};
 use crate::idempotency::{IdempotencyKey, ANSWER_KEPT};
 use crate::ids::{OrderId, UserId};
 use crate::metrics;
+use crate::shards::{Shard, SEQUENCE_BITS};
 
 static ADMIT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/seckill.lua")));

@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 
 use chrono::{Local, NaiveDateTime};
 
-use super::shards::Layout;
 use crate::error::{Error, Rejection};
 use crate::ids::VoucherId;
+use crate::shards::Layout;
 use crate::store::Store;
 
 /// A seckill voucher as the pre-checks see it.

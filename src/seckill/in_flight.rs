@@ -9,10 +9,10 @@ use redis::streams::{StreamId, StreamRangeReply};
 use redis::AsyncCommands;
 
 use super::sale_state::{pending_entry, SaleState};
-use super::shards::{Layout, Shard};
 use super::stream::entry::order_of;
 use crate::error::Error;
 use crate::ids::{OrderId, VoucherId};
+use crate::shards::{Layout, Shard};
 use crate::store::NewOrder;
 
 /// Entries read per `XRANGE` / `HSCAN` round trip.

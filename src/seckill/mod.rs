@@ -14,7 +14,6 @@
 //! Redis instead and answered at once; MySQL gets the order afterwards:
 //!
 //! - `admission.rs` — `lua/seckill.lua` and its reply
-//! - `shards.rs` — a sale's shards: their hash tags, which buyer goes where
 //! - `stock_moves.rs` — units moved between a sale's shards, and the sold-out answer
 //! - `sale_state.rs` — sales, buyers and pending orders in Redis, loaded from MySQL
 //! - `queue.rs` — `queue` mode's in-process queue and its writer
@@ -27,7 +26,6 @@ mod catalog;
 mod in_flight;
 mod queue;
 mod sale_state;
-mod shards;
 mod stock_moves;
 pub mod stream;
 mod writer;
@@ -49,13 +47,13 @@ use crate::idempotency::{Claim, Idempotency, IdempotencyKey};
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
 use crate::metrics;
+use crate::shards::{Layout, Shard};
 use crate::store::{NewOrder, Store, VoucherOrder};
 pub use admission::Admission;
 use catalog::{Catalog, SaleInfo};
 pub use in_flight::DeadLetter;
 use queue::OrderQueue;
 pub use sale_state::{PendingOrder, RedisSale, RedisShard, SaleState};
-pub use shards::{slot, BadShardCount, Layout, Shard, MAX_SHARDS};
 pub use stock_moves::{SaleRef, STALE_AFTER, SWEEP_EVERY};
 use writer::{Ended, Outcome, FENCED_OUT};
 pub use writer::{Locks, OrderSource, OrderWriter};

@@ -1,7 +1,7 @@
 //! The asynchronous purchase's state in Redis (keys in `keys.rs`): each
 //! seckill voucher's sale (stock, initial stock, window), its buyers, and
 //! the orders admitted but not yet written, in each of the sale's shards
-//! (`shards.rs`).
+//! (`src/shards.rs`).
 //!
 //! MySQL stays the source a sale is loaded from, as a whole: while the
 //! voucher's stock row is held (no writer commits, no other node loads),
@@ -24,13 +24,13 @@ use futures::future::try_join_all;
 use hmdp_lock::Connection as RedisConnection;
 use redis::{AsyncCommands, Script};
 use serde::Serialize;
+use tokio::time::Instant;
 
-use super::shards::{Layout, Shard};
-use super::stock_moves::{Refill, SaleRef, Seen};
 use crate::error::Error;
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
 use crate::metrics;
+use crate::shards::{Layout, Shard};
 use crate::store::{NewOrder, SaleSnapshot, Store};
 
 static LOAD: LazyLock<Script> =
@@ -59,6 +59,23 @@ impl Readmit {
     pub fn may_commit(self) -> bool {
         matches!(self, Readmit::Counted | Readmit::Pending | Readmit::NoSale)
     }
+}
+
+/// One shard's counts, as one read finds them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Look {
+    pub(super) stock: i64,
+    pub(super) moves: i64,
+    pub(super) in_transit: i64,
+}
+
+/// What a node saw of a sale's shards at one moment.
+#[derive(Debug, Clone)]
+pub(super) struct Seen {
+    pub(super) at: Instant,
+    pub(super) looks: Vec<Look>,
+    /// Proved sold out then.
+    pub(super) sold_out: bool,
 }
 
 /// A voucher's sale as Redis holds it, its shards summed.
@@ -437,38 +454,8 @@ impl SaleState {
             .collect())
     }
 
-    /// Counts `order`, which Redis lost, again in its shard of the sale
-    /// (see `lua/seckill_readmit.lua`); run while its writer holds the
-    /// stock row. A shard with no unit left borrows from the sale's other
-    /// shards first (`stock_moves.rs`).
-    pub async fn readmit(&self, order: NewOrder, append_to_stream: bool) -> Result<Readmit, Error> {
-        let shard = Shard::of_order(order.id);
-        let readmit = self.readmit_in(shard, order, append_to_stream).await?;
-        if readmit != Readmit::NoUnit {
-            return Ok(readmit);
-        }
-        let Some(row) = self.store.seckill_voucher(order.voucher_id).await? else {
-            return Ok(readmit);
-        };
-        let sale = SaleRef {
-            voucher_id: order.voucher_id,
-            token: row.sale_token,
-            layout: layout_of(row.shards)?,
-        };
-        let Some(position) = sale.layout.shards().position(|of| of == shard) else {
-            return Ok(readmit);
-        };
-        let deadline = tokio::time::Instant::now() + self.store.backend_timeout();
-        match self.refill(&sale, position as u16, deadline).await? {
-            Refill::Moved => self.readmit_in(shard, order, append_to_stream).await,
-            Refill::SoldOut => Ok(readmit),
-            // The sale is to be loaded again, which waits for the stock row
-            // this writer holds, and then counts its order from MySQL.
-            Refill::Missing => Ok(Readmit::NoSale),
-        }
-    }
-
-    async fn readmit_in(
+    /// One call of `lua/seckill_readmit.lua`, in `shard`.
+    pub(super) async fn readmit_in(
         &self,
         shard: Shard,
         order: NewOrder,

@@ -23,6 +23,9 @@
 //! (a new epoch) counted its units from MySQL: the receive is refused, the
 //! record settled.
 //!
+//! A writer counting again an order Redis lost (`lua/seckill_readmit.lua`)
+//! borrows the same way when the order's shard has no unit left.
+//!
 //! The sale answers SOLD_OUT only when no shard holds or moves a unit: two
 //! reads of every shard, one after the other, find each one's stock at 0,
 //! nothing in transit, and no move between them.
@@ -35,11 +38,12 @@ use redis::Script;
 use std::sync::LazyLock;
 use tokio::time::Instant;
 
-use super::sale_state::SaleState;
-use super::shards::{Layout, Shard};
+use super::sale_state::{layout_of, Look, Readmit, SaleState, Seen};
 use crate::error::Error;
 use crate::ids::VoucherId;
 use crate::metrics;
+use crate::shards::{Layout, Shard};
+use crate::store::NewOrder;
 
 static LEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/shard_lend.lua")));
@@ -88,15 +92,6 @@ pub enum Refill {
 /// far shorter than the node's memory of a sold-out sale (5 s, `catalog.rs`).
 const SEEN_FOR: Duration = Duration::from_millis(200);
 
-/// What a node saw of a sale's shards at one moment.
-#[derive(Debug, Clone)]
-pub(super) struct Seen {
-    at: Instant,
-    looks: Vec<Look>,
-    /// Proved sold out then.
-    sold_out: bool,
-}
-
 /// The positions of the shards other than `position` that held stock, the
 /// fullest first: the fewer moves, the better.
 fn fullest(looks: &[Look], position: u16) -> impl Iterator<Item = u16> {
@@ -105,14 +100,6 @@ fn fullest(looks: &[Look], position: u16) -> impl Iterator<Item = u16> {
         .collect();
     donors.sort_by_key(|&donor| -looks[usize::from(donor)].stock);
     donors.into_iter()
-}
-
-/// One shard's counts, as one read finds them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Look {
-    stock: i64,
-    moves: i64,
-    in_transit: i64,
 }
 
 /// A transfer record of a transit hash, as `lua/shard_lend.lua` wrote it.
@@ -140,6 +127,37 @@ impl Transfer {
 }
 
 impl SaleState {
+    /// Counts `order`, which Redis lost, again in its shard of the sale
+    /// (see `lua/seckill_readmit.lua`); run while its writer holds the
+    /// stock row. A shard with no unit left borrows from the sale's other
+    /// shards first (`stock_moves.rs`).
+    pub async fn readmit(&self, order: NewOrder, append_to_stream: bool) -> Result<Readmit, Error> {
+        let shard = Shard::of_order(order.id);
+        let readmit = self.readmit_in(shard, order, append_to_stream).await?;
+        if readmit != Readmit::NoUnit {
+            return Ok(readmit);
+        }
+        let Some(row) = self.store.seckill_voucher(order.voucher_id).await? else {
+            return Ok(readmit);
+        };
+        let sale = SaleRef {
+            voucher_id: order.voucher_id,
+            token: row.sale_token,
+            layout: layout_of(row.shards)?,
+        };
+        let Some(position) = sale.layout.shards().position(|of| of == shard) else {
+            return Ok(readmit);
+        };
+        let deadline = tokio::time::Instant::now() + self.store.backend_timeout();
+        match self.refill(&sale, position as u16, deadline).await? {
+            Refill::Moved => self.readmit_in(shard, order, append_to_stream).await,
+            Refill::SoldOut => Ok(readmit),
+            // The sale is to be loaded again, which waits for the stock row
+            // this writer holds, and then counts its order from MySQL.
+            Refill::Missing => Ok(Readmit::NoSale),
+        }
+    }
+
     /// Fills shard `position` of `sale`, found empty by a buyer, from the
     /// sale's other shards; or finds that none holds a unit. Gives up (503)
     /// at `deadline` while units stay in transit (a mover died within the

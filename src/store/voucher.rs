@@ -27,7 +27,7 @@ pub struct NewSeckillVoucher {
     pub begin_time: NaiveDateTime,
     pub end_time: NaiveDateTime,
     /// How many shards its sale is split into in Redis (1 to
-    /// `seckill::MAX_SHARDS`).
+    /// `shards::MAX_SHARDS`).
     pub shards: u16,
 }
 

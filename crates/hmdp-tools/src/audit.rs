@@ -17,7 +17,8 @@ use hmdp::config::StoreSettings;
 use hmdp::id_worker::minted_at;
 use hmdp::ids::{UserId, VoucherId};
 use hmdp::keys::Keys;
-use hmdp::seckill::{slot, SaleState};
+use hmdp::seckill::SaleState;
+use hmdp::shards::slot;
 use hmdp::store::{Giveback, Store, VoucherAudit};
 
 /// `hmdp audit`.

@@ -13,7 +13,7 @@ use chrono::{TimeDelta, Utc};
 use hmdp::config::{RedisSettings, SeckillMode};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
-use hmdp::seckill::{slot, Layout};
+use hmdp::shards::{slot, Layout};
 use hmdp_lock::LockMode;
 use hmdp_test_support::{mysql_server_url, redis_url};
 use hmdp_tools::cluster::{node_flags, Cluster, ClusterSpec, Sandbox};

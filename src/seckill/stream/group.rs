@@ -16,7 +16,7 @@ use redis::{AsyncCommands, RedisResult};
 use super::entry::Entry;
 use crate::keys::ShardKeys;
 use crate::metrics;
-use crate::seckill::shards::Shard;
+use crate::shards::Shard;
 use crate::store::NewOrder;
 
 /// The one consumer group of the order stream: every node's consumer joins

@@ -2,7 +2,7 @@
 //! made safe for many nodes.
 //!
 //! Every node runs one consumer in the group `order-writers` of each
-//! shard's order stream (`shards.rs`: a one-shard sale's is
+//! shard's order stream (`src/shards.rs`: a one-shard sale's is
 //! `{seckill}:orders`), named after the node and this process (never a
 //! constant: two nodes named `c1` would share, and steal, each other's
 //! pending entries). Each stream has a loop of its own, so a stream whose
@@ -44,8 +44,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::shards::Shard;
 use super::writer::OrderWriter;
+use crate::shards::Shard;
 
 /// A consumer with nothing pending that has not read for this many claim
 /// idle times is taken for a killed process and removed from the group.

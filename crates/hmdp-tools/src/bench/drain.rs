@@ -23,7 +23,8 @@ use hmdp::config::connect_redis;
 use hmdp::config::StoreSettings;
 use hmdp::ids::{UserId, VoucherId};
 use hmdp::keys::Keys;
-use hmdp::seckill::{Admission, Layout, SaleRef, SaleState};
+use hmdp::seckill::{Admission, SaleRef, SaleState};
+use hmdp::shards::Layout;
 use hmdp::store::Store;
 
 #[derive(Debug, Clone, Args)]

@@ -56,7 +56,7 @@ pub struct DemoSettings {
     /// --redis-cluster, a table shows each master's share of the sale's
     /// scripts and the Redis CPU per admission for each count.
     #[arg(long, value_delimiter = ',', default_values_t = [1],
-          value_parser = clap::value_parser!(u16).range(1..=i64::from(hmdp::seckill::MAX_SHARDS)))]
+          value_parser = clap::value_parser!(u16).range(1..=i64::from(hmdp::shards::MAX_SHARDS)))]
     pub seckill_shards: Vec<u16>,
 
     /// Distinct users.

@@ -88,7 +88,7 @@ pub struct SoakSettings {
     /// passed to the nodes as `--seckill-shards`): the faults then hit sales
     /// that move stock between shards.
     #[arg(long, default_value_t = 1,
-          value_parser = clap::value_parser!(u16).range(1..=i64::from(hmdp::seckill::MAX_SHARDS)))]
+          value_parser = clap::value_parser!(u16).range(1..=i64::from(hmdp::shards::MAX_SHARDS)))]
     pub seckill_shards: u16,
 
     /// Run Redis with an append-only file synced this often (`always`,
