@@ -259,7 +259,8 @@ async fn a_node_killed_while_moving_stock_between_shards_loses_no_unit_and_doubl
     );
 
     // Within the bound, the live node delivers what the dead one lent.
-    let bound = STALE_AFTER + SWEEP_EVERY + Duration::from_secs(2);
+    // The bound, and room for a busy machine.
+    let bound = STALE_AFTER + SWEEP_EVERY + Duration::from_secs(12);
     wait_until("the stranded units delivered", bound, || async {
         app.redis_sale(voucher)
             .await
