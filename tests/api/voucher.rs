@@ -99,6 +99,9 @@ async fn invalid_vouchers_are_400() {
         with("beginTime", json!("yesterday")),
         with("endTime", json!("2099-01-01T00:00:00")),
         with("status", json!(9)),
+        with("shards", json!(0)),
+        with("shards", json!(65)),
+        with("shards", json!(-2)),
         missing_stock,
     ];
     for body in cases {
@@ -137,4 +140,31 @@ async fn non_numeric_shop_id_is_400() {
         let response = app.get(&format!("/voucher/list/{bad}"), None).await;
         assert_eq!(response.status(), 400, "{bad}");
     }
+}
+
+/// The sale's shard count is the request's, else the node's
+/// `--seckill-shards`, and is kept with the voucher.
+#[tokio::test]
+async fn a_seckill_voucher_keeps_the_shard_count_it_was_created_with() {
+    let app = spawn_app(|s| s.seckill_shards = 4).await;
+    let mut body = seckill_body(10, "2026-01-01T00:00:00", "2027-01-01T00:00:00");
+    let shards_of = async |body: &Value| {
+        let created: Value = (app
+            .post_voucher("/voucher/seckill", ADMIN_TOKEN, body)
+            .await)
+            .json()
+            .await
+            .unwrap();
+        let id: i64 = created["data"].as_str().unwrap().parse().unwrap();
+        sqlx::query_scalar::<_, u16>("SELECT shards FROM tb_seckill_voucher WHERE voucher_id = ?")
+            .bind(id)
+            .fetch_one(app.store.pool())
+            .await
+            .unwrap()
+    };
+    assert_eq!(shards_of(&body).await, 4);
+    body["shards"] = json!(64);
+    assert_eq!(shards_of(&body).await, 64);
+    body["shards"] = json!(1);
+    assert_eq!(shards_of(&body).await, 1);
 }
