@@ -135,7 +135,6 @@ impl Application {
                 timeout,
                 &settings.stream,
                 &node_id,
-                &seckill.shards_to_consume(settings.seckill_shards).await,
             )?),
             SeckillMode::Sync | SeckillMode::Queue => None,
         };

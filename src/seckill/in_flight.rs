@@ -4,7 +4,6 @@
 //! the dead letters, of each shard. All three hold every voucher's orders;
 //! these reads keep one voucher's.
 
-use futures::future::try_join_all;
 use redis::streams::{StreamId, StreamRangeReply};
 use redis::AsyncCommands;
 
@@ -70,20 +69,16 @@ impl SaleState {
     /// shard, for polling.
     pub async fn orders_on_their_way(&self) -> Result<(u64, u64), Error> {
         let shards = self.shards_in_use().await?;
-        let counts = try_join_all(shards.into_iter().map(|shard| {
-            let mut redis = self.redis.clone();
-            let keys = self.keys.shard(shard);
-            let (pending, orders) = (keys.pending(), keys.orders());
-            async move {
+        let counts: Vec<(u64, u64)> = self
+            .on_shards(shards, |mut redis, keys| async move {
                 redis::pipe()
-                    .hlen(pending)
+                    .hlen(keys.pending())
                     .cmd("XLEN")
-                    .arg(orders)
-                    .query_async::<(u64, u64)>(&mut redis)
+                    .arg(keys.orders())
+                    .query_async(&mut redis)
                     .await
-            }
-        }))
-        .await?;
+            })
+            .await?;
         Ok(counts
             .into_iter()
             .fold((0, 0), |(p, s), (pending, streamed)| {

@@ -47,7 +47,6 @@ use crate::idempotency::{Claim, Idempotency, IdempotencyKey};
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
 use crate::metrics;
-use crate::shards::{Layout, Shard};
 use crate::store::{NewOrder, Store, VoucherOrder};
 pub use admission::Admission;
 use catalog::{Catalog, SaleInfo};
@@ -233,26 +232,6 @@ impl Seckill {
     /// split into, unless the request says.
     pub fn default_shards(&self) -> u16 {
         self.default_shards
-    }
-
-    /// The shards whose order streams this node's consumer reads: every
-    /// shard a seckill voucher's sale uses, and those of the sales this node
-    /// creates (`own_shards` each). Should MySQL not answer now, the
-    /// one-shard sale's and this node's own.
-    pub async fn shards_to_consume(&self, own_shards: u16) -> Vec<Shard> {
-        let mut shards = self
-            .sale_state
-            .shards_in_use()
-            .await
-            .unwrap_or_else(|error| {
-                tracing::warn!(?error, "shards in use not read; consuming this node's own");
-                vec![Shard::SINGLE]
-            });
-        let own = Layout::new(own_shards.into()).unwrap_or(Layout::SINGLE);
-        shards.extend(own.shards());
-        shards.sort_unstable();
-        shards.dedup();
-        shards
     }
 
     /// Whether admitted orders go to the order stream (`stream` mode),

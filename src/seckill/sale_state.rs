@@ -14,7 +14,8 @@
 //! an earlier voucher of the same id (a database reset or restored while
 //! Redis kept its keys) is replaced, not sold from.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
@@ -28,7 +29,7 @@ use tokio::time::Instant;
 
 use crate::error::Error;
 use crate::ids::{OrderId, UserId, VoucherId};
-use crate::keys::Keys;
+use crate::keys::{Keys, ShardKeys};
 use crate::metrics;
 use crate::shards::{Layout, Shard};
 use crate::store::{NewOrder, SaleSnapshot, Store};
@@ -274,20 +275,14 @@ impl SaleState {
         layout: Layout,
         token: u64,
     ) -> Result<Found, Error> {
-        // A call per shard, all at once: a cluster runs a pipeline on one
-        // node, and the shards live on several.
-        let shards: Vec<(Option<i64>, Option<u64>, Option<String>)> =
-            try_join_all(layout.shards().map(|shard| {
-                let mut redis = self.redis.clone();
-                let key = self.keys.shard(shard).voucher(voucher_id);
-                async move {
-                    redis::cmd("HMGET")
-                        .arg(key)
-                        .arg(&["stock", "token", "epoch"])
-                        .query_async(&mut redis)
-                        .await
-                }
-            }))
+        let shards: Vec<(Option<i64>, Option<u64>, Option<String>)> = self
+            .on_shards(layout.shards(), |mut redis, keys| async move {
+                redis::cmd("HMGET")
+                    .arg(keys.voucher(voucher_id))
+                    .arg(&["stock", "token", "epoch"])
+                    .query_async(&mut redis)
+                    .await
+            })
             .await?;
         // A sale stored before tokens existed has none: it is token 0's.
         if shards
@@ -328,16 +323,16 @@ impl SaleState {
     pub async fn delete_voucher(&self, voucher_id: VoucherId) -> Result<(), Error> {
         let layout = self.layout(voucher_id).await?.unwrap_or(Layout::SINGLE);
         self.store.delete_voucher(voucher_id).await?;
-        for shard in layout.shards() {
-            let keys = self.keys.shard(shard);
+        self.on_shards(layout.shards(), |mut redis, keys| async move {
             let keys = [
                 keys.voucher(voucher_id),
                 keys.buyers(voucher_id),
                 keys.given_back(voucher_id),
                 keys.received(voucher_id),
             ];
-            self.redis.clone().del::<_, ()>(&keys).await?;
-        }
+            redis.del::<_, ()>(&keys).await
+        })
+        .await?;
         Ok(())
     }
 
@@ -356,15 +351,18 @@ impl SaleState {
             buyers: Vec::new(),
             shards: Vec::new(),
         };
-        for shard in layout.shards() {
-            let keys = self.keys.shard(shard);
-            let (fields, buyers): (Vec<Option<i64>>, Vec<u64>) = redis::pipe()
-                .cmd("HMGET")
-                .arg(keys.voucher(voucher_id))
-                .arg(&["initial", "stock", "begin_ms", "end_ms", "lent", "received"])
-                .smembers(keys.buyers(voucher_id))
-                .query_async(&mut self.redis.clone())
-                .await?;
+        let shards: Vec<(Vec<Option<i64>>, Vec<u64>)> = self
+            .on_shards(layout.shards(), |mut redis, keys| async move {
+                redis::pipe()
+                    .cmd("HMGET")
+                    .arg(keys.voucher(voucher_id))
+                    .arg(&["initial", "stock", "begin_ms", "end_ms", "lent", "received"])
+                    .smembers(keys.buyers(voucher_id))
+                    .query_async(&mut redis)
+                    .await
+            })
+            .await?;
+        for (shard, (fields, buyers)) in layout.shards().zip(shards) {
             let [Some(initial), Some(stock), Some(begin_ms), Some(end_ms), lent, received] =
                 fields[..]
             else {
@@ -412,6 +410,24 @@ impl SaleState {
         }))
     }
 
+    /// Runs `call` on each of `shards` at once, with a connection and the
+    /// shard's keys, and answers in their order: a cluster runs a pipeline
+    /// on one node, and a sale's shards live on several.
+    pub(super) async fn on_shards<'a, T, F, Fut>(
+        &'a self,
+        shards: impl IntoIterator<Item = Shard>,
+        call: F,
+    ) -> Result<Vec<T>, Error>
+    where
+        F: Fn(RedisConnection, ShardKeys<'a>) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let calls = shards
+            .into_iter()
+            .map(|shard| call(self.redis.clone(), self.keys.shard(shard)));
+        Ok(try_join_all(calls).await?)
+    }
+
     /// The pending orders hash of the shard that drew `order_id`.
     pub(super) fn pending_of(&self, order_id: OrderId) -> String {
         self.keys.shard(Shard::of_order(order_id)).pending()
@@ -424,29 +440,23 @@ impl SaleState {
         if orders.is_empty() {
             return Ok(Vec::new());
         }
-        let found = try_join_all(
-            by_shard(orders.iter().map(|order| order.id))
-                .into_iter()
-                .map(|(shard, ids)| {
-                    let mut redis = self.redis.clone();
-                    let pending = self.keys.shard(shard).pending();
-                    async move {
-                        let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
-                        let found: Vec<Option<String>> = redis::cmd("HMGET")
-                            .arg(pending)
-                            .arg(&ids)
-                            .query_async(&mut redis)
-                            .await?;
-                        Ok::<_, Error>(
-                            ids.into_iter()
-                                .zip(found)
-                                .filter_map(|(id, f)| f.map(|_| id)),
-                        )
-                    }
-                }),
-        )
-        .await?;
-        let found: std::collections::HashSet<i64> = found.into_iter().flatten().collect();
+        let ids = by_shard(orders.iter().map(|order| order.id));
+        let found: Vec<Vec<Option<String>>> = self
+            .on_shards(ids.keys().copied(), |mut redis, keys| {
+                let ids = &ids[&keys.shard()];
+                async move {
+                    redis::cmd("HMGET")
+                        .arg(keys.pending())
+                        .arg(ids)
+                        .query_async(&mut redis)
+                        .await
+                }
+            })
+            .await?;
+        let found: HashSet<i64> = (ids.values().zip(found))
+            .flat_map(|(ids, found)| ids.iter().zip(found))
+            .filter_map(|(id, found)| found.map(|_| *id))
+            .collect();
         Ok(orders
             .iter()
             .filter(|order| !found.contains(&order.id.get()))
@@ -488,28 +498,24 @@ impl SaleState {
     /// Marks orders as written (or as never to be written): they leave
     /// their shards' pending hashes.
     pub async fn forget_pending(&self, order_ids: &[OrderId]) -> Result<(), Error> {
-        try_join_all(
-            by_shard(order_ids.iter().copied())
-                .into_iter()
-                .map(|(shard, ids)| {
-                    let mut redis = self.redis.clone();
-                    let pending = self.keys.shard(shard).pending();
-                    async move {
-                        let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
-                        redis.hdel::<_, _, ()>(pending, ids).await
-                    }
-                }),
-        )
+        let ids = by_shard(order_ids.iter().copied());
+        self.on_shards(ids.keys().copied(), |mut redis, keys| {
+            let ids = &ids[&keys.shard()];
+            async move { redis.hdel::<_, _, ()>(keys.pending(), ids).await }
+        })
         .await?;
         Ok(())
     }
 }
 
 /// Order ids grouped by the shard that drew them.
-fn by_shard(order_ids: impl Iterator<Item = OrderId>) -> HashMap<Shard, Vec<OrderId>> {
-    let mut shards: HashMap<Shard, Vec<OrderId>> = HashMap::new();
+fn by_shard(order_ids: impl Iterator<Item = OrderId>) -> HashMap<Shard, Vec<i64>> {
+    let mut shards: HashMap<Shard, Vec<i64>> = HashMap::new();
     for id in order_ids {
-        shards.entry(Shard::of_order(id)).or_default().push(id);
+        shards
+            .entry(Shard::of_order(id))
+            .or_default()
+            .push(id.get());
     }
     shards
 }

@@ -33,7 +33,6 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use futures::future::try_join_all;
 use redis::Script;
 use std::sync::LazyLock;
 use tokio::time::Instant;
@@ -255,26 +254,26 @@ impl SaleState {
 
     /// Every shard's counts, read at once; `None` for a shard Redis lacks.
     async fn look(&self, sale: &SaleRef) -> Result<Vec<Option<Look>>, Error> {
-        let reads = sale.layout.shards().map(|shard| {
-            let mut redis = self.redis.clone();
-            let key = self.keys.shard(shard).voucher(sale.voucher_id);
-            async move {
-                let fields: Vec<Option<i64>> = redis::cmd("HMGET")
-                    .arg(key)
+        let voucher_id = sale.voucher_id;
+        let shards: Vec<Vec<Option<i64>>> = self
+            .on_shards(sale.layout.shards(), |mut redis, keys| async move {
+                redis::cmd("HMGET")
+                    .arg(keys.voucher(voucher_id))
                     .arg(&["stock", "moves", "in_transit"])
                     .query_async(&mut redis)
-                    .await?;
-                Ok::<_, Error>(match fields[..] {
-                    [Some(stock), moves, in_transit] => Some(Look {
-                        stock,
-                        moves: moves.unwrap_or(0),
-                        in_transit: in_transit.unwrap_or(0),
-                    }),
-                    _ => None,
-                })
-            }
-        });
-        try_join_all(reads).await
+                    .await
+            })
+            .await?;
+        Ok((shards.into_iter())
+            .map(|fields| match fields[..] {
+                [Some(stock), moves, in_transit] => Some(Look {
+                    stock,
+                    moves: moves.unwrap_or(0),
+                    in_transit: in_transit.unwrap_or(0),
+                }),
+                _ => None,
+            })
+            .collect())
     }
 
     /// One move from `from` to `to`: lend, receive, settle. `false` when

@@ -465,18 +465,11 @@ pub fn socket_address(app: &TestApp) -> SocketAddr {
 
 /// How many times a Redis of a test's own ran `command` (lower case, as
 /// `INFO commandstats` names it) since it started.
-pub async fn command_calls(redis: &RedisServer, command: &str) -> u32 {
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut redis.connect().await.unwrap())
+pub async fn command_calls(redis: &RedisServer, command: &str) -> u64 {
+    let mut redis = redis.connect().await.unwrap();
+    hmdp_test_support::command_calls(&mut redis, command)
         .await
-        .unwrap();
-    let prefix = format!("cmdstat_{command}:calls=");
-    stats
-        .lines()
-        .find_map(|line| line.strip_prefix(prefix.as_str()))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().unwrap())
+        .unwrap()
 }
 
 /// The value of one series (`name` or `name{labels}`) on the `/metrics` of

@@ -29,7 +29,7 @@ pub use node::{NodeCommand, NodeProcess, Probe};
 pub use process::{ChildProcess, Stdout};
 pub use redis_cluster::RedisCluster;
 pub use redis_keys::{remove_keys_with_prefix, RedisNamespace};
-pub use redis_server::{is_master, RedisServer};
+pub use redis_server::{calls_in, command_calls, is_master, RedisServer};
 
 /// The MySQL server tests create their databases on (`TEST_MYSQL_URL`, no
 /// database in the path).

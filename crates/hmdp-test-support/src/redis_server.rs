@@ -149,6 +149,33 @@ where
     Ok(matches!(role.first(), Some(redis::Value::BulkString(role)) if role == b"master"))
 }
 
+/// How many times the server `redis` is connected to ran `command` (lower
+/// case, as `INFO commandstats` names it) since it started.
+pub async fn command_calls<C>(redis: &mut C, command: &str) -> redis::RedisResult<u64>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(redis)
+        .await?;
+    Ok(calls_in(&stats, command))
+}
+
+/// How many times `command` ran, by an `INFO` answer that holds its
+/// `commandstats` section (0 when the command never ran).
+pub fn calls_in(info: &str, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| {
+            calls
+                .parse()
+                .expect("INFO commandstats counts calls in digits")
+        })
+}
+
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();

@@ -10,12 +10,11 @@ mod common;
 use std::path::PathBuf;
 
 use chrono::{TimeDelta, Utc};
-use hmdp::config::{RedisSettings, SeckillMode};
+use hmdp::config::SeckillMode;
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
 use hmdp::shards::{slot, Layout};
 use hmdp_lock::LockMode;
-use hmdp_test_support::{mysql_server_url, redis_url};
 use hmdp_tools::cluster::{node_flags, Cluster, ClusterSpec, Sandbox};
 use redis::AsyncCommands;
 
@@ -25,41 +24,45 @@ fn audit(sandbox: &Sandbox, voucher: i64) -> (i32, String) {
     hmdp(sandbox, &["audit", "--voucher", &voucher.to_string()])
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
-    let sandbox = Sandbox::create(
-        &format!("{}/hmdp", mysql_server_url()),
-        &RedisSettings::at(redis_url()),
-        "test",
-    )
-    .await
-    .expect("MySQL is reachable");
+/// Two `stream` nodes (with `extra` flags) behind nginx, on a sandbox of
+/// their own.
+async fn stream_nodes(extra: &[&str]) -> (Sandbox, ClusterSpec, Cluster) {
+    let sandbox = common::sandbox().await;
     let spec = ClusterSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
     let mut flags = node_flags(LockMode::Reentrant, SeckillMode::Stream, 0);
     flags.push("--db-pool=8".to_owned());
+    flags.extend(extra.iter().map(|flag| flag.to_string()));
     let cluster = Cluster::start(spec.clone(), &flags).await.unwrap();
+    (sandbox, spec, cluster)
+}
+
+/// `hmdp loadtest --workload=sale --verify` through the nodes, with `extra`
+/// arguments, which must succeed: its output and its JSON report.
+fn verified_sale(
+    sandbox: &Sandbox,
+    spec: &ClusterSpec,
+    cluster: &Cluster,
+    extra: &[&str],
+) -> (String, serde_json::Value) {
+    let json = tempfile::NamedTempFile::new().unwrap();
+    let target = cluster.url();
+    let mut args = vec!["loadtest", "--target", &target, "--workload=sale"];
+    args.extend(extra);
+    args.extend(["--admin-token", &spec.admin_token, "--verify", "--json"]);
+    args.push(json.path().to_str().unwrap());
+    let (code, out) = hmdp(sandbox, &args);
+    assert_eq!(code, 0, "{out}");
+    let report = serde_json::from_str(&std::fs::read_to_string(json.path()).unwrap()).unwrap();
+    (out, report)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
+    let (sandbox, spec, cluster) = stream_nodes(&[]).await;
 
     // A verified sale through nginx: drained, then audited.
-    let json = tempfile::NamedTempFile::new().unwrap();
-    let (code, out) = hmdp(
-        &sandbox,
-        &[
-            "loadtest",
-            "--target",
-            &cluster.url(),
-            "--workload=sale",
-            "--users=30",
-            "--admin-token",
-            &spec.admin_token,
-            "--verify",
-            "--json",
-            json.path().to_str().unwrap(),
-        ],
-    );
-    assert_eq!(code, 0, "{out}");
+    let (out, report) = verified_sale(&sandbox, &spec, &cluster, &["--users=30"]);
     assert!(out.contains("drained "), "{out}");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(json.path()).unwrap()).unwrap();
     assert!(report["drain_s"].as_f64().is_some(), "{report}");
     assert_eq!(report["orders"], 30);
     assert_eq!(report["audit"]["buyers"], 30);
@@ -195,6 +198,7 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
     // `bench-drain` on the same nodes: a backlog admitted straight in Redis
     // is written by their consumers, every order once (the benchmark checks
     // that before it removes its voucher).
+    let json = tempfile::NamedTempFile::new().unwrap();
     let (code, out) = hmdp(
         &sandbox,
         &[
@@ -226,37 +230,8 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
 /// whose own balance a unit added by hand broke.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_of_a_sharded_sale_shows_each_shard_and_the_total() {
-    let sandbox = Sandbox::create(
-        &format!("{}/hmdp", mysql_server_url()),
-        &RedisSettings::at(redis_url()),
-        "test",
-    )
-    .await
-    .expect("MySQL is reachable");
-    let spec = ClusterSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
-    let mut flags = node_flags(LockMode::Reentrant, SeckillMode::Stream, 0);
-    flags.extend(["--db-pool=8".to_owned(), "--seckill-shards=4".to_owned()]);
-    let cluster = Cluster::start(spec.clone(), &flags).await.unwrap();
-    let json = tempfile::NamedTempFile::new().unwrap();
-    let (code, out) = hmdp(
-        &sandbox,
-        &[
-            "loadtest",
-            "--target",
-            &cluster.url(),
-            "--workload=sale",
-            "--users=40",
-            "--stock=48",
-            "--admin-token",
-            &spec.admin_token,
-            "--verify",
-            "--json",
-            json.path().to_str().unwrap(),
-        ],
-    );
-    assert_eq!(code, 0, "{out}");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(json.path()).unwrap()).unwrap();
+    let (sandbox, spec, cluster) = stream_nodes(&["--seckill-shards=4"]).await;
+    let (_, report) = verified_sale(&sandbox, &spec, &cluster, &["--users=40", "--stock=48"]);
     let voucher = report["voucher"].as_i64().unwrap();
     // Ten buyers and two units left in each shard.
     assert_eq!(

@@ -4,11 +4,8 @@
 
 mod common;
 
-use hmdp::config::RedisSettings;
 use hmdp::keys::Keys;
 use hmdp::store::Store;
-use hmdp_test_support::{mysql_server_url, redis_url};
-use hmdp_tools::cluster::Sandbox;
 use redis::AsyncCommands;
 
 use common::{hmdp, seckill_voucher_in_mysql};
@@ -23,13 +20,7 @@ async fn orders_of(store: &Store, user: u64) -> Vec<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_are_listed_and_replayed_once_or_left_listed_with_the_reason() {
-    let sandbox = Sandbox::create(
-        &format!("{}/hmdp", mysql_server_url()),
-        &RedisSettings::at(redis_url()),
-        "test",
-    )
-    .await
-    .expect("MySQL is reachable");
+    let sandbox = common::sandbox().await;
     let store = sandbox.store(2).unwrap();
     let voucher = seckill_voucher_in_mysql(&store, 10).await;
     let voucher_text = voucher.to_string();

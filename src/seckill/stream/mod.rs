@@ -75,8 +75,6 @@ const DISCOVER_EVERY: Duration = Duration::from_secs(2);
 pub struct StreamConsumer {
     name: String,
     builder: Builder,
-    /// The shards whose streams it reads from the start.
-    shards: Vec<Shard>,
 }
 
 /// What it takes to read one more shard's stream.
@@ -105,8 +103,8 @@ pub struct RunningConsumer {
 }
 
 impl StreamConsumer {
-    /// A consumer named `<node_id>:<random uuid>` in the group of each of
-    /// `shards`' streams (and of the streams of shards the sales use later),
+    /// A consumer named `<node_id>:<random uuid>` in the group of the
+    /// stream of each shard the sales use (the one-shard sale's always),
     /// reading each on a connection of its own to `redis_url` (replies
     /// awaited up to `timeout` beyond the read's block) and writing through
     /// `writer`.
@@ -117,9 +115,10 @@ impl StreamConsumer {
         timeout: Duration,
         settings: &StreamSettings,
         node_id: &str,
-        shards: &[Shard],
     ) -> anyhow::Result<StreamConsumer> {
-        let consumer = StreamConsumer {
+        // A URL that makes no connection is refused now, not in the task.
+        crate::config::connect_redis(redis_url, timeout)?;
+        Ok(StreamConsumer {
             name: format!("{node_id}:{}", uuid::Uuid::new_v4().simple()),
             builder: Builder {
                 writer,
@@ -130,11 +129,7 @@ impl StreamConsumer {
                 claim_idle: settings.claim_idle(),
                 max_deliveries: settings.stream_max_deliveries as usize,
             },
-            shards: shards.to_vec(),
-        };
-        // A URL that makes no connection is refused now, not in the task.
-        consumer.builder.stream(Shard::SINGLE, &consumer.name)?;
-        Ok(consumer)
+        })
     }
 
     /// The consumer's name in each group.
@@ -154,8 +149,14 @@ impl StreamConsumer {
 
     async fn supervise(self, mut stopped: watch::Receiver<bool>) {
         let mut running: BTreeMap<Shard, JoinHandle<()>> = BTreeMap::new();
-        let mut shards = self.shards.clone();
         loop {
+            let mut shards = vec![Shard::SINGLE];
+            match self.builder.writer.sale_state().shards_in_use().await {
+                Ok(in_use) => shards.extend(in_use),
+                Err(error) => {
+                    tracing::warn!(error = %error, "shards in use not read; looking again shortly")
+                }
+            }
             for shard in shards {
                 if running.contains_key(&shard) {
                     continue;
@@ -175,13 +176,6 @@ impl StreamConsumer {
             if pause(&mut stopped, DISCOVER_EVERY).await {
                 break;
             }
-            shards = match self.builder.writer.sale_state().shards_in_use().await {
-                Ok(shards) => shards,
-                Err(error) => {
-                    tracing::debug!(error = %error, "shards in use not read; looking again later");
-                    Vec::new()
-                }
-            };
         }
         for (_, task) in running {
             if let Err(failed) = task.await {

@@ -533,16 +533,9 @@ async fn stall_writes(redis: &mut redis::aio::MultiplexedConnection) {
 /// once a lock has loaded its scripts, each of its takes, renewals and
 /// releases is one.
 async fn scripts_run(redis: &mut MultiplexedConnection) -> u64 {
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(redis)
+    hmdp_test_support::command_calls(redis, "evalsha")
         .await
-        .unwrap();
-    stats
-        .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().unwrap())
+        .unwrap()
 }
 
 /// Waits until the server behind `redis` has run `count` scripts in all:

@@ -5,9 +5,22 @@
 use std::process::Command;
 
 use chrono::{Local, TimeDelta};
+use hmdp::config::RedisSettings;
 use hmdp::store::{NewSeckillVoucher, NewVoucher, Store};
-use hmdp_test_support::redis_url;
+use hmdp_test_support::{mysql_server_url, redis_url};
 use hmdp_tools::cluster::Sandbox;
+
+/// A sandbox of its own (a database on the machine's MySQL, a key prefix on
+/// its Redis), removed when dropped.
+pub async fn sandbox() -> Sandbox {
+    Sandbox::create(
+        &format!("{}/hmdp", mysql_server_url()),
+        &RedisSettings::at(redis_url()),
+        "test",
+    )
+    .await
+    .expect("MySQL is reachable")
+}
 
 /// Runs `hmdp` with `args` against the sandbox's database and Redis
 /// prefix; returns its exit code and its output (stdout, then stderr).

@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use hmdp_test_support::{RedisCluster, RedisServer};
+use hmdp_test_support::{calls_in, is_master, RedisCluster, RedisServer};
 use serde::Serialize;
 
 /// One master's counters at one moment.
@@ -159,30 +159,24 @@ pub fn heading(ports: &[u16]) -> String {
 /// A server's counters if it is a master now.
 async fn master_counters(server: &RedisServer) -> anyhow::Result<Option<Counters>> {
     let mut redis = server.connect().await?;
+    if !is_master(&mut redis).await? {
+        return Ok(None);
+    }
     let info: String = redis::cmd("INFO")
-        .arg("replication")
         .arg("cpu")
         .arg("commandstats")
         .query_async(&mut redis)
         .await
         .with_context(|| format!("INFO of the Redis on :{}", server.port()))?;
-    if !info.lines().any(|line| line.trim() == "role:master") {
-        return Ok(None);
-    }
     let field = |name: &str| {
         info.lines()
             .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
             .and_then(|value| value.trim().parse::<f64>().ok())
             .unwrap_or(0.0)
     };
-    let scripts = (info.lines())
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|calls| calls.parse().ok())
-        .unwrap_or(0);
     Ok(Some(Counters {
         port: server.port(),
-        scripts,
+        scripts: calls_in(&info, "evalsha"),
         cpu_seconds: field("used_cpu_user") + field("used_cpu_sys"),
     }))
 }
