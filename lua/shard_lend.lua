@@ -12,6 +12,9 @@
 -- ARGV[3]: the receiving shard's table index
 -- ARGV[4]: the transfer's id (random)
 -- ARGV[5]: at most this many units
+-- ARGV[6]: the receiving shard's epoch as its mover saw it: a shard of
+--          another load lends nothing (shards that disagree are a sale
+--          Redis partly forgot, which is loaded again, not moved between)
 -- Returns {units lent, the sale's epoch}: {0, ''} when the shard has no
 -- unit (or no sale of this token); half its stock, rounded up, at most
 -- ARGV[5], otherwise. A transfer id lends once: sent again while its
@@ -28,7 +31,7 @@ if not sale[1] or (sale[2] or '0') ~= ARGV[2] then
   return {0, ''}
 end
 local stock = tonumber(sale[1])
-if stock < 1 then
+if stock < 1 or (sale[3] or '') ~= ARGV[6] then
   return {0, ''}
 end
 local units = math.min(tonumber(ARGV[5]), math.ceil(stock / 2))

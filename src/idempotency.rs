@@ -20,6 +20,7 @@ use redis::AsyncCommands;
 use crate::error::Error;
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
+use crate::shards::Shard;
 
 /// How long an answer is kept.
 pub const ANSWER_KEPT: Duration = Duration::from_secs(24 * 3600);
@@ -136,6 +137,28 @@ impl Idempotency {
         match order_in(&entry, voucher_id)? {
             Some(order_id) => Ok(Some(Claim::Kept(order_id))),
             None => Err(Error::IdempotencyKeyInUse),
+        }
+    }
+
+    /// The order an earlier request with `user_id`'s `key` got, as kept in
+    /// `shard` (the synchronous purchase keeps its answers in the one-shard
+    /// keys, the admission script in the buyer's shard): `None` for a key
+    /// never answered with an order, or whose request still runs; 422 when
+    /// it was first sent for another voucher. Read before any refusal: a
+    /// buyer who lost the answer to one of the last units is owed the
+    /// order, not the `SOLD_OUT` or `ENDED` the sale gives everybody after.
+    pub async fn kept(
+        &self,
+        user_id: UserId,
+        key: &IdempotencyKey,
+        voucher_id: VoucherId,
+        shard: Shard,
+    ) -> Result<Option<OrderId>, Error> {
+        let redis_key = self.keys.shard(shard).idempotency(user_id, key.as_str());
+        let entry: Option<String> = self.redis.clone().get(&redis_key).await?;
+        match entry {
+            Some(entry) => order_in(&entry, voucher_id),
+            None => Ok(None),
         }
     }
 

@@ -46,6 +46,11 @@ metric!(PURCHASES: IntCounterVec = register_int_counter_vec_with_registry(
 metric!(STALE_SALES_REPLACED: IntCounter = register_int_counter_with_registry(
     "hmdp_stale_sales_replaced_total",
     "Redis sales of an earlier voucher under a reused id (a database reset or restored) replaced"));
+metric!(SALES_RELOADED: IntCounterVec = register_int_counter_vec_with_registry(
+    "hmdp_sales_reloaded_total",
+    "Sales Redis forgot, loaded again from MySQL, by what the load found: missing (a shard \
+     or the whole sale gone), split (shards of different loads)",
+    &["found"]));
 metric!(ADMISSIONS: IntCounterVec = register_int_counter_vec_with_registry(
     "hmdp_admissions_total",
     "Purchases the Redis admission script admitted or refused (queue and stream modes), \
@@ -194,6 +199,9 @@ pub fn init(mode: &str) {
     LazyLock::force(&WATCHDOG_RENEWALS);
     LazyLock::force(&FENCING_REJECTIONS);
     LazyLock::force(&STALE_SALES_REPLACED);
+    for found in ["missing", "split"] {
+        SALES_RELOADED.with_label_values(&[found]);
+    }
     for step in [
         "lent",
         "received",

@@ -47,6 +47,7 @@ use crate::idempotency::{Claim, Idempotency, IdempotencyKey};
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
 use crate::metrics;
+use crate::shards::Shard;
 use crate::store::{NewOrder, Store, VoucherOrder};
 pub use admission::Admission;
 use catalog::{Catalog, SaleInfo};
@@ -313,6 +314,11 @@ impl Seckill {
     ) -> Result<(OrderId, bool), Error> {
         let span =
             tracing::info_span!("purchase", lock = %self.writer.lock_mode(), %user_id, %voucher_id);
+        if let Some(key) = &key {
+            if let Some(order_id) = self.kept_answer(user_id, voucher_id, key).await? {
+                return span.in_scope(|| counted(Ok((order_id, true))));
+            }
+        }
         // A sale this node saw sell out is refused at once, from memory,
         // without a task: after the last unit a storm is nearly all such
         // requests, and there is nothing to see to its end.
@@ -338,6 +344,26 @@ impl Seckill {
         purchase.await.map_err(|failed| {
             Error::Internal(anyhow::Error::new(failed).context("the purchase task failed"))
         })?
+    }
+
+    /// The order an earlier request with `key` got, looked up before any
+    /// refusal from this node's memory or the sale's window (see
+    /// [`Idempotency::kept`]): in the one-shard keys for the synchronous
+    /// purchase, in the buyer's shard of the sale for an admitted one.
+    async fn kept_answer(
+        &self,
+        user_id: UserId,
+        voucher_id: VoucherId,
+        key: &IdempotencyKey,
+    ) -> Result<Option<OrderId>, Error> {
+        let shard = match self.handoff {
+            None => Shard::SINGLE,
+            Some(_) => match self.catalog.sale(voucher_id).await? {
+                Some(sale) => sale.layout().shard_of(user_id),
+                None => return Ok(None),
+            },
+        };
+        self.idempotency.kept(user_id, key, voucher_id, shard).await
     }
 
     /// The synchronous purchase: the sale's window, then the user's lock

@@ -68,6 +68,10 @@ pub(super) struct Look {
     pub(super) stock: i64,
     pub(super) moves: i64,
     pub(super) in_transit: i64,
+    /// The load that wrote the shard (`None` for a sale stored before
+    /// epochs existed): shards of one sale that disagree are a sale Redis
+    /// partly forgot.
+    pub(super) epoch: Option<i64>,
 }
 
 /// What a node saw of a sale's shards at one moment.
@@ -131,8 +135,11 @@ pub struct PendingOrder {
 enum Found {
     /// Every shard, of this voucher's token and one load: nothing to write.
     Whole,
-    /// Some shard, or all, is missing (or of another load).
+    /// Some shard, or all, is missing.
     Missing,
+    /// Every shard is there, not all of one load: a load died half-way,
+    /// or a shard was written again alone.
+    Split,
     /// A shard carries another token: an earlier voucher's sale.
     Stale,
 }
@@ -236,10 +243,11 @@ impl SaleState {
             return Ok(false);
         }
         // Stored while the stock row is held: see `Store::lock_sale`.
-        let opens_in = if sale.loaded_before {
-            self.store.backend_timeout()
+        let (opens_in, on_their_way) = if sale.loaded_before && found != Found::Stale {
+            let on_their_way = self.on_their_way(voucher_id, &sale).await?;
+            (self.store.backend_timeout(), on_their_way)
         } else {
-            Duration::ZERO
+            (Duration::ZERO, Vec::new())
         };
         // Stored and committed in a task of its own: a load given up on at
         // its deadline must not end the transaction, and free the stock row
@@ -247,24 +255,71 @@ impl SaleState {
         // write to Redis is still on its way.
         let (redis, keys) = (self.redis.clone(), self.keys.clone());
         let stored = tokio::spawn(async move {
-            let taken = put(redis, &keys, voucher_id, layout, &sale, opens_in).await?;
+            put(
+                redis,
+                &keys,
+                voucher_id,
+                layout,
+                &sale,
+                &on_their_way,
+                opens_in,
+            )
+            .await?;
             tx.commit().await?;
-            Ok::<_, Error>((taken, sale))
+            Ok::<_, Error>((on_their_way.len(), sale))
         });
-        let (taken, sale) = stored.await.map_err(|failed| {
+        let (on_their_way, sale) = stored.await.map_err(|failed| {
             Error::Internal(anyhow::Error::new(failed).context("the sale's load task failed"))
         })??;
-        if found == Found::Stale {
+        if sale.loaded_before && found != Found::Stale {
+            // Loaded before: Redis forgot some of it. A heal, logged and
+            // counted by what was found.
+            let found = if found == Found::Split {
+                "split"
+            } else {
+                "missing"
+            };
+            metrics::SALES_RELOADED.with_label_values(&[found]).inc();
+            tracing::warn!(%voucher_id, found, initial = sale.initial(), stock = sale.stock,
+                buyers = sale.buyers.len(), shards = layout.count(), on_their_way,
+                "Redis forgot part of a seckill sale: loaded it again from MySQL");
+        } else if found == Found::Stale {
             metrics::STALE_SALES_REPLACED.inc();
             tracing::warn!(%voucher_id, initial = sale.initial(), stock = sale.stock,
                 "Redis held an earlier voucher's sale under this id (the database was reset \
                  or restored): replaced with this voucher's");
         } else {
             tracing::info!(%voucher_id, initial = sale.initial(), stock = sale.stock,
-                buyers = sale.buyers.len(), shards = layout.count(), pending_taken_out = taken,
+                buyers = sale.buyers.len(), shards = layout.count(),
                 "seckill sale loaded into Redis from MySQL");
         }
         Ok(true)
+    }
+
+    /// The orders of the voucher Redis still holds as pending (in the
+    /// shards it did not forget) that MySQL has not written, each of a
+    /// buyer with no active order there: orders on their way, which a sale
+    /// loaded again keeps counted (their units taken, their buyers in),
+    /// so that their writers find them pending and no later buyer gets
+    /// their units. Read while the stock row is held: no writer commits
+    /// one of them meanwhile.
+    async fn on_their_way(
+        &self,
+        voucher_id: VoucherId,
+        sale: &SaleSnapshot,
+    ) -> Result<Vec<NewOrder>, Error> {
+        let pending = self.pending_orders_of(voucher_id).await?;
+        if pending.is_empty() {
+            return Ok(pending);
+        }
+        let written: HashSet<OrderId> = (self.store.order_ids_of(voucher_id).await?)
+            .into_iter()
+            .collect();
+        let mut buyers: HashSet<UserId> = sale.buyers.iter().copied().collect();
+        Ok(pending
+            .into_iter()
+            .filter(|order| !written.contains(&order.id) && buyers.insert(order.user_id))
+            .collect())
     }
 
     /// Whether Redis holds the voucher's sale, in every shard, with the
@@ -291,9 +346,11 @@ impl SaleState {
         {
             return Ok(Found::Stale);
         }
-        let whole =
-            (shards.iter()).all(|(stock, _, epoch)| stock.is_some() && epoch == &shards[0].2);
-        Ok(if whole { Found::Whole } else { Found::Missing })
+        if shards.iter().any(|(stock, _, _)| stock.is_none()) {
+            return Ok(Found::Missing);
+        }
+        let one_load = (shards.iter()).all(|(_, _, epoch)| epoch == &shards[0].2);
+        Ok(if one_load { Found::Whole } else { Found::Split })
     }
 
     /// The voucher's layout as MySQL has it, `None` when it is no seckill
@@ -538,30 +595,37 @@ fn epoch_ms(at: NaiveDateTime) -> i64 {
 }
 
 /// Writes every shard of `sale` into Redis under a new epoch
-/// (`lua/seckill_load.lua`); returns how many pending orders of the voucher
-/// it took out of the pending hashes, for their writers to count again.
+/// (`lua/seckill_load.lua`): Redis's stock is MySQL's less the orders
+/// `on_their_way`, whose buyers join their shards' buyers.
 async fn put(
     mut redis: RedisConnection,
     keys: &Keys,
     voucher_id: VoucherId,
     layout: Layout,
     sale: &SaleSnapshot,
+    on_their_way: &[NewOrder],
     opens_in: Duration,
-) -> Result<i64, Error> {
+) -> Result<(), Error> {
     let epoch = rand::random::<u64>() >> 1;
-    let stock = layout.split(sale.stock);
-    let mut taken = 0;
+    // More orders on their way than MySQL has units: Redis and MySQL
+    // disagree, and the orders without a unit end in the dead letters
+    // (`no stock left in MySQL`) when their writers get to them.
+    let stock = layout.split((sale.stock - on_their_way.len() as i64).max(0));
     for (position, shard) in layout.shards().enumerate() {
-        let buyers: Vec<_> = (sale.buyers.iter())
-            .filter(|buyer| usize::from(layout.position_of(**buyer)) == position)
-            .collect();
+        let written = (sale.buyers.iter().copied())
+            .filter(|buyer| usize::from(layout.position_of(*buyer)) == position);
+        // An order on its way counts in the shard that drew it, where its
+        // pending entry and its writer's readmission are.
+        let coming = (on_their_way.iter())
+            .filter(|order| Shard::of_order(order.id) == shard)
+            .map(|order| order.user_id);
+        let buyers: Vec<UserId> = written.chain(coming).collect();
         let keys = keys.shard(shard);
         let mut load = LOAD.prepare_invoke();
         load.key(keys.voucher(voucher_id))
             .key(keys.buyers(voucher_id))
             .key(keys.given_back(voucher_id))
             .key(keys.received(voucher_id))
-            .key(keys.pending())
             .arg(stock[position] + buyers.len() as i64)
             .arg(stock[position])
             .arg(epoch_ms(sale.begin_time))
@@ -569,7 +633,6 @@ async fn put(
             .arg(sale.token)
             .arg(opens_in.as_millis() as u64)
             .arg(epoch)
-            .arg(voucher_id.get())
             .arg(buyers.len());
         for buyer in buyers {
             load.arg(buyer.get());
@@ -579,9 +642,9 @@ async fn put(
         for order in (sale.given_back.iter()).filter(|order| Shard::of_order(**order) == shard) {
             load.arg(order.get());
         }
-        taken += load.invoke_async::<i64>(&mut redis).await?;
+        load.invoke_async::<()>(&mut redis).await?;
     }
-    Ok(taken)
+    Ok(())
 }
 
 /// The order the pending orders hash holds under `order_id`, as the

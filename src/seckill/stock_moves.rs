@@ -19,9 +19,11 @@
 //! changes nothing if the mover was only slow. A buyer who finds units in
 //! transit waits for them, looking again every [`IN_TRANSIT_PAUSE`]. A unit
 //! is thus stranded at most `STALE_AFTER + SWEEP_EVERY` (3 s) after its
-//! mover died. A sale loaded again meanwhile
-//! (a new epoch) counted its units from MySQL: the receive is refused, the
-//! record settled.
+//! mover died. A receiving shard of another load (a new epoch) refuses
+//! the units: they go back to the lender, unless the lender too was loaded
+//! again (that load counted its units from MySQL). A mover that finds the
+//! sale's shards of different loads (a load that died half-way) moves
+//! nothing: the sale is loaded again as a whole.
 //!
 //! A writer counting again an order Redis lost (`lua/seckill_readmit.lua`)
 //! borrows the same way when the order's shard has no unit left.
@@ -79,8 +81,8 @@ pub struct SaleRef {
 pub enum Refill {
     /// Units came to the shard (moved here, or given back): ask it again.
     Moved,
-    /// A shard of the sale is gone from Redis: the sale is to be loaded
-    /// again as a whole.
+    /// A shard of the sale is gone from Redis, or its shards are of
+    /// different loads: the sale is to be loaded again as a whole.
     Missing,
     /// No shard holds or moves a unit.
     SoldOut,
@@ -177,7 +179,11 @@ impl SaleState {
             Some(Seen { sold_out: true, .. }) => return Ok(Refill::SoldOut),
             Some(Seen { looks, .. }) => {
                 if let Some(donor) = fullest(&looks, position).next() {
-                    if self.moved(sale, sale.layout.shard(donor), home).await? {
+                    let epoch = looks[usize::from(position)].epoch;
+                    if self
+                        .moved(sale, sale.layout.shard(donor), home, epoch)
+                        .await?
+                    {
                         return Ok(Refill::Moved);
                     }
                 }
@@ -189,12 +195,24 @@ impl SaleState {
             let Some(first) = first.into_iter().collect::<Option<Vec<Look>>>() else {
                 return Ok(Refill::Missing);
             };
+            // Shards of different loads: a load died half-way. Units moved
+            // between them would be refused by the receiver; the sale is
+            // loaded again from MySQL instead.
+            if first.iter().any(|look| look.epoch != first[0].epoch) {
+                tracing::warn!(voucher_id = %sale.voucher_id,
+                    "the sale's shards are of different loads; loading it again");
+                return Ok(Refill::Missing);
+            }
             if first[usize::from(position)].stock > 0 {
                 return Ok(Refill::Moved);
             }
             self.remember(sale.voucher_id, &first, false);
             for donor in fullest(&first, position) {
-                if self.moved(sale, sale.layout.shard(donor), home).await? {
+                let epoch = first[usize::from(position)].epoch;
+                if self
+                    .moved(sale, sale.layout.shard(donor), home, epoch)
+                    .await?
+                {
                     return Ok(Refill::Moved);
                 }
             }
@@ -259,26 +277,34 @@ impl SaleState {
             .on_shards(sale.layout.shards(), |mut redis, keys| async move {
                 redis::cmd("HMGET")
                     .arg(keys.voucher(voucher_id))
-                    .arg(&["stock", "moves", "in_transit"])
+                    .arg(&["stock", "moves", "in_transit", "epoch"])
                     .query_async(&mut redis)
                     .await
             })
             .await?;
         Ok((shards.into_iter())
             .map(|fields| match fields[..] {
-                [Some(stock), moves, in_transit] => Some(Look {
+                [Some(stock), moves, in_transit, epoch] => Some(Look {
                     stock,
                     moves: moves.unwrap_or(0),
                     in_transit: in_transit.unwrap_or(0),
+                    epoch,
                 }),
                 _ => None,
             })
             .collect())
     }
 
-    /// One move from `from` to `to`: lend, receive, settle. `false` when
-    /// `from` had no unit left to lend.
-    async fn moved(&self, sale: &SaleRef, from: Shard, to: Shard) -> Result<bool, Error> {
+    /// One move from `from` to `to`, whose load is `epoch`: lend, receive,
+    /// settle. `false` when `from` had no unit left to lend, or is of
+    /// another load.
+    async fn moved(
+        &self,
+        sale: &SaleRef,
+        from: Shard,
+        to: Shard,
+        epoch: Option<i64>,
+    ) -> Result<bool, Error> {
         let transfer_id = format!("{:032x}", rand::random::<u128>());
         let from_keys = self.keys.shard(from);
         let (units, epoch): (i64, String) = LEND
@@ -289,6 +315,7 @@ impl SaleState {
             .arg(to.index())
             .arg(&transfer_id)
             .arg(MOST_LENT)
+            .arg(epoch.map(|epoch| epoch.to_string()).unwrap_or_default())
             .invoke_async(&mut self.redis.clone())
             .await?;
         if units == 0 {
@@ -310,7 +337,8 @@ impl SaleState {
         Ok(true)
     }
 
-    /// Steps 2 and 3 of a move: receive, then settle.
+    /// Steps 2 and 3 of a move: receive, then settle; units the receiver
+    /// refused go back to the lender's stock.
     async fn deliver(
         &self,
         from: Shard,
@@ -326,18 +354,24 @@ impl SaleState {
             .arg(&transfer.epoch)
             .invoke_async(&mut self.redis.clone())
             .await?;
-        let outcome = match received {
-            1 => "received",
-            0 => "received_before",
-            2 => "no_sale",
-            _ => "sale_reloaded",
+        let (outcome, refused) = match received {
+            1 => ("received", false),
+            0 => ("received_before", false),
+            2 => ("no_sale", true),
+            _ => ("sale_reloaded", true),
         };
         metrics::STOCK_MOVES.with_label_values(&[outcome]).inc();
+        if refused {
+            tracing::warn!(%transfer_id, voucher_id = %transfer.voucher_id, units = transfer.units,
+                from = from.tag(), to = transfer.to.tag(), outcome,
+                "a shard refused units lent to it; they go back to the lender");
+        }
         let from_keys = self.keys.shard(from);
         let _settled: i64 = SETTLE
             .key(from_keys.voucher(transfer.voucher_id))
             .key(from_keys.transit())
             .arg(transfer_id)
+            .arg(u8::from(refused))
             .invoke_async(&mut self.redis.clone())
             .await?;
         Ok(())

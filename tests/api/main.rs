@@ -13,6 +13,7 @@ mod logs;
 mod lost_reply;
 mod queue;
 mod redis_cluster;
+mod redis_forgets;
 mod shards;
 mod shop;
 mod shutdown;

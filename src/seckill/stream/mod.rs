@@ -352,12 +352,27 @@ impl Inner {
                     // Entries left for a claim to retry: unless Redis lost
                     // them meanwhile, and no claim ever will.
                     let orders: Vec<_> = waiting.iter().filter_map(|e| e.order().ok()).collect();
-                    let lost = self.writer.sale_state().not_pending(&orders).await?;
-                    if lost.is_empty() {
-                        return Ok(());
+                    match self.writer.sale_state().not_pending(&orders).await {
+                        Ok(lost) if lost.is_empty() => return Ok(()),
+                        Ok(lost) => {
+                            entries = (waiting.into_iter())
+                                .filter(|entry| entry.order().is_ok_and(|o| lost.contains(&o)))
+                                .collect();
+                            anyhow::anyhow!(
+                                "{} order(s) Redis lost are still to be written",
+                                lost.len()
+                            )
+                        }
+                        // Redis did not answer (down, or restarting empty):
+                        // whether it still holds them is unknown, and if it
+                        // lost them nothing else would write them. Kept.
+                        Err(unknown) => {
+                            entries = waiting;
+                            anyhow::Error::from(unknown).context(
+                                "Redis not asked whether it still holds the orders left waiting",
+                            )
+                        }
                     }
-                    entries.retain(|entry| entry.order().is_ok_and(|order| lost.contains(&order)));
-                    anyhow::anyhow!("{} order(s) Redis lost are still to be written", lost.len())
                 }
                 Err(error) if Blame::of(&error) == Blame::Surroundings => error,
                 Err(error) => return Err(error),
