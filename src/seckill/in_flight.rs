@@ -113,6 +113,18 @@ impl SaleState {
         Ok(orders)
     }
 
+    /// The closed orders of `voucher_id` whose units are back in its
+    /// sale's stock in Redis (its shards' given-back sets).
+    pub async fn given_back_of(&self, voucher_id: VoucherId) -> Result<Vec<OrderId>, Error> {
+        let sets: Vec<Vec<i64>> = self
+            .on_shards(
+                self.shards_of(voucher_id).await?,
+                |mut redis, keys| async move { redis.smembers(keys.given_back(voucher_id)).await },
+            )
+            .await?;
+        Ok(sets.into_iter().flatten().map(OrderId::new).collect())
+    }
+
     /// Orders of `voucher_id` still in its shards' order streams
     /// (`stream`): not yet delivered, or delivered and not yet acknowledged.
     pub async fn streamed_orders_of(&self, voucher_id: VoucherId) -> Result<Vec<NewOrder>, Error> {

@@ -54,7 +54,7 @@ use catalog::{Catalog, SaleInfo};
 pub use in_flight::DeadLetter;
 use queue::OrderQueue;
 pub use sale_state::{PendingOrder, RedisSale, RedisShard, SaleState};
-pub use stock_moves::{SaleRef, STALE_AFTER, SWEEP_EVERY};
+pub use stock_moves::{InTransit, SaleRef, STALE_AFTER, SWEEP_EVERY};
 use writer::{Ended, Outcome, FENCED_OUT};
 pub use writer::{Locks, OrderSource, OrderWriter};
 

@@ -113,6 +113,10 @@ pub struct RedisShard {
     /// Units it lent to other shards, and received from them, since.
     pub lent: i64,
     pub received: i64,
+    /// Units of its transfer records not yet settled (received or not).
+    pub recorded_in_transit: i64,
+    /// The load that wrote it: every shard of a sale is of one load.
+    pub epoch: Option<i64>,
     /// Users admitted in it.
     pub buyers: i64,
 }
@@ -413,14 +417,23 @@ impl SaleState {
                 redis::pipe()
                     .cmd("HMGET")
                     .arg(keys.voucher(voucher_id))
-                    .arg(&["initial", "stock", "begin_ms", "end_ms", "lent", "received"])
+                    .arg(&[
+                        "initial",
+                        "stock",
+                        "begin_ms",
+                        "end_ms",
+                        "lent",
+                        "received",
+                        "in_transit",
+                        "epoch",
+                    ])
                     .smembers(keys.buyers(voucher_id))
                     .query_async(&mut redis)
                     .await
             })
             .await?;
         for (shard, (fields, buyers)) in layout.shards().zip(shards) {
-            let [Some(initial), Some(stock), Some(begin_ms), Some(end_ms), lent, received] =
+            let [Some(initial), Some(stock), Some(begin_ms), Some(end_ms), lent, received, recorded, epoch] =
                 fields[..]
             else {
                 return Ok(None);
@@ -436,6 +449,8 @@ impl SaleState {
                 stock,
                 lent,
                 received,
+                recorded_in_transit: recorded.unwrap_or(0),
+                epoch,
                 buyers: buyers.len() as i64,
             });
             sale.buyers.extend(buyers.into_iter().map(UserId::new));

@@ -127,7 +127,67 @@ impl Transfer {
     }
 }
 
+/// A transfer of a sale's units between two of its shards, as its record
+/// in the lender's transit hash shows it (`hmdp audit` reads them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InTransit {
+    pub id: String,
+    pub from: Shard,
+    pub to: Shard,
+    pub units: i64,
+    /// The load of the sale the units were lent from.
+    pub epoch: String,
+    /// Since the lend, by the lender's clock.
+    pub age: Duration,
+    /// Whether the receiver counted it (its id in the received set): a
+    /// record received and not yet settled holds no unit in transit.
+    pub received: bool,
+}
+
 impl SaleState {
+    /// Every transfer record of `voucher_id`'s sale in its shards' transit
+    /// hashes, with its age and whether it was received.
+    pub async fn transfers_of(
+        &self,
+        voucher_id: VoucherId,
+        layout: Layout,
+    ) -> Result<Vec<InTransit>, Error> {
+        let mut transfers = Vec::new();
+        for from in layout.shards() {
+            let (records, (seconds, micros)): (Vec<(String, String)>, (i64, i64)) = redis::pipe()
+                .hgetall(self.keys.shard(from).transit())
+                .cmd("TIME")
+                .query_async(&mut self.redis.clone())
+                .await?;
+            let now_ms = seconds * 1000 + micros / 1000;
+            for (id, record) in records {
+                let Some(transfer) = Transfer::parse(&record) else {
+                    return Err(Error::Internal(anyhow::anyhow!(
+                        "unreadable transfer record {id}: {record:?}"
+                    )));
+                };
+                if transfer.voucher_id != voucher_id {
+                    continue;
+                }
+                let received: bool = redis::cmd("SISMEMBER")
+                    .arg(self.keys.shard(transfer.to).received(voucher_id))
+                    .arg(&id)
+                    .query_async(&mut self.redis.clone())
+                    .await?;
+                transfers.push(InTransit {
+                    id,
+                    from,
+                    to: transfer.to,
+                    units: transfer.units,
+                    epoch: transfer.epoch,
+                    age: Duration::from_millis((now_ms - transfer.lent_ms).max(0) as u64),
+                    received,
+                });
+            }
+        }
+        Ok(transfers)
+    }
+
     /// Counts `order`, which Redis lost, again in its shard of the sale
     /// (see `lua/seckill_readmit.lua`); run while its writer holds the
     /// stock row. A shard with no unit left borrows from the sale's other

@@ -15,11 +15,12 @@ use serde::Serialize;
 
 use hmdp::config::StoreSettings;
 use hmdp::id_worker::minted_at;
+use hmdp::ids::OrderId;
 use hmdp::ids::{UserId, VoucherId};
 use hmdp::keys::Keys;
-use hmdp::seckill::SaleState;
-use hmdp::shards::slot;
-use hmdp::store::{Giveback, Store, VoucherAudit};
+use hmdp::seckill::{InTransit, RedisSale, SaleState, STALE_AFTER, SWEEP_EVERY};
+use hmdp::shards::{slot, Layout, Shard};
+use hmdp::store::{Giveback, NewOrder, Store, VoucherAudit};
 
 /// `hmdp audit`.
 #[derive(Debug, Clone, Args)]
@@ -51,6 +52,12 @@ pub struct AuditSettings {
     #[arg(long, default_value_t = 60)]
     pub pending_within_secs: u64,
 
+    /// Units lent by one shard of a sharded sale and not received by
+    /// another for longer than this are stranded: a mover that died leaves
+    /// them to the nodes' sweep, which delivers them within 3 s.
+    #[arg(long, default_value_t = 3000)]
+    pub transit_within_ms: u64,
+
     /// MySQL, and Redis with the prefix the nodes use.
     #[command(flatten)]
     pub store: StoreSettings,
@@ -66,6 +73,17 @@ Checks, each holds / BROKEN / not checked:
   mysql-stock               MySQL active orders (unpaid, paid, used) + MySQL stock =
                             initial stock, and stock >= 0: a closed order's unit is
                             back in stock.
+  redis-mysql               Redis against MySQL, the truth: Redis stock + units in
+                            transit + orders on their way (pending, not written) +
+                            give-backs owed (closed in MySQL, not yet back in Redis)
+                            = MySQL stock; in each shard of a sharded sale, its
+                            buyers = the users of the shard with an active order in
+                            MySQL or one on its way (give-backs owed aside).
+  transit                   A sharded sale's shards are of one load (epoch); each
+                            shard's transfer records add up to its units in transit;
+                            the units lent and not received (lent - received) are the
+                            records not received; no record older than
+                            --transit-within-ms (its units stranded).
   buyers                    Redis's buyer set = users with an active order in MySQL
                             + users whose order is on its way (the pending orders
                             hash, the order stream) + users whose closed order's
@@ -186,6 +204,16 @@ impl Audit {
     /// made).
     pub fn holds(&self) -> bool {
         self.broken().is_empty() && (self.allow_unchecked || self.unchecked().is_empty())
+    }
+
+    /// What fails the audit, one line a check: each broken check, and each
+    /// check not made unless a check not made may pass.
+    pub fn failures(&self) -> Vec<String> {
+        let broken = (self.broken().into_iter()).map(|check| format!("audit: {check} broken"));
+        let unchecked = (self.unchecked().into_iter())
+            .filter(|_| !self.allow_unchecked)
+            .map(|check| format!("audit: {check} could not be checked"));
+        broken.chain(unchecked).collect()
     }
 
     /// The broken checks' names.
@@ -333,6 +361,8 @@ pub struct AuditOptions {
     pub allow_unchecked: bool,
     /// A pending order with no stream entry, older than this, is lost.
     pub pending_within: Duration,
+    /// Units in transit between shards longer than this are stranded.
+    pub transit_within: Duration,
 }
 
 impl AuditOptions {
@@ -342,6 +372,7 @@ impl AuditOptions {
             initial_stock: None,
             allow_unchecked: false,
             pending_within: Duration::from_secs(60),
+            transit_within: STALE_AFTER + SWEEP_EVERY,
         }
     }
 }
@@ -493,6 +524,35 @@ pub async fn audit(
                 ));
             }
             checks.push(buyers);
+            let written: BTreeSet<OrderId> = (store.order_ids_of(voucher_id).await)
+                .context("reading the voucher's order ids")?
+                .into_iter()
+                .collect();
+            let given_back: BTreeSet<OrderId> = (sale_state.given_back_of(voucher_id).await?)
+                .into_iter()
+                .collect();
+            let truth = Truth {
+                mysql_stock: mysql.stock_left,
+                on_their_way: (pending.iter())
+                    .filter(|order| !written.contains(&order.id))
+                    .copied()
+                    .collect(),
+                streamed: streamed.clone(),
+                owed: (owed.iter())
+                    .filter(|(giveback, _)| !given_back.contains(&giveback.order_id))
+                    .map(|(giveback, _)| giveback.user_id)
+                    .collect(),
+                ordered: ordered.clone(),
+            };
+            checks.push(redis_against_mysql(sale, &truth));
+            let transfers = match sale.shards.len() {
+                1 => Vec::new(),
+                count => {
+                    let layout = Layout::new(count as i64)?;
+                    sale_state.transfers_of(voucher_id, layout).await?
+                }
+            };
+            checks.push(transit(sale, &transfers, options.transit_within));
             checks.push(one_order_per_user(&orders_per_user));
             checks.push(paid_and_closed(&mysql));
             checks.push(givebacks(&owed, options.pending_within));
@@ -514,6 +574,8 @@ pub async fn audit(
         }
         None => {
             checks.push(Check::not_checked("buyers", no_sale));
+            checks.push(Check::not_checked("redis-mysql", no_sale));
+            checks.push(Check::not_checked("transit", no_sale));
             checks.push(one_order_per_user(&orders_per_user));
             checks.push(paid_and_closed(&mysql));
             checks.push(givebacks(&owed, options.pending_within));
@@ -522,6 +584,150 @@ pub async fn audit(
     }
     audit.checks = checks;
     Ok(audit)
+}
+
+/// What MySQL and the orders between the stores say Redis should hold.
+struct Truth {
+    mysql_stock: i64,
+    /// Pending orders MySQL has not written.
+    on_their_way: Vec<NewOrder>,
+    /// Orders in the order streams (written or not).
+    streamed: Vec<NewOrder>,
+    /// Buyers of closed orders whose units MySQL has back and Redis not yet.
+    owed: Vec<UserId>,
+    /// Users with an active order in MySQL.
+    ordered: BTreeSet<UserId>,
+}
+
+/// Redis against MySQL: the stock in total, the buyers shard by shard.
+fn redis_against_mysql(sale: &RedisSale, truth: &Truth) -> Check {
+    let on_their_way = truth.on_their_way.len() as i64;
+    let owed = truth.owed.len() as i64;
+    let held = sale.stock + sale.in_transit + on_their_way + owed;
+    let mut differences = Vec::new();
+    if held != truth.mysql_stock {
+        differences.push(format!(
+            "Redis stock {} + {} in transit + {on_their_way} on their way + {owed} give-back(s) \
+             owed is {held}, {} than MySQL's stock {}",
+            sale.stock,
+            sale.in_transit,
+            more_or_fewer(held - truth.mysql_stock),
+            truth.mysql_stock
+        ));
+    }
+    if sale.shards.len() > 1 {
+        let layout = Layout::new(sale.shards.len() as i64).expect("a sale's own shard count");
+        let position = |user: &UserId| layout.shard(layout.position_of(*user));
+        for shard in &sale.shards {
+            // Each order on its way counts in the shard that drew it.
+            let mut expected: BTreeSet<UserId> = (truth.ordered.iter())
+                .filter(|user| position(user) == shard.shard)
+                .copied()
+                .collect();
+            expected.extend(
+                (truth.on_their_way.iter().chain(&truth.streamed))
+                    .filter(|order| Shard::of_order(order.id) == shard.shard)
+                    .map(|order| order.user_id),
+            );
+            let returning = (truth.owed.iter())
+                .filter(|user| position(user) == shard.shard && !expected.contains(user))
+                .count() as i64;
+            let least = expected.len() as i64;
+            if shard.buyers < least || shard.buyers > least + returning {
+                differences.push(format!(
+                    "shard {}: {} buyers in Redis, {least} by MySQL and the orders on their way \
+                     (+ up to {returning} whose give-back is owed)",
+                    shard.shard.tag(),
+                    shard.buyers
+                ));
+            }
+        }
+    }
+    Check::judged(
+        "redis-mysql",
+        format!(
+            "Redis stock {} + {} in transit + {on_their_way} on their way + {owed} owed = {held} \
+             (MySQL stock {})",
+            sale.stock, sale.in_transit, truth.mysql_stock
+        ),
+        differences,
+    )
+}
+
+/// Units between a sharded sale's shards: one load's shards, records that
+/// add up, none stranded.
+fn transit(sale: &RedisSale, transfers: &[InTransit], within: Duration) -> Check {
+    if sale.shards.len() == 1 {
+        return Check::judged(
+            "transit",
+            "a one-shard sale moves no stock".to_owned(),
+            Vec::new(),
+        );
+    }
+    let mut differences = Vec::new();
+    let epochs: BTreeSet<Option<i64>> = sale.shards.iter().map(|shard| shard.epoch).collect();
+    if epochs.len() > 1 {
+        differences.push(format!(
+            "the shards are of {} different loads (a load that died half-way): {}",
+            epochs.len(),
+            (sale.shards.iter())
+                .map(|shard| format!("{} {:?}", shard.shard.tag(), shard.epoch))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let of_this_load = |transfer: &&InTransit, shard: &hmdp::seckill::RedisShard| -> bool {
+        transfer.from == shard.shard
+            && shard
+                .epoch
+                .map(|epoch| epoch.to_string())
+                .unwrap_or_default()
+                == transfer.epoch
+    };
+    let mut unreceived = 0;
+    for shard in &sale.shards {
+        let records: Vec<&InTransit> = (transfers.iter())
+            .filter(|transfer| of_this_load(transfer, shard))
+            .collect();
+        let recorded: i64 = records.iter().map(|transfer| transfer.units).sum();
+        unreceived += (records.iter())
+            .filter(|transfer| !transfer.received)
+            .map(|transfer| transfer.units)
+            .sum::<i64>();
+        if recorded != shard.recorded_in_transit {
+            differences.push(format!(
+                "shard {}: its transfer records hold {recorded} unit(s), its count {}",
+                shard.shard.tag(),
+                shard.recorded_in_transit
+            ));
+        }
+    }
+    if unreceived != sale.in_transit {
+        differences.push(format!(
+            "lent - received is {}, the records not received hold {unreceived}",
+            sale.in_transit
+        ));
+    }
+    for transfer in transfers.iter().filter(|t| !t.received && t.age > within) {
+        differences.push(format!(
+            "transfer {} of {} unit(s) from {} to {} in transit for {:.1} s (bound {:?}): \
+             stranded",
+            transfer.id,
+            transfer.units,
+            transfer.from.tag(),
+            transfer.to.tag(),
+            transfer.age.as_secs_f64(),
+            within
+        ));
+    }
+    Check::judged(
+        "transit",
+        format!(
+            "{} transfer record(s), {unreceived} unit(s) not received",
+            transfers.len()
+        ),
+        differences,
+    )
 }
 
 fn mysql_stock(mysql: &VoucherAudit, initial: Option<i64>) -> Check {
@@ -693,6 +899,7 @@ pub async fn run(settings: &AuditSettings) -> anyhow::Result<i32> {
         initial_stock: settings.initial_stock,
         allow_unchecked: settings.allow_unchecked,
         pending_within: Duration::from_secs(settings.pending_within_secs),
+        transit_within: Duration::from_millis(settings.transit_within_ms),
     };
     let audit = audit(
         &store,
@@ -745,6 +952,39 @@ mod tests {
                 "1 user(s) with an order on its way who are no buyers in Redis: users 5",
             ]
         );
+    }
+
+    #[test]
+    fn a_check_not_made_fails_unless_allowed() {
+        let mut audit = Audit {
+            voucher: 1,
+            initial_stock: Some(5),
+            redis_checked: false,
+            orders: 0,
+            closed_orders: 0,
+            givebacks_owed: 0,
+            mysql_stock: 5,
+            redis_stock: None,
+            buyers: None,
+            pending: 0,
+            in_stream: 0,
+            pending_lost: 0,
+            in_transit: None,
+            shards: Vec::new(),
+            checks: vec![
+                Check::judged("mysql-stock", String::new(), Vec::new()),
+                Check::not_checked("redis-stock", "Redis holds no sale"),
+            ],
+            allow_unchecked: false,
+        };
+        assert_eq!(
+            audit.failures(),
+            ["audit: redis-stock could not be checked"]
+        );
+        assert_eq!(audit.exit_code(), 1);
+        audit.allow_unchecked = true;
+        assert!(audit.failures().is_empty());
+        assert_eq!(audit.exit_code(), 0);
     }
 
     #[test]

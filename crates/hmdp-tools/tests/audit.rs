@@ -11,9 +11,10 @@ use std::path::PathBuf;
 
 use chrono::{TimeDelta, Utc};
 use hmdp::config::SeckillMode;
-use hmdp::ids::VoucherId;
+use hmdp::id_worker::compose;
+use hmdp::ids::{OrderId, UserId, VoucherId};
 use hmdp::keys::Keys;
-use hmdp::shards::{slot, Layout};
+use hmdp::shards::{slot, Layout, Shard};
 use hmdp_lock::LockMode;
 use hmdp_tools::cluster::{node_flags, Cluster, ClusterSpec, Sandbox};
 use redis::AsyncCommands;
@@ -67,7 +68,7 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
     assert_eq!(report["orders"], 30);
     assert_eq!(report["audit"]["buyers"], 30);
     let checks = report["audit"]["checks"].as_array().unwrap();
-    assert_eq!(checks.len(), 7);
+    assert_eq!(checks.len(), 9);
     assert!(
         checks.iter().all(|check| check["status"] == "holds"),
         "{report}"
@@ -134,7 +135,9 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
     assert!(out.contains("Redis not checked"), "{out}");
     assert!(out.contains("mysql-stock               holds"), "{out}");
     assert!(
-        out.contains("verdict: NOT CHECKED: redis-stock, buyers, dead-letters"),
+        out.contains(
+            "verdict: NOT CHECKED: redis-stock, buyers, redis-mysql, transit, dead-letters"
+        ),
         "{out}"
     );
     let (code, out) = hmdp(
@@ -144,7 +147,8 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains(
-            "verdict: every check made holds (redis-stock, buyers, dead-letters not checked)"
+            "verdict: every check made holds (redis-stock, buyers, redis-mysql, transit, dead-letters \
+             not checked)"
         ),
         "{out}"
     );
@@ -226,8 +230,8 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
 
 /// A sale split into four shards (on one Redis: the tags are only names
 /// there): the verified load test drains it, the audit shows each shard and
-/// the total, counts units on their way between shards, and names the shard
-/// whose own balance a unit added by hand broke.
+/// the total, and names the shard whose own balance a unit added by hand
+/// broke.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_of_a_sharded_sale_shows_each_shard_and_the_total() {
     let (sandbox, spec, cluster) = stream_nodes(&["--seckill-shards=4"]).await;
@@ -252,21 +256,8 @@ async fn the_audit_of_a_sharded_sale_shows_each_shard_and_the_total() {
     assert!(out.contains("total (4)"), "{out}");
     assert!(out.contains("verdict: every check holds"), "{out}");
 
-    // A unit lent by shard 1 and not yet received: on its way, not lost.
     let keys = Keys::new(sandbox.redis.prefix.clone());
-    let lender = keys.shard(layout.shard(1)).voucher(VoucherId::new(voucher));
     let mut redis = common::redis().await;
-    let lend = |units: i64| {
-        redis::pipe()
-            .hincr(&lender, "stock", -units)
-            .hincr(&lender, "lent", units)
-            .clone()
-    };
-    let (): () = lend(1).query_async(&mut redis).await.unwrap();
-    let (code, out) = audit(&sandbox, voucher);
-    assert_eq!(code, 0, "{out}");
-    assert!(out.contains("+ 1 in transit"), "{out}");
-    let (): () = lend(-1).query_async(&mut redis).await.unwrap();
 
     // A unit that appeared in shard 2 out of nowhere.
     let shard = layout.shard(2);
@@ -278,5 +269,218 @@ async fn the_audit_of_a_sharded_sale_shows_each_shard_and_the_total() {
     assert!(
         out.contains(&format!("shard {}: stock 3 + 10 buyers", shard.tag())),
         "{out}"
+    );
+}
+
+/// The audit's verdict after one corruption: exit 1 and each of `checks`
+/// BROKEN.
+fn reported_broken(sandbox: &Sandbox, voucher: i64, corruption: &str, checks: &[&str]) {
+    let (code, out) = audit(sandbox, voucher);
+    assert_eq!(code, 1, "{corruption}: {out}");
+    for check in checks {
+        assert!(
+            out.contains(&format!("  {check:<25} BROKEN")),
+            "{corruption}: {check} BROKEN in\n{out}"
+        );
+    }
+}
+
+fn holds(sandbox: &Sandbox, voucher: i64, after: &str) {
+    let (code, out) = audit(sandbox, voucher);
+    assert_eq!(code, 0, "after {after}: {out}");
+}
+
+/// The audit proves that it sees: a drained two-shard sale, its nodes then
+/// stopped (nothing repairs what the test breaks), is corrupted in ten
+/// ways, one at a time. Each is reported BROKEN by the check that owns it,
+/// and the audit holds again once the corruption is undone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_corruption_of_the_stores_is_reported_broken() {
+    let (sandbox, spec, mut cluster) = stream_nodes(&["--seckill-shards=2"]).await;
+    let (_, report) = verified_sale(&sandbox, &spec, &cluster, &["--users=20", "--stock=24"]);
+    let voucher = report["voucher"].as_i64().unwrap();
+    cluster.kill_node(0).await;
+    cluster.kill_node(1).await;
+    let voucher_id = VoucherId::new(voucher);
+    let layout = Layout::new(2).unwrap();
+    let keys = Keys::new(sandbox.redis.prefix.clone());
+    let shard_keys = |position: u16| keys.shard(layout.shard(position));
+    let sale_of = |position: u16| shard_keys(position).voucher(voucher_id);
+    let mut redis = common::redis().await;
+    let store = sandbox.store(1).unwrap();
+    let redis_time = |mut redis: redis::aio::MultiplexedConnection| async move {
+        let (seconds, micros): (i64, i64) =
+            redis::cmd("TIME").query_async(&mut redis).await.unwrap();
+        seconds * 1000 + micros / 1000
+    };
+    holds(&sandbox, voucher, "the sale");
+
+    // The stores' state the corruptions start from: a closed order whose
+    // unit is back in both, and an order on its way in shard 0.
+    let (closed, closed_user): (i64, u64) = sqlx::query_as(
+        "SELECT id, user_id FROM tb_voucher_order WHERE voucher_id = ? ORDER BY id LIMIT 1",
+    )
+    .bind(voucher)
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    let closed_shard = keys.shard(Shard::of_order(OrderId::new(closed)));
+    sqlx::query("UPDATE tb_voucher_order SET status = 4 WHERE id = ?")
+        .bind(closed)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    sqlx::query("UPDATE tb_seckill_voucher SET stock = stock + 1 WHERE voucher_id = ?")
+        .bind(voucher)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let (): () = redis::pipe()
+        .srem(closed_shard.buyers(voucher_id), closed_user)
+        .sadd(closed_shard.given_back(voucher_id), closed)
+        .hincr(closed_shard.voucher(voucher_id), "stock", 1)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let coming_user = (900_000u64..)
+        .find(|user| layout.position_of(UserId::new(*user)) == 0)
+        .unwrap();
+    let coming = compose(Utc::now(), 0) | (layout.shard(0).sequence_base() + 7) as i64;
+    let pending = shard_keys(0).pending();
+    let coming_entry = format!("{coming_user}:{voucher}");
+    let (): () = redis::pipe()
+        .hset(&pending, coming, &coming_entry)
+        .sadd(shard_keys(0).buyers(voucher_id), coming_user)
+        .hincr(sale_of(0), "stock", -1)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    holds(&sandbox, voucher, "a close and an order on its way");
+
+    // 1, 2: a unit added to a shard, a unit removed from one.
+    for (corruption, units) in [("a unit added", 1), ("a unit removed", -1)] {
+        let _: () = redis.hincr(sale_of(1), "stock", units).await.unwrap();
+        reported_broken(
+            &sandbox,
+            voucher,
+            corruption,
+            &["redis-stock", "redis-mysql"],
+        );
+        let _: () = redis.hincr(sale_of(1), "stock", -units).await.unwrap();
+    }
+    holds(&sandbox, voucher, "the units undone");
+
+    // 3: a buyer with an order removed from Redis.
+    let buyer: u64 = sqlx::query_scalar(
+        "SELECT user_id FROM tb_voucher_order WHERE voucher_id = ? AND status = 1 LIMIT 1",
+    )
+    .bind(voucher)
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    let buyers = keys
+        .shard(layout.shard_of(UserId::new(buyer)))
+        .buyers(voucher_id);
+    let _: () = redis.srem(&buyers, buyer).await.unwrap();
+    reported_broken(
+        &sandbox,
+        voucher,
+        "a buyer removed",
+        &["redis-stock", "buyers", "redis-mysql"],
+    );
+    let _: () = redis.sadd(&buyers, buyer).await.unwrap();
+
+    // 4, 5: a unit lent by shard 1 to shard 0, in transit; its record
+    // dropped; then its record made older than the bound.
+    let lend = |units: i64| {
+        redis::pipe()
+            .hincr(sale_of(1), "stock", -units)
+            .hincr(sale_of(1), "lent", units)
+            .hincr(sale_of(1), "in_transit", units)
+            .clone()
+    };
+    let (): () = lend(1).query_async(&mut redis).await.unwrap();
+    let epoch: String = redis.hget(sale_of(1), "epoch").await.unwrap();
+    let transit = shard_keys(1).transit();
+    let record =
+        |lent_ms: i64| format!("{voucher}:{}:1:{epoch}:{lent_ms}", layout.shard(0).index());
+    let now_ms = redis_time(redis.clone()).await;
+    let _: () = redis.hset(&transit, "t1", record(now_ms)).await.unwrap();
+    let (code, out) = hmdp(
+        &sandbox,
+        &[
+            "audit",
+            "--voucher",
+            &voucher.to_string(),
+            "--transit-within-ms=600000",
+        ],
+    );
+    assert_eq!(code, 0, "a unit in transit: {out}");
+    let _: () = redis.hdel(&transit, "t1").await.unwrap();
+    reported_broken(&sandbox, voucher, "a transit record dropped", &["transit"]);
+    let _: () = redis
+        .hset(&transit, "t1", record(now_ms - 60_000))
+        .await
+        .unwrap();
+    reported_broken(&sandbox, voucher, "a transfer stranded", &["transit"]);
+    let _: () = redis.hdel(&transit, "t1").await.unwrap();
+    let (): () = lend(-1).query_async(&mut redis).await.unwrap();
+    holds(&sandbox, voucher, "the lend undone");
+
+    // 6: the order on its way dropped from the pending hash.
+    let _: () = redis.hdel(&pending, coming).await.unwrap();
+    reported_broken(
+        &sandbox,
+        voucher,
+        "a pending entry dropped",
+        &["buyers", "redis-mysql"],
+    );
+    let _: () = redis.hset(&pending, coming, &coming_entry).await.unwrap();
+
+    // 7: MySQL's stock changed by hand.
+    let change_stock = |by: i64| {
+        sqlx::query("UPDATE tb_seckill_voucher SET stock = stock + ? WHERE voucher_id = ?")
+            .bind(by)
+            .bind(voucher)
+            .execute(store.pool())
+    };
+    change_stock(1).await.unwrap();
+    reported_broken(
+        &sandbox,
+        voucher,
+        "MySQL stock changed",
+        &["mysql-stock", "redis-mysql"],
+    );
+    change_stock(-1).await.unwrap();
+
+    // 8: the closed order's unit given back a second time.
+    let closed_sale = closed_shard.voucher(voucher_id);
+    let _: () = redis.hincr(&closed_sale, "stock", 1).await.unwrap();
+    reported_broken(
+        &sandbox,
+        voucher,
+        "a unit given back twice",
+        &["redis-stock", "redis-mysql"],
+    );
+    let _: () = redis.hincr(&closed_sale, "stock", -1).await.unwrap();
+
+    // 9: one shard of another load.
+    let _: () = redis.hset(sale_of(0), "epoch", "1").await.unwrap();
+    reported_broken(&sandbox, voucher, "shards of two loads", &["transit"]);
+    let _: () = redis.hset(sale_of(0), "epoch", &epoch).await.unwrap();
+    holds(&sandbox, voucher, "every corruption undone");
+
+    // 10: an order row deleted.
+    sqlx::query("DELETE FROM tb_voucher_order WHERE voucher_id = ? AND user_id = ?")
+        .bind(voucher)
+        .bind(buyer)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    reported_broken(
+        &sandbox,
+        voucher,
+        "an order deleted",
+        &["mysql-stock", "buyers"],
     );
 }

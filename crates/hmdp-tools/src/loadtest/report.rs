@@ -94,14 +94,10 @@ impl Report {
     }
 
     /// Adds the reconciliation of Redis and MySQL; its broken checks are
-    /// violations.
+    /// violations, and so are the checks it could not make unless the audit
+    /// allows that.
     pub fn add_reconciliation(&mut self, audit: Audit) {
-        self.violations.extend(
-            audit
-                .broken()
-                .into_iter()
-                .map(|check| format!("audit: {check} broken")),
-        );
+        self.violations.extend(audit.failures());
         self.audit = Some(audit);
     }
 
