@@ -11,6 +11,9 @@ pub mod bench;
 pub mod cluster;
 /// `hmdp dead-letters`: the order stream's dead letters listed and replayed.
 pub mod dead_letters;
+/// A run's history as its clients saw it, and `hmdp check`, which judges
+/// it against MySQL.
+pub mod history;
 /// Deterministic reproductions of the course's lock failures.
 pub mod lab;
 /// Latency percentiles, as the load test and the benchmarks report them.

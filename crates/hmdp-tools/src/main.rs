@@ -11,6 +11,7 @@ use hmdp_tools::cluster::demo::{self, DemoSettings};
 use hmdp_tools::cluster::soak::{self, SoakSettings};
 use hmdp_tools::cluster::up::{self, ClusterSettings};
 use hmdp_tools::dead_letters::{self, DeadLettersSettings};
+use hmdp_tools::history::{self, CheckSettings};
 use hmdp_tools::lab;
 use hmdp_tools::loadtest::{self, tokens::TokensSettings, LoadtestSettings};
 use hmdp_tools::seed::{self, SeedSettings};
@@ -48,6 +49,15 @@ enum Command {
     /// per user, no dead letters. Exit status: 0 when every check holds, 1
     /// when one is broken (the differences listed), 2 when the audit failed.
     Audit(Box<AuditSettings>),
+    /// Judge a run's history (`loadtest --history`, `soak --history`)
+    /// against MySQL, as its clients saw it.
+    ///
+    /// Every success answer is an order with that id, nobody was told
+    /// success for two active orders, no unit sold twice, no unit lost
+    /// (SOLD_OUT answered only by a sale that sold every unit), every
+    /// payment and cancel as answered. Exit status: 0 when every check
+    /// holds, 1 when one is broken, 2 when the check itself failed.
+    Check(Box<CheckSettings>),
     /// List the order stream's dead letters, or replay them into MySQL.
     ///
     /// A dead letter is an order the consumers gave up on: a malformed
@@ -143,6 +153,14 @@ async fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::Audit(settings) => {
             let code = audit::run(&settings).await.unwrap_or_else(|error| {
+                eprintln!("error: {error:#}");
+                2
+            });
+            std::io::stdout().flush()?;
+            std::process::exit(code);
+        }
+        Command::Check(settings) => {
+            let code = history::run(&settings).await.unwrap_or_else(|error| {
                 eprintln!("error: {error:#}");
                 2
             });

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
+use crate::history::{self, Call, Event};
 use crate::loadtest::Told;
 
 /// What a buyer does with their order.
@@ -54,6 +55,54 @@ pub struct Acted {
     pub order_id: i64,
     pub act: Act,
     pub answered: Answered,
+}
+
+impl Acted {
+    /// The request and its answer, as `hmdp check` reads them; none for an
+    /// order left to time out.
+    pub fn history(&self, voucher: i64) -> Vec<Event> {
+        let f = match self.act {
+            Act::Pay => Call::Pay,
+            Act::Cancel => Call::Cancel,
+            Act::Leave => return Vec::new(),
+        };
+        let (client, order) = (self.user, Some(self.order_id));
+        let at_ms = history::unix_ms(Instant::now());
+        let answer = match &self.answered {
+            Answered::Done => Event::Ok {
+                client,
+                voucher,
+                f,
+                order: self.order_id,
+                node: "-".to_owned(),
+                at_ms,
+            },
+            Answered::Refused(error) => Event::Fail {
+                client,
+                voucher,
+                f,
+                order,
+                error: error.clone(),
+                at_ms,
+            },
+            Answered::Unknown => Event::Info {
+                client,
+                voucher,
+                f,
+                order,
+                error: "no answer".to_owned(),
+                at_ms,
+            },
+        };
+        let invoke = Event::Invoke {
+            client,
+            voucher,
+            f,
+            order,
+            at_ms,
+        };
+        vec![invoke, answer]
+    }
 }
 
 /// How long an order still on its way to MySQL is asked again.

@@ -29,6 +29,7 @@ use hmdp::keys::Keys;
 use hmdp::seckill::SaleState;
 
 use crate::audit;
+use crate::history::{self, Call, Event};
 use lanes::{Lanes, ShotError};
 pub use report::Report;
 use tokens::Login;
@@ -95,6 +96,11 @@ pub struct LoadtestSettings {
     /// Also write the result as a JSON object to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+
+    /// Record every purchase sent and its answer to this file (JSON lines),
+    /// for `hmdp check` to judge against MySQL afterwards.
+    #[arg(long)]
+    pub history: Option<PathBuf>,
 
     /// MySQL for --verify; Redis (URL and prefix) for logging users in.
     #[command(flatten)]
@@ -182,6 +188,9 @@ pub struct Measured {
     pub served_by: BTreeMap<String, u64>,
     /// Every success answer: who was told which order, by which node, when.
     pub told: Vec<Told>,
+    /// Every purchase sent and what it was answered, as `hmdp check` reads
+    /// them (the client is the buyer's index into the plan's tokens).
+    pub history: Vec<Event>,
 }
 
 /// A success answer: what a buyer was told. A run is judged by these, the
@@ -199,6 +208,7 @@ pub struct Told {
 
 /// What one purchase request came back with.
 struct Shot {
+    sent_at: Instant,
     latency: Duration,
     outcome: String,
     node: String,
@@ -256,10 +266,12 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Measured> {
     let mut served_by = BTreeMap::new();
     let mut requests = 0;
     let mut told = Vec::new();
+    let mut history = Vec::new();
     while let Some(joined) = users.join_next().await {
         let (user, shots) = joined.expect("a user task does not panic");
         for shot in shots {
             requests += 1;
+            history.extend(shot.history(user, plan.voucher));
             latency_us.saturating_record(shot.latency.as_micros().max(1) as u64);
             if let Some(order_id) = shot.order_id {
                 told.push(Told {
@@ -281,7 +293,49 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Measured> {
         outcomes,
         served_by,
         told,
+        history,
     })
+}
+
+impl Shot {
+    /// The purchase's invocation and its answer, as `hmdp check` reads them.
+    fn history(&self, client: usize, voucher: i64) -> [Event; 2] {
+        let (f, at_ms) = (Call::Buy, history::unix_ms(self.answered_at));
+        let answer = match self.order_id {
+            Some(order) => Event::Ok {
+                client,
+                voucher,
+                f,
+                order,
+                node: self.node.clone(),
+                at_ms,
+            },
+            None if history::definite_refusal(&self.outcome) => Event::Fail {
+                client,
+                voucher,
+                f,
+                order: None,
+                error: self.outcome.clone(),
+                at_ms,
+            },
+            None => Event::Info {
+                client,
+                voucher,
+                f,
+                order: None,
+                error: self.outcome.clone(),
+                at_ms,
+            },
+        };
+        let invoke = Event::Invoke {
+            client,
+            voucher,
+            f,
+            order: None,
+            at_ms: history::unix_ms(self.sent_at),
+        };
+        [invoke, answer]
+    }
 }
 
 /// How often a purchase whose answer was lost (a timeout, a dropped
@@ -339,6 +393,7 @@ async fn shoot(lanes: &Lanes, token: &HeaderValue, key: &HeaderValue, bar: &Prog
         }
     };
     Shot {
+        sent_at: started,
         latency,
         outcome,
         node,
@@ -485,7 +540,9 @@ pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
         }
     };
     let voucher_id = VoucherId::new(voucher);
-    let stores = if settings.verify {
+    // The history names the stock the sale began with: read, as --verify
+    // reads it, before the run.
+    let stores = if settings.verify || settings.history.is_some() {
         Some(audit::connect(&settings.store)?)
     } else {
         None
@@ -510,10 +567,21 @@ pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
         progress: progress_bar((tokens.len() * per_user) as u64),
         tokens,
     };
+    let started = Instant::now();
     let measured = run(&plan).await?;
+    if let (Some(path), Some((before, _))) = (&settings.history, &before) {
+        let sale = Event::Sale {
+            voucher,
+            stock: before.supply(),
+            at_ms: history::unix_ms(started),
+        };
+        let events = [&sale].into_iter().chain(&measured.history);
+        history::Recorder::create(path)?.record_all(events)?;
+    }
 
     let mut report = Report::new(&plan, &measured);
-    if let (Some((store, sale_state)), Some((before, admitted_in_redis))) = (&stores, before) {
+    let verified = before.filter(|_| settings.verify);
+    if let (Some((store, sale_state)), Some((before, admitted_in_redis))) = (&stores, verified) {
         if admitted_in_redis {
             let deadline = Duration::from_secs(settings.drain_timeout_secs);
             let drain = drain(sale_state, voucher_id, deadline).await?;

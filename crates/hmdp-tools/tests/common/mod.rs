@@ -1,6 +1,8 @@
 //! What the command tests share: running `hmdp` against a sandbox, a
 //! connection to the machine's Redis, and a seckill voucher put straight
 //! into MySQL (a `sync` sale, or a database restored behind the nodes' back).
+// Every test binary compiles this module and uses a part of it.
+#![allow(dead_code)]
 
 use std::process::Command;
 

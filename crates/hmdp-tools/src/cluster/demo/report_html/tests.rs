@@ -87,6 +87,7 @@ fn ran(figures: Figures) -> ModeRun {
         .into(),
         // The page draws counts; who was told which order is the soak's.
         told: Vec::new(),
+        history: Vec::new(),
     };
     let mut report = Report::new(&plan, &measured);
     report.add_audit(
