@@ -117,7 +117,9 @@ metric!(STREAM_ROUND_FAILURES: IntCounter = register_int_counter_with_registry(
     "hmdp_stream_round_failures_total",
     "Consumer rounds that failed (MySQL or Redis failing, a lock lost): their entries stay pending"));
 metric!(STREAM_DEAD_LETTERS: IntCounterVec = register_int_counter_vec_with_registry(
-    "hmdp_stream_dead_letters_total", "Entries this node moved to the dead-letter stream, by reason",
+    "hmdp_stream_dead_letters_total",
+    "Orders this node moved to the dead-letter stream, by reason (queue: a queue writer's order \
+     MySQL can never take)",
     &["reason"]));
 metric!(STREAM_BATCH_ORDERS: Histogram = register_histogram_with_registry(
     "hmdp_stream_batch_orders", "Orders written per committed consumer transaction",

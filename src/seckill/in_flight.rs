@@ -160,6 +160,28 @@ impl SaleState {
         Ok(letters)
     }
 
+    /// Puts an admitted order that can never be written, and why, in the
+    /// dead letters of the shard that drew it (`queue` mode's writer: its
+    /// orders have no stream entry). Its pending entry stays, as a stream
+    /// consumer's dead letter's does, until a replay writes it.
+    pub async fn dead_letter_order(&self, order: NewOrder, reason: &str) -> Result<(), Error> {
+        let keys = self.keys.shard(Shard::of_order(order.id));
+        let fields = [
+            ("id", order.id.to_string()),
+            ("userId", order.user_id.to_string()),
+            ("voucherId", order.voucher_id.to_string()),
+            ("entry", "queue".to_owned()),
+            ("deliveries", "1".to_owned()),
+            ("reason", reason.to_owned()),
+        ];
+        let _: String = self
+            .redis
+            .clone()
+            .xadd(keys.dead_letters(), "*", &fields)
+            .await?;
+        Ok(())
+    }
+
     /// The dead letter `id` (as [`DeadLetter::id`] names it), `None` when
     /// there is none (replayed already, or never one).
     pub async fn dead_letter(&self, id: &str) -> Result<Option<DeadLetter>, Error> {

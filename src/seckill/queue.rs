@@ -5,8 +5,10 @@
 //! Kept to show why V6 exists: the queue lives only in this process's
 //! memory. A node killed with orders queued loses them: their buyers were
 //! told "success", Redis counts them as sold and pending, and no order row
-//! will ever exist. That is the only way it loses one: a busy lock or a
-//! MySQL outage delays an order for as long as it lasts, and a stop request
+//! will ever exist. That is the only way it loses one: a MySQL outage delays
+//! the queue for as long as it lasts, an order whose user's lock is busy is
+//! parked while the orders behind it are written, an order MySQL can never
+//! take goes to the dead letters with its reason, and a stop request
 //! (SIGTERM, every deploy) drains the queue before the process exits.
 
 use std::sync::{Arc, Mutex};
@@ -14,11 +16,13 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::stream::Blame;
-use super::writer::{OrderWriter, Outcome, NO_STOCK_IN_MYSQL};
+use super::writer::{OrderWriter, Outcome};
 use crate::error::Error;
+use crate::metrics;
 use crate::store::NewOrder;
 
 /// Orders the queue holds before a purchase waits for room. Bounded so that
@@ -104,65 +108,137 @@ impl OrderQueue {
     }
 }
 
+/// An order whose user's lock another holder has: set aside so that the
+/// orders behind it are written meanwhile, and tried again at `due`.
+struct Parked {
+    order: NewOrder,
+    due: Instant,
+    /// The wait before the next try after this one, doubled each time.
+    backoff: Duration,
+}
+
 async fn write_all(
     writer: Arc<OrderWriter>,
     mut queued: mpsc::Receiver<NewOrder>,
     drain: Arc<Notify>,
 ) {
     let mut draining = false;
+    let mut closed = false;
+    let mut parked: Vec<Parked> = Vec::new();
     loop {
-        let order = tokio::select! {
-            // Cancel-safe: `recv` loses nothing when the other branch wins.
-            order = queued.recv() => order,
+        let due = parked.iter().map(|parked| parked.due).min();
+        if closed && due.is_none() {
+            break;
+        }
+        let next = tokio::select! {
+            // Cancel-safe: `recv` loses nothing when another branch wins.
+            order = queued.recv(), if !closed => match order {
+                Some(order) => Some((order, FIRST_RETRY_AFTER)),
+                None => {
+                    closed = true;
+                    None
+                }
+            },
+            () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)),
+                if due.is_some() =>
+            {
+                let at = (parked.iter())
+                    .position(|parked| Some(parked.due) == due)
+                    .expect("the due order is parked");
+                let parked = parked.swap_remove(at);
+                Some((parked.order, parked.backoff))
+            }
             () = drain.notified(), if !draining => {
-                // No more orders in; those queued are still received.
+                // No more orders in; those queued (and parked) are still
+                // written.
                 draining = true;
                 queued.close();
-                continue;
+                None
             }
         };
-        let Some(order) = order else { break };
-        write_one(&writer, order).await;
+        let Some((order, backoff)) = next else {
+            continue;
+        };
+        if write_one(&writer, order).await == Written::WaitsOnOthers {
+            tracing::debug!(order_id = %order.id, ?backoff,
+                "the user's lock is held elsewhere; order parked, the queue goes on");
+            parked.push(Parked {
+                order,
+                due: Instant::now() + backoff,
+                backoff: (backoff * 2).min(MAX_RETRY_AFTER),
+            });
+        }
     }
 }
 
-/// Writes one admitted order under its user's lock, waiting out what is
-/// not the order's own fault, and takes it off the pending orders once it
-/// is settled. An order MySQL refuses (the user already holds one, the
-/// stock row is empty) only happens when Redis and MySQL disagree, after
-/// Redis lost data: the buyer was told "success" anyway.
-async fn write_one(writer: &OrderWriter, order: NewOrder) {
+/// What became of one order handed to [`write_one`].
+#[derive(Debug, PartialEq, Eq)]
+enum Written {
+    /// Written, found written, or dead-lettered with its reason.
+    Settled,
+    /// Its user's lock is held elsewhere: to be tried again later.
+    WaitsOnOthers,
+}
+
+/// Writes one admitted order under its user's lock, waiting out a MySQL
+/// or Redis that fails, and takes it off the pending orders once it is
+/// settled. An order MySQL can never take (no unit left for it, its id
+/// taken, its unit resold after Redis lost it, a value refused) goes to the
+/// dead letters with its reason: the buyer was told "success", and
+/// `hmdp dead-letters` shows it.
+async fn write_one(writer: &OrderWriter, order: NewOrder) -> Written {
     let mut retry_after = FIRST_RETRY_AFTER;
     let (order_id, user_id, voucher_id) = (order.id, order.user_id, order.voucher_id);
     loop {
         let forget = async |outcomes: &[Outcome]| {
-            if outcomes[0].settled() || outcomes[0] == Outcome::Deferred(NO_STOCK_IN_MYSQL) {
+            if outcomes[0].settled() {
                 writer.sale_state().forget_pending(&[order_id]).await?;
             }
             Ok(())
         };
-        match writer.write_under_locks(&[order], forget).await {
+        let why = match writer.write_under_locks(&[order], forget).await {
             Ok(outcomes) => match outcomes[0] {
-                Outcome::Written | Outcome::AlreadyWritten => return,
-                outcome if outcome.waits_on_others() => {}
-                refused => {
-                    tracing::warn!(%order_id, %user_id, %voucher_id, ?refused,
-                        "admitted order refused by MySQL: Redis and MySQL disagree");
-                    return;
+                outcome if outcome.settled() => return Written::Settled,
+                outcome if outcome.waits_on_others() => return Written::WaitsOnOthers,
+                Outcome::Deferred(why) => why.to_owned(),
+                Outcome::IdTaken => format!("order id {order_id} belongs to another order"),
+                Outcome::DuplicateUser => format!(
+                    "user {user_id} holds another active order of voucher {voucher_id}: Redis \
+                     forgot the buyer and admitted them again"
+                ),
+                Outcome::Resold => "admitted before Redis lost the sale; its unit or its \
+                                    buyer's turn went to a buyer admitted after the reload"
+                    .to_owned(),
+                other => format!("{other:?}"),
+            },
+            Err(error) => match Blame::of(&error) {
+                Blame::Order(why) => why,
+                Blame::Surroundings => {
+                    tracing::debug!(%order_id, ?retry_after, error = %error,
+                        "order not written yet; retrying");
+                    tokio::time::sleep(retry_after).await;
+                    retry_after = (retry_after * 2).min(MAX_RETRY_AFTER);
+                    continue;
                 }
             },
-            Err(error) => {
-                if let Blame::Order(why) = Blame::of(&error) {
-                    // Left pending: the order is admitted and unwritten,
-                    // and the audit counts it lost.
-                    tracing::error!(%order_id, %user_id, %voucher_id, why,
-                        "admitted order cannot be written");
-                    return;
+        };
+        // Its dead letter is the order's only trace besides its pending
+        // entry: it is kept for as long as Redis does not answer.
+        loop {
+            match writer.sale_state().dead_letter_order(order, &why).await {
+                Ok(()) => break,
+                Err(error) => {
+                    tracing::warn!(%order_id, error = %error, "dead letter not stored; retrying");
+                    tokio::time::sleep(retry_after).await;
+                    retry_after = (retry_after * 2).min(MAX_RETRY_AFTER);
                 }
             }
         }
-        tracing::debug!(%order_id, ?retry_after, "order not written yet; retrying");
-        tokio::time::sleep(retry_after).await;
-        retry_after = (retry_after * 2).min(MAX_RETRY_AFTER);
+        metrics::STREAM_DEAD_LETTERS
+            .with_label_values(&["queue"])
+            .inc();
+        tracing::error!(%order_id, %user_id, %voucher_id, reason = %why,
+            "admitted order cannot be written: moved to the dead letters");
+        return Written::Settled;
     }
 }

@@ -65,7 +65,9 @@ pub enum Outcome {
     /// Already in MySQL as this very order: a redelivery.
     AlreadyWritten,
     /// The user already holds another order of the voucher: refused, as
-    /// the synchronous purchase refuses `ALREADY_ORDERED`.
+    /// the synchronous purchase refuses `ALREADY_ORDERED`. An admitted
+    /// order refused so (Redis forgot its buyer and admitted them twice)
+    /// goes to the dead letters: its buyer was told success.
     DuplicateUser,
     /// The order id belongs to another order (the id counter in Redis
     /// started over): it can never be written under this id.
@@ -87,12 +89,11 @@ impl Outcome {
         matches!(self, Outcome::Deferred(why) if why != NO_STOCK_IN_MYSQL)
     }
 
-    /// Settled in MySQL for good: the order leaves the pending orders.
+    /// Written in MySQL: the order leaves the pending orders. (An admitted
+    /// order refused for its buyer's other order is no such order: its
+    /// buyer was told success, and it goes to the dead letters.)
     pub fn settled(self) -> bool {
-        matches!(
-            self,
-            Outcome::Written | Outcome::AlreadyWritten | Outcome::DuplicateUser
-        )
+        matches!(self, Outcome::Written | Outcome::AlreadyWritten)
     }
 }
 

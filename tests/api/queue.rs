@@ -1,6 +1,6 @@
 //! `--seckill queue` loses only what a killed process loses: a stop request
 //! writes the queue before the node exits, and a busy lock delays an order
-//! for as long as it stays busy, never drops it.
+//! for as long as it stays busy, never drops it, nor holds up the others.
 
 use std::time::Duration;
 
@@ -106,6 +106,51 @@ async fn an_order_whose_users_lock_stays_busy_for_seconds_is_written_not_dropped
         "{}",
         node.log()
     );
+}
+
+/// One user's lock held elsewhere does not hold up the queue: that order
+/// is parked, the orders behind it are written, and it is written once the
+/// lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_whose_users_lock_is_busy_is_parked_and_the_others_are_written() {
+    let app = crate::helpers::spawn_app(|_| {}).await;
+    let voucher = app.create_open_seckill(10).await;
+    let tokens = app.login_many(4).await;
+    let busy = app.user_id(&tokens[0]).await;
+    let node = NodeProcess::start(&app, &["--seckill=queue", "--lock=redis-lua"]).await;
+    let lock = app.keys().order_lock(busy);
+    let _: () = redis::cmd("SET")
+        .arg(&lock)
+        .arg("another-holder")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    // The busy user's order first in the queue, then three others.
+    let first = buy(&node, voucher, &tokens[..1]).await;
+    let others = buy(&node, voucher, &tokens[1..]).await;
+
+    wait_until(
+        "the orders behind the busy one written",
+        Duration::from_secs(30),
+        || async { written(&app, &others).await == [1, 1, 1] },
+    )
+    .await;
+    assert_eq!(written(&app, &first).await, [0], "its lock is still held");
+    let _: () = redis::cmd("DEL")
+        .arg(&lock)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    wait_until(
+        "the parked order written once its lock is free",
+        Duration::from_secs(30),
+        || async { written(&app, &first).await == [1] },
+    )
+    .await;
+    wait_until("nothing pending", Duration::from_secs(10), || async {
+        app.pending_orders().await == 0
+    })
+    .await;
 }
 
 /// `queue`'s writer in its transaction when Redis restarts empty: its order

@@ -332,7 +332,9 @@ async fn a_redelivered_written_order_is_acknowledged_not_written_again() {
     assert!(store::take_stock_units(&mut tx, voucher, 1).await.unwrap());
     tx.commit().await.unwrap();
     assert_eq!(pending(&app).await, 1);
-    // And a second order of the same user, under another id.
+    // And a second order of the same user, under another id: Redis
+    // admitted the buyer twice, and the second buyer's answer was a lie
+    // that a dead letter keeps.
     add_entry(
         &app,
         &[
@@ -363,13 +365,16 @@ async fn a_redelivered_written_order_is_acknowledged_not_written_again() {
     );
     assert_eq!(metric(&node.address, &outcome("duplicate_user")).await, 1.0);
     assert_eq!(metric(&node.address, &outcome("written")).await, 0.0);
+    let dead = r#"hmdp_stream_dead_letters_total{reason="duplicate_user"}"#;
+    assert_eq!(metric(&node.address, dead).await, 1.0);
+    assert_eq!(dead_letters(&app).await, 1);
     assert_eq!(app.pending_orders().await, 0);
     let log = node.log();
     assert!(
         log.contains("order already written (a redelivery)"),
         "{log}"
     );
-    assert!(log.contains("already holds another order"), "{log}");
+    assert!(log.contains("holds another active order"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,7 +40,7 @@ pub(super) const OUTCOMES: &[&str] = &[
 /// Why an entry went to the dead letters: the `reason` label of
 /// `hmdp_stream_dead_letters_total`.
 pub(super) const DEAD_LETTER_REASONS: &[&str] =
-    &["malformed", "max_deliveries", "id_taken", "resold"];
+    &["malformed", "max_deliveries", "id_taken", "resold", "duplicate_user", "queue"];
 
 /// Settles `entries`: dead-letters the malformed ones, writes the others in
 /// one transaction and acknowledges what it settled; an entry delivered
@@ -194,6 +194,14 @@ async fn acknowledge(
                               turn went to a buyer admitted after the reload";
                 dead_letter(stream, entry, "resold", reason).await?;
             }
+            Outcome::DuplicateUser => {
+                let reason = format!(
+                    "user {} holds another active order of voucher {}: Redis forgot the \
+                     buyer and admitted them again",
+                    order.user_id, order.voucher_id
+                );
+                dead_letter(stream, entry, "duplicate_user", &reason).await?;
+            }
             _ => {}
         }
     }
@@ -225,16 +233,13 @@ fn report(entry: &Entry, order: &NewOrder, outcome: Outcome) {
     metrics::STREAM_ORDERS
         .with_label_values(&[label(outcome)])
         .inc();
-    let (order_id, user_id, voucher_id) = (order.id, order.user_id, order.voucher_id);
+    let order_id = order.id;
     match outcome {
-        Outcome::Written | Outcome::IdTaken | Outcome::Resold => {}
+        // The last three are dead-lettered, and logged there.
+        Outcome::Written | Outcome::IdTaken | Outcome::Resold | Outcome::DuplicateUser => {}
         Outcome::AlreadyWritten => tracing::info!(
             %order_id, entry = %entry.id,
             "order already written (a redelivery): acknowledged, not written again"
-        ),
-        Outcome::DuplicateUser => tracing::warn!(
-            %order_id, %user_id, %voucher_id,
-            "the user already holds another order of this voucher: entry refused and acknowledged"
         ),
         Outcome::Deferred(reason) => tracing::warn!(
             %order_id, entry = %entry.id, deliveries = entry.deliveries, reason,
