@@ -49,7 +49,8 @@ metric!(STALE_SALES_REPLACED: IntCounter = register_int_counter_with_registry(
 metric!(SALES_RELOADED: IntCounterVec = register_int_counter_vec_with_registry(
     "hmdp_sales_reloaded_total",
     "Sales Redis forgot, loaded again from MySQL, by what the load found: missing (a shard \
-     or the whole sale gone), split (shards of different loads)",
+     or the whole sale gone), split (shards of different loads), drift (counts the reconciler \
+     found to differ from MySQL's)",
     &["found"]));
 metric!(ADMISSIONS: IntCounterVec = register_int_counter_vec_with_registry(
     "hmdp_admissions_total",
@@ -201,7 +202,7 @@ pub fn init(mode: &str) {
     LazyLock::force(&WATCHDOG_RENEWALS);
     LazyLock::force(&FENCING_REJECTIONS);
     LazyLock::force(&STALE_SALES_REPLACED);
-    for found in ["missing", "split"] {
+    for found in ["missing", "split", "drift"] {
         SALES_RELOADED.with_label_values(&[found]);
     }
     for step in [

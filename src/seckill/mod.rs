@@ -19,12 +19,14 @@
 //! - `queue.rs` — `queue` mode's in-process queue and its writer
 //! - `stream/` — `stream` mode's consumer: the order stream written to MySQL in batches
 //! - `in_flight.rs` — admitted orders not yet written, read back for the audit
+//! - `reconcile.rs` — every node's comparison of the sales in Redis with MySQL, and their heal
 //! - `writer.rs` — the purchase transaction, under the users' locks, that every path writes with
 
 mod admission;
 mod catalog;
 mod in_flight;
 mod queue;
+mod reconcile;
 mod sale_state;
 mod stock_moves;
 pub mod stream;
@@ -53,6 +55,7 @@ pub use admission::Admission;
 use catalog::{Catalog, SaleInfo};
 pub use in_flight::DeadLetter;
 use queue::OrderQueue;
+pub use reconcile::RECONCILE_EVERY;
 pub use sale_state::{PendingOrder, RedisSale, RedisShard, SaleState};
 pub use stock_moves::{InTransit, SaleRef, STALE_AFTER, SWEEP_EVERY};
 use writer::{Ended, Outcome, FENCED_OUT};
@@ -199,6 +202,10 @@ impl Seckill {
         // every node, for as long as it runs.
         let sale_state = self.sale_state.clone();
         tokio::spawn(async move { sale_state.sweep_transfers().await });
+        // Sales Redis forgot part of are loaded again from MySQL, by every
+        // node, for as long as it runs.
+        let sale_state = self.sale_state.clone();
+        tokio::spawn(async move { sale_state.reconcile_forever().await });
         let (source, handoff): (_, fn(Arc<OrderWriter>) -> Handoff) = match mode {
             SeckillMode::Queue => (OrderSource::Queue, |writer| {
                 Handoff::Queue(OrderQueue::start(writer))

@@ -27,6 +27,7 @@ use redis::{AsyncCommands, Script};
 use serde::Serialize;
 use tokio::time::Instant;
 
+use super::reconcile::{on_their_way, Drift};
 use crate::error::Error;
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::{Keys, ShardKeys};
@@ -36,6 +37,8 @@ use crate::store::{NewOrder, SaleSnapshot, Store};
 
 static LOAD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/seckill_load.lua")));
+static CLOSE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/seckill_close.lua")));
 static READMIT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/seckill_readmit.lua")));
 
@@ -135,7 +138,7 @@ pub struct PendingOrder {
 }
 
 /// What Redis holds of a voucher's sale, as a load finds it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Found {
     /// Every shard, of this voucher's token and one load: nothing to write.
     Whole,
@@ -144,6 +147,9 @@ enum Found {
     /// Every shard is there, not all of one load: a load died half-way,
     /// or a shard was written again alone.
     Split,
+    /// Every shard of one load, counts that drifted from MySQL's (the
+    /// reconciler's finding, under the stock row).
+    Drifted(Drift),
     /// A shard carries another token: an earlier voucher's sale.
     Stale,
 }
@@ -211,15 +217,26 @@ impl SaleState {
     /// load of the same voucher included: a frozen MySQL must not hold the
     /// purchases waiting on it for ever.
     pub async fn load(&self, voucher_id: VoucherId) -> Result<bool, Error> {
+        self.load_within_timeout(voucher_id, false).await
+    }
+
+    /// The reconciler's load (`reconcile.rs`): the sale is loaded again
+    /// when Redis holds all of it and its counts drifted from MySQL's
+    /// (compared while the stock row is held); `true` when it was.
+    pub async fn heal(&self, voucher_id: VoucherId) -> Result<bool, Error> {
+        self.load_within_timeout(voucher_id, true).await
+    }
+
+    async fn load_within_timeout(&self, voucher_id: VoucherId, heal: bool) -> Result<bool, Error> {
         let deadline = self.store.backend_timeout();
-        tokio::time::timeout(deadline, self.load_now(voucher_id))
+        tokio::time::timeout(deadline, self.load_now(voucher_id, heal))
             .await
             .map_err(|_| {
                 super::over_budget(&format!("loading voucher {voucher_id}'s sale"), deadline)
             })?
     }
 
-    async fn load_now(&self, voucher_id: VoucherId) -> Result<bool, Error> {
+    async fn load_now(&self, voucher_id: VoucherId, heal: bool) -> Result<bool, Error> {
         let voucher_loads = self
             .loading
             .lock()
@@ -234,22 +251,35 @@ impl SaleState {
             return Ok(false);
         };
         let layout = layout_of(row.shards)?;
-        if self.found(voucher_id, layout, row.sale_token).await? == Found::Whole {
+        if !heal && self.found(voucher_id, layout, row.sale_token).await? == Found::Whole {
             return Ok(false);
         }
         let Some((tx, sale)) = self.store.lock_sale(voucher_id).await? else {
             return Ok(false);
         };
         let layout = layout_of(sale.shards)?;
-        let found = self.found(voucher_id, layout, sale.token).await?;
+        let mut found = self.found(voucher_id, layout, sale.token).await?;
         if found == Found::Whole {
-            tx.commit().await?;
-            return Ok(false);
+            let drift = match heal {
+                true => self.drift(voucher_id, layout, &sale).await?,
+                false => None,
+            };
+            match drift {
+                Some(drift) => found = Found::Drifted(drift),
+                None => {
+                    tx.commit().await?;
+                    return Ok(false);
+                }
+            }
         }
         // Stored while the stock row is held: see `Store::lock_sale`.
         let (opens_in, on_their_way) = if sale.loaded_before && found != Found::Stale {
-            let on_their_way = self.on_their_way(voucher_id, &sale).await?;
-            (self.store.backend_timeout(), on_their_way)
+            let opens_in = self.store.backend_timeout();
+            // The old sale admits nobody while its orders on their way are
+            // read, so that none comes after the read and goes uncounted;
+            // for twice the time the load may take, should it die.
+            self.close(voucher_id, layout, opens_in * 2).await?;
+            (opens_in, self.on_their_way(voucher_id, &sale).await?)
         } else {
             (Duration::ZERO, Vec::new())
         };
@@ -278,15 +308,15 @@ impl SaleState {
         if sale.loaded_before && found != Found::Stale {
             // Loaded before: Redis forgot some of it. A heal, logged and
             // counted by what was found.
-            let found = if found == Found::Split {
-                "split"
-            } else {
-                "missing"
+            let (label, drift) = match &found {
+                Found::Split => ("split", String::new()),
+                Found::Drifted(Drift(drift)) => ("drift", drift.clone()),
+                _ => ("missing", String::new()),
             };
-            metrics::SALES_RELOADED.with_label_values(&[found]).inc();
-            tracing::warn!(%voucher_id, found, initial = sale.initial(), stock = sale.stock,
-                buyers = sale.buyers.len(), shards = layout.count(), on_their_way,
-                "Redis forgot part of a seckill sale: loaded it again from MySQL");
+            metrics::SALES_RELOADED.with_label_values(&[label]).inc();
+            tracing::warn!(%voucher_id, found = label, drift, initial = sale.initial(),
+                stock = sale.stock, buyers = sale.buyers.len(), shards = layout.count(),
+                on_their_way, "Redis forgot part of a seckill sale: loaded it again from MySQL");
         } else if found == Found::Stale {
             metrics::STALE_SALES_REPLACED.inc();
             tracing::warn!(%voucher_id, initial = sale.initial(), stock = sale.stock,
@@ -319,11 +349,36 @@ impl SaleState {
         let written: HashSet<OrderId> = (self.store.order_ids_of(voucher_id).await?)
             .into_iter()
             .collect();
-        let mut buyers: HashSet<UserId> = sale.buyers.iter().copied().collect();
-        Ok(pending
+        let dead: HashSet<OrderId> = (self.dead_letters_of(voucher_id).await?)
             .into_iter()
-            .filter(|order| !written.contains(&order.id) && buyers.insert(order.user_id))
-            .collect())
+            .filter_map(|letter| letter.order.ok().map(|order| order.id))
+            .collect();
+        Ok(on_their_way(
+            pending.into_iter(),
+            &written,
+            &dead,
+            &sale.buyers,
+        ))
+    }
+
+    /// Closes the sale in every shard Redis holds for `for_how_long`
+    /// (`lua/seckill_close.lua`): admissions answer that it reopens shortly.
+    async fn close(
+        &self,
+        voucher_id: VoucherId,
+        layout: Layout,
+        for_how_long: Duration,
+    ) -> Result<(), Error> {
+        let millis = for_how_long.as_millis() as u64;
+        self.on_shards(layout.shards(), |mut redis, keys| async move {
+            CLOSE
+                .key(keys.voucher(voucher_id))
+                .arg(millis)
+                .invoke_async::<()>(&mut redis)
+                .await
+        })
+        .await?;
+        Ok(())
     }
 
     /// Whether Redis holds the voucher's sale, in every shard, with the
@@ -654,7 +709,8 @@ async fn put(
         }
         // A closed order counts as given back in the shard that drew it,
         // where its give-back goes (`after_sale`).
-        for order in (sale.given_back.iter()).filter(|order| Shard::of_order(**order) == shard) {
+        for (order, _) in (sale.closed.iter()).filter(|(order, _)| Shard::of_order(*order) == shard)
+        {
             load.arg(order.get());
         }
         load.invoke_async::<()>(&mut redis).await?;

@@ -19,11 +19,11 @@ pub struct SaleSnapshot {
     pub end_time: NaiveDateTime,
     /// Users holding an active order of the voucher.
     pub buyers: Vec<UserId>,
-    /// Every closed order of the voucher: their units are in `stock`
-    /// already, so the sale loaded from this snapshot marks them as given
-    /// back, and a give-back still on its way (owed, or sent by a node that
-    /// read it before its row was deleted) changes nothing.
-    pub given_back: Vec<OrderId>,
+    /// Every closed order of the voucher, with its buyer: their units are
+    /// in `stock` already, so the sale loaded from this snapshot marks them
+    /// as given back, and a give-back still on its way (owed, or sent by a
+    /// node that read it before its row was deleted) changes nothing.
+    pub closed: Vec<(OrderId, UserId)>,
     /// The voucher's sale token (`tb_seckill_voucher.sale_token`).
     pub token: u64,
     /// Whether the sale was loaded into Redis before: loading it again
@@ -48,6 +48,17 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await
+    }
+
+    /// Whether the voucher's sale was ever loaded into Redis (`queue` and
+    /// `stream` load it; a `sync` sale never is).
+    pub async fn sale_loaded(&self, voucher_id: VoucherId) -> Result<bool, sqlx::Error> {
+        let loaded: Option<bool> =
+            sqlx::query_scalar("SELECT sale_loaded FROM tb_seckill_voucher WHERE voucher_id = ?")
+                .bind(voucher_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(loaded.unwrap_or(false))
     }
 
     /// The shard counts the seckill vouchers' sales use, ascending.
@@ -75,59 +86,97 @@ impl Store {
         voucher_id: VoucherId,
     ) -> Result<Option<(Tx, SaleSnapshot)>, sqlx::Error> {
         let mut tx = self.begin().await?;
-        let sale: Option<(i32, NaiveDateTime, NaiveDateTime, u64, bool, u16)> = sqlx::query_as(
-            "SELECT stock, CAST(begin_time AS DATETIME), CAST(end_time AS DATETIME), sale_token, \
-                    sale_loaded, shards \
-             FROM tb_seckill_voucher WHERE voucher_id = ? FOR UPDATE",
-        )
-        .bind(voucher_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some((stock, begin_time, end_time, token, loaded_before, shards)) = sale else {
+        let Some(sale) = snapshot(&mut tx, voucher_id, true).await? else {
             tx.rollback().await?;
             return Ok(None);
         };
-        if !loaded_before {
+        if !sale.loaded_before {
             sqlx::query("UPDATE tb_seckill_voucher SET sale_loaded = 1 WHERE voucher_id = ?")
                 .bind(voucher_id)
                 .execute(&mut *tx)
                 .await?;
         }
-        let orders: i64 = sqlx::query_scalar(concat!(
-            "SELECT CAST(COUNT(*) AS SIGNED) FROM tb_voucher_order WHERE voucher_id = ? AND ",
-            active_order!()
-        ))
-        .bind(voucher_id)
-        .fetch_one(&mut *tx)
-        .await?;
-        let buyers = sqlx::query_scalar(concat!(
-            "SELECT DISTINCT user_id FROM tb_voucher_order WHERE voucher_id = ? AND ",
-            active_order!(),
-            " ORDER BY user_id"
-        ))
-        .bind(voucher_id)
-        .fetch_all(&mut *tx)
-        .await?;
-        // Closing an order updates the stock row, which this transaction
-        // holds: a close committed before it is seen whole here (status 4,
-        // its unit in `stock`), one after it waits for it.
-        let given_back = sqlx::query_scalar(
-            "SELECT id FROM tb_voucher_order WHERE voucher_id = ? AND status = 4 ORDER BY id",
-        )
-        .bind(voucher_id)
-        .fetch_all(&mut *tx)
-        .await?;
-        let sale = SaleSnapshot {
-            stock: stock.into(),
-            orders,
-            begin_time,
-            end_time,
-            buyers,
-            given_back,
-            token,
-            loaded_before,
-            shards,
-        };
         Ok(Some((tx, sale)))
     }
+
+    /// The voucher's sale as [`Store::lock_sale`] reads it, in one snapshot,
+    /// without holding its stock row: what a comparison with Redis starts
+    /// from before it asks for the row (`None`: no such seckill voucher).
+    pub async fn peek_sale(
+        &self,
+        voucher_id: VoucherId,
+    ) -> Result<Option<SaleSnapshot>, sqlx::Error> {
+        let mut tx = self.begin().await?;
+        let sale = snapshot(&mut tx, voucher_id, false).await?;
+        tx.rollback().await?;
+        Ok(sale)
+    }
+}
+
+/// The voucher's stock row as a snapshot reads it.
+macro_rules! sale_row {
+    () => {
+        "SELECT stock, CAST(begin_time AS DATETIME), CAST(end_time AS DATETIME), sale_token, \
+                sale_loaded, shards \
+         FROM tb_seckill_voucher WHERE voucher_id = ?"
+    };
+}
+
+/// The voucher's sale read in `tx`, its stock row held until `tx` ends
+/// when `lock`. Orders and buyers are read after
+/// the row, in one snapshot (InnoDB's repeatable read, set at the first
+/// plain read), so `initial` computed from them is the true initial stock.
+async fn snapshot(
+    tx: &mut Tx,
+    voucher_id: VoucherId,
+    lock: bool,
+) -> Result<Option<SaleSnapshot>, sqlx::Error> {
+    let query = if lock {
+        concat!(sale_row!(), " FOR UPDATE")
+    } else {
+        sale_row!()
+    };
+    let sale: Option<(i32, NaiveDateTime, NaiveDateTime, u64, bool, u16)> = sqlx::query_as(query)
+        .bind(voucher_id)
+        .fetch_optional(&mut **tx)
+        .await?;
+    let Some((stock, begin_time, end_time, token, loaded_before, shards)) = sale else {
+        return Ok(None);
+    };
+    let orders: i64 = sqlx::query_scalar(concat!(
+        "SELECT CAST(COUNT(*) AS SIGNED) FROM tb_voucher_order WHERE voucher_id = ? AND ",
+        active_order!()
+    ))
+    .bind(voucher_id)
+    .fetch_one(&mut **tx)
+    .await?;
+    let buyers = sqlx::query_scalar(concat!(
+        "SELECT DISTINCT user_id FROM tb_voucher_order WHERE voucher_id = ? AND ",
+        active_order!(),
+        " ORDER BY user_id"
+    ))
+    .bind(voucher_id)
+    .fetch_all(&mut **tx)
+    .await?;
+    // Closing an order updates the stock row, which a locking read holds:
+    // a close committed before it is seen whole here (status 4, its unit in
+    // `stock`), one after it waits for it.
+    let closed = sqlx::query_as(
+        "SELECT id, user_id FROM tb_voucher_order WHERE voucher_id = ? AND status = 4 \
+         ORDER BY id",
+    )
+    .bind(voucher_id)
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(Some(SaleSnapshot {
+        stock: stock.into(),
+        orders,
+        begin_time,
+        end_time,
+        buyers,
+        closed,
+        token,
+        loaded_before,
+        shards,
+    }))
 }

@@ -289,3 +289,51 @@ async fn a_reload_keeps_the_orders_redis_still_holds_counted_however_long_their_
     let dead = app.sale_state().dead_letters_of(voucher).await.unwrap();
     assert!(dead.is_empty(), "{dead:?}");
 }
+
+/// Redis comes back with the sale but without its last writes (an
+/// `appendfsync everysec` crash, a failover to a replica that missed
+/// them): two admissions whose orders MySQL already holds are undone in
+/// Redis, their units back in its stock, their buyers gone. The node's
+/// reconciler finds Redis drifted from MySQL and loads the sale again:
+/// those buyers cannot buy a second time, and the units they hold are not
+/// sold again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sale_redis_kept_with_its_last_writes_lost_is_reconciled_with_mysql() {
+    let app = spawn_app(|s| s.seckill = SeckillMode::Stream).await;
+    let voucher = app.create_open_seckill(10).await;
+    let tokens = app.login_many(3).await;
+    for token in &tokens {
+        let answer = app.purchase(voucher, token).await;
+        assert_eq!(answer["success"], true, "{answer}");
+    }
+    wait_until("the orders written", WAIT, || async {
+        app.audit(voucher).await.active_orders == 3 && app.pending_orders().await == 0
+    })
+    .await;
+
+    let keys = app.keys();
+    let mut redis = app.redis.clone();
+    for token in &tokens[1..] {
+        let user = app.user_id(token).await;
+        let _: () = redis
+            .srem(keys.single().buyers(voucher), user.get())
+            .await
+            .unwrap();
+    }
+    let _: () = redis
+        .hincr(keys.single().voucher(voucher), "stock", 2)
+        .await
+        .unwrap();
+
+    wait_until("the reconciler healed the sale", WAIT, || async {
+        let sale = app.redis_sale(voucher).await;
+        sale.is_some_and(|sale| sale.stock == 7 && sale.buyers.len() == 3)
+    })
+    .await;
+    for token in &tokens[1..] {
+        let again = final_answer(&app, voucher, token).await;
+        assert_eq!(again["errorCode"], "ALREADY_ORDERED", "{again}");
+    }
+    let audit = app.audit(voucher).await;
+    assert_eq!((audit.active_orders, audit.stock_left), (3, 7), "{audit:?}");
+}

@@ -39,8 +39,14 @@ pub(super) const OUTCOMES: &[&str] = &[
 
 /// Why an entry went to the dead letters: the `reason` label of
 /// `hmdp_stream_dead_letters_total`.
-pub(super) const DEAD_LETTER_REASONS: &[&str] =
-    &["malformed", "max_deliveries", "id_taken", "resold", "duplicate_user", "queue"];
+pub(super) const DEAD_LETTER_REASONS: &[&str] = &[
+    "malformed",
+    "max_deliveries",
+    "id_taken",
+    "resold",
+    "duplicate_user",
+    "queue",
+];
 
 /// Settles `entries`: dead-letters the malformed ones, writes the others in
 /// one transaction and acknowledges what it settled; an entry delivered
