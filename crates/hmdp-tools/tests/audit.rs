@@ -2,7 +2,8 @@
 //! commands against two `stream` nodes behind nginx: the verified load test
 //! waits for the orders to be written and audits them; the audit holds on
 //! the clean sale and names what a buyer added in Redis or an order row
-//! deleted by hand broke; a voucher Redis holds no sale for gets the MySQL
+//! deleted by hand broke (the nodes stopped first: their reconciler heals
+//! such breaks); a voucher Redis holds no sale for gets the MySQL
 //! checks only. And `hmdp bench-drain` on the same nodes.
 
 mod common;
@@ -59,7 +60,7 @@ fn verified_sale(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
-    let (sandbox, spec, cluster) = stream_nodes(&[]).await;
+    let (sandbox, spec, mut cluster) = stream_nodes(&[]).await;
 
     // A verified sale through nginx: drained, then audited.
     let (out, report) = verified_sale(&sandbox, &spec, &cluster, &["--users=30"]);
@@ -78,6 +79,38 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
     let (code, out) = audit(&sandbox, voucher);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("verdict: every check holds"), "{out}");
+
+    // `bench-drain` on the same nodes: a backlog admitted straight in Redis
+    // is written by their consumers, every order once (the benchmark checks
+    // that before it removes its voucher).
+    let json = tempfile::NamedTempFile::new().unwrap();
+    let (code, out) = hmdp(
+        &sandbox,
+        &[
+            "bench-drain",
+            "--orders=300",
+            "--json",
+            json.path().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("all in MySQL after"), "{out}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json.path()).unwrap()).unwrap();
+    assert_eq!(report["orders"], 300, "{report}");
+    assert!(report["written_per_s"].as_f64().unwrap() > 0.0, "{report}");
+    let voucher: i64 = report["voucher"].as_str().unwrap().parse().unwrap();
+    let left: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?")
+            .bind(voucher)
+            .fetch_one(sandbox.store(1).unwrap().pool())
+            .await
+            .unwrap();
+    assert_eq!(left, 0, "the benchmark's orders are removed");
+
+    // The nodes stop: their reconciler would heal what the test breaks.
+    cluster.kill_node(0).await;
+    cluster.kill_node(1).await;
 
     // A buyer Redis admitted who has no order and none on its way.
     let keys = Keys::new(sandbox.redis.prefix.clone());
@@ -198,34 +231,6 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
 
     let (code, out) = hmdp(&sandbox, &["audit", "--voucher", "999999999"]);
     assert_eq!(code, 2, "{out}");
-
-    // `bench-drain` on the same nodes: a backlog admitted straight in Redis
-    // is written by their consumers, every order once (the benchmark checks
-    // that before it removes its voucher).
-    let json = tempfile::NamedTempFile::new().unwrap();
-    let (code, out) = hmdp(
-        &sandbox,
-        &[
-            "bench-drain",
-            "--orders=300",
-            "--json",
-            json.path().to_str().unwrap(),
-        ],
-    );
-    assert_eq!(code, 0, "{out}");
-    assert!(out.contains("all in MySQL after"), "{out}");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(json.path()).unwrap()).unwrap();
-    assert_eq!(report["orders"], 300, "{report}");
-    assert!(report["written_per_s"].as_f64().unwrap() > 0.0, "{report}");
-    let voucher: i64 = report["voucher"].as_str().unwrap().parse().unwrap();
-    let left: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?")
-            .bind(voucher)
-            .fetch_one(store.pool())
-            .await
-            .unwrap();
-    assert_eq!(left, 0, "the benchmark's orders are removed");
 }
 
 /// A sale split into four shards (on one Redis: the tags are only names
@@ -234,7 +239,7 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
 /// broke.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_of_a_sharded_sale_shows_each_shard_and_the_total() {
-    let (sandbox, spec, cluster) = stream_nodes(&["--seckill-shards=4"]).await;
+    let (sandbox, spec, mut cluster) = stream_nodes(&["--seckill-shards=4"]).await;
     let (_, report) = verified_sale(&sandbox, &spec, &cluster, &["--users=40", "--stock=48"]);
     let voucher = report["voucher"].as_i64().unwrap();
     // Ten buyers and two units left in each shard.
@@ -258,6 +263,9 @@ async fn the_audit_of_a_sharded_sale_shows_each_shard_and_the_total() {
 
     let keys = Keys::new(sandbox.redis.prefix.clone());
     let mut redis = common::redis().await;
+    // The nodes stop: their reconciler would heal what the test breaks.
+    cluster.kill_node(0).await;
+    cluster.kill_node(1).await;
 
     // A unit that appeared in shard 2 out of nowhere.
     let shard = layout.shard(2);
