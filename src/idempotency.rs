@@ -141,25 +141,29 @@ impl Idempotency {
     }
 
     /// The order an earlier request with `user_id`'s `key` got, as kept in
-    /// `shard` (the synchronous purchase keeps its answers in the one-shard
-    /// keys, the admission script in the buyer's shard): `None` for a key
+    /// one of `shards` (the synchronous purchase keeps its answers in the
+    /// one-shard keys, the admission script in the buyer's shard of the
+    /// sale, which depends on the sale's shard count): `None` for a key
     /// never answered with an order, or whose request still runs; 422 when
-    /// it was first sent for another voucher. Read before any refusal: a
-    /// buyer who lost the answer to one of the last units is owed the
-    /// order, not the `SOLD_OUT` or `ENDED` the sale gives everybody after.
+    /// it was first sent for another voucher, whatever its shard count.
+    /// Read before any refusal: a buyer who lost the answer to one of the
+    /// last units is owed the order, not the `SOLD_OUT` or `ENDED` the sale
+    /// gives everybody after.
     pub async fn kept(
         &self,
         user_id: UserId,
         key: &IdempotencyKey,
         voucher_id: VoucherId,
-        shard: Shard,
+        shards: impl IntoIterator<Item = Shard>,
     ) -> Result<Option<OrderId>, Error> {
-        let redis_key = self.keys.shard(shard).idempotency(user_id, key.as_str());
-        let entry: Option<String> = self.redis.clone().get(&redis_key).await?;
-        match entry {
-            Some(entry) => order_in(&entry, voucher_id),
-            None => Ok(None),
+        for shard in shards {
+            let redis_key = self.keys.shard(shard).idempotency(user_id, key.as_str());
+            let entry: Option<String> = self.redis.clone().get(&redis_key).await?;
+            if let Some(entry) = entry {
+                return order_in(&entry, voucher_id);
+            }
         }
+        Ok(None)
     }
 
     /// Ends a claim of ours: keeps the order the purchase placed, or frees

@@ -49,7 +49,7 @@ use crate::idempotency::{Claim, Idempotency, IdempotencyKey};
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
 use crate::metrics;
-use crate::shards::Shard;
+use crate::shards::{Layout, Shard};
 use crate::store::{NewOrder, Store, VoucherOrder};
 pub use admission::Admission;
 use catalog::{Catalog, SaleInfo};
@@ -356,21 +356,28 @@ impl Seckill {
     /// The order an earlier request with `key` got, looked up before any
     /// refusal from this node's memory or the sale's window (see
     /// [`Idempotency::kept`]): in the one-shard keys for the synchronous
-    /// purchase, in the buyer's shard of the sale for an admitted one.
+    /// purchase; for an admitted one, in the buyer's shard of a sale of
+    /// each shard count the sales use, so that a key first sent for a sale
+    /// of another shard count is refused, not admitted again.
     async fn kept_answer(
         &self,
         user_id: UserId,
         voucher_id: VoucherId,
         key: &IdempotencyKey,
     ) -> Result<Option<OrderId>, Error> {
-        let shard = match self.handoff {
-            None => Shard::SINGLE,
-            Some(_) => match self.catalog.sale(voucher_id).await? {
-                Some(sale) => sale.layout().shard_of(user_id),
-                None => return Ok(None),
-            },
-        };
-        self.idempotency.kept(user_id, key, voucher_id, shard).await
+        let mut shards = vec![Shard::SINGLE];
+        if self.handoff.is_some() {
+            for count in self.store.sale_shard_counts().await? {
+                let layout = Layout::new(count.into())
+                    .map_err(|bad| Error::Internal(anyhow::Error::new(bad)))?;
+                shards.push(layout.shard_of(user_id));
+            }
+            shards.sort_unstable();
+            shards.dedup();
+        }
+        self.idempotency
+            .kept(user_id, key, voucher_id, shards)
+            .await
     }
 
     /// The synchronous purchase: the sale's window, then the user's lock

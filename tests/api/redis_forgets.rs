@@ -337,3 +337,36 @@ async fn a_sale_redis_kept_with_its_last_writes_lost_is_reconciled_with_mysql() 
     let audit = app.audit(voucher).await;
     assert_eq!((audit.active_orders, audit.stock_left), (3, 7), "{audit:?}");
 }
+
+/// An Idempotency-Key first sent for a one-shard sale, sent again for a
+/// sale in four shards (where the buyer's shard is another): refused 422,
+/// as for any other voucher, not admitted as a new purchase.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_sent_again_for_a_sale_of_another_shard_count_is_refused() {
+    let app = spawn_app(|s| s.seckill = SeckillMode::Stream).await;
+    let one = app.create_open_seckill(5).await;
+    let mut body = crate::helpers::open_seckill_body(5);
+    body["shards"] = serde_json::json!(4);
+    let four: Value = app
+        .post_voucher("/voucher/seckill", crate::helpers::ADMIN_TOKEN, &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let four = VoucherId::new(four["data"].as_str().unwrap().parse().unwrap());
+    let token = &app.login_many(1).await[0];
+    let bought = buy_with_key(&app, one, token, "k").await;
+    assert_eq!(bought["success"], true, "{bought}");
+
+    let response = app
+        .client
+        .post(app.url(&format!("/voucher-order/seckill/{four}")))
+        .header("authorization", token)
+        .header("idempotency-key", "k")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 422);
+    let sale = app.redis_sale(four).await.expect("the sale in Redis");
+    assert_eq!((sale.stock, sale.buyers.len()), (5, 0), "{sale:?}");
+}
