@@ -99,10 +99,10 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
         serde_json::from_str(&std::fs::read_to_string(json.path()).unwrap()).unwrap();
     assert_eq!(report["orders"], 300, "{report}");
     assert!(report["written_per_s"].as_f64().unwrap() > 0.0, "{report}");
-    let voucher: i64 = report["voucher"].as_str().unwrap().parse().unwrap();
+    let drained: i64 = report["voucher"].as_str().unwrap().parse().unwrap();
     let left: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?")
-            .bind(voucher)
+            .bind(drained)
             .fetch_one(sandbox.store(1).unwrap().pool())
             .await
             .unwrap();
