@@ -8,13 +8,17 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
-use crate::{free_ports, poll_until, RedisServer};
+use crate::{free_ports, is_master, poll_until, RedisServer};
 
 /// How long the cluster may take to agree that every slot is served.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How often the cluster's state is looked at while waiting for it.
 const POLL: Duration = Duration::from_millis(100);
+
+/// How long the cluster may take to promote a replica, or to bring a
+/// restarted server in sync as a replica.
+const FAILOVER_DEADLINE: Duration = Duration::from_secs(30);
 
 /// Masters of a test cluster; each gets one replica.
 pub const MASTERS: usize = 3;
@@ -161,6 +165,88 @@ impl RedisCluster {
             .iter()
             .position(|server| server.port() == port)
             .with_context(|| format!("no server of the cluster on :{port}"))
+    }
+
+    /// Freezes the replica of the master on `master_port` (SIGSTOP) and
+    /// cuts its replication link, so that nothing the master writes from
+    /// now on reaches it (a slow network, a long pause on the replica);
+    /// returns the replica's port, for [`fail_over`](Self::fail_over).
+    /// Frozen first, so that it cannot reconnect; then its link is cut,
+    /// since a frozen process's socket would still take in what is sent.
+    pub async fn stall_replica_of(&self, master_port: u16) -> anyhow::Result<u16> {
+        let replica = self.replica_of(master_port).await?;
+        self.servers[self.position(replica)?].pause()?;
+        let master = &self.servers[self.position(master_port)?];
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("replica")
+            .query_async(&mut master.connect().await?)
+            .await
+            .context("cannot cut the replication link")?;
+        Ok(replica)
+    }
+
+    /// The master on `master_port` dies (SIGKILL) and its stalled `replica`
+    /// thaws (SIGCONT) to find it gone: the cluster promotes the replica,
+    /// missing what the master wrote since the stall (the real mechanism:
+    /// failure detection, election, slot takeover). Returns once every slot
+    /// is served again; the old master is left down.
+    pub async fn fail_over(&mut self, master_port: u16, replica: u16) -> anyhow::Result<()> {
+        let (master_at, replica_at) = (self.position(master_port)?, self.position(replica)?);
+        self.servers[master_at].kill();
+        self.servers[replica_at].resume()?;
+        let promoted = &self.servers[replica_at];
+        let what = format!("the cluster to promote :{replica}");
+        poll_until(&what, FAILOVER_DEADLINE, POLL, || async {
+            Ok(is_master(&mut promoted.connect().await?).await?)
+        })
+        .await?;
+        self.wait_until_ok().await
+    }
+
+    /// The server on `port`, killed by [`fail_over`](Self::fail_over),
+    /// starts again empty (nothing is kept on disk) and the cluster makes it
+    /// the replica of `new_master`, as an operator's restart would; returns
+    /// once it is in sync.
+    pub async fn rejoin(&mut self, port: u16, new_master: u16) -> anyhow::Result<()> {
+        let at = self.position(port)?;
+        self.servers[at].restart().await?;
+        let master = &self.servers[self.position(new_master)?];
+        let what = format!(":{new_master} to get a replica in sync");
+        poll_until(&what, FAILOVER_DEADLINE, POLL, || async {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut master.connect().await?)
+                .await?;
+            Ok(info.contains("state=online"))
+        })
+        .await
+    }
+
+    /// The master serving `slot`, by the cluster's own `CLUSTER SLOTS`.
+    pub async fn master_of_slot(&self, slot: u16) -> anyhow::Result<u16> {
+        let server = (self.servers.iter())
+            .find(|server| server.is_running())
+            .context("no server of the cluster runs")?;
+        let ranges: Vec<redis::Value> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(&mut server.connect().await?)
+            .await?;
+        for range in ranges {
+            let redis::Value::Array(fields) = range else {
+                continue;
+            };
+            let low: u16 = redis::from_redis_value_ref(&fields[0])?;
+            let high: u16 = redis::from_redis_value_ref(&fields[1])?;
+            if (low..=high).contains(&slot) {
+                let redis::Value::Array(master) = &fields[2] else {
+                    bail!("CLUSTER SLOTS names no master for {low}-{high}");
+                };
+                return Ok(redis::from_redis_value_ref(&master[1])?);
+            }
+        }
+        bail!("no master serves slot {slot}")
     }
 
     /// Waits until every running server reports every slot served.

@@ -31,10 +31,12 @@ use crate::history::{self, Event, FaultKind, Loss, Verdict};
 use crate::loadtest::{self, tokens::Login, Plan};
 use crate::payers::{self, Act, Answered};
 use hmdp::config::{RedisSettings, SeckillMode};
+use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
 use hmdp::seckill::SaleState;
+use hmdp::shards::{slot, Layout};
 use hmdp::store::Store;
-use hmdp_test_support::{MariaDbServer, RedisServer};
+use hmdp_test_support::{MariaDbServer, RedisCluster, RedisServer};
 
 /// `hmdp soak`.
 #[derive(Debug, Clone, Args)]
@@ -44,8 +46,11 @@ pub struct SoakSettings {
     pub minutes: u64,
 
     /// Seconds between two faults; they take turns: node 1 killed (and
-    /// restarted 3 s later), Redis restarted, the sale's stock row held,
-    /// MySQL read-only, MySQL killed and restarted, node 2 killed.
+    /// restarted 3 s later), Redis SIGKILLed and restarted (on a cluster: a
+    /// master failed over to a replica that missed its last writes), the
+    /// sale's stock row held, MySQL read-only, MySQL killed and restarted,
+    /// node 2 killed, and with --seckill-shards above 1, one shard of the
+    /// sale running forgotten by Redis while stock moves between shards.
     #[arg(long, default_value_t = 60)]
     pub fault_every_secs: u64,
 
@@ -89,6 +94,12 @@ pub struct SoakSettings {
     #[arg(long, default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=i64::from(hmdp::shards::MAX_SHARDS)))]
     pub seckill_shards: u16,
+
+    /// Run Redis as a cluster of three masters, each with a replica (a
+    /// sharded sale's shards spread over the masters); its Redis fault is
+    /// then a master failing over to a replica that missed its last writes.
+    #[arg(long)]
+    pub redis_cluster: bool,
 
     /// Run Redis with an append-only file synced this often (`always`,
     /// `everysec`), so that a restart reloads it; without it, Redis
@@ -147,11 +158,16 @@ struct Tally {
 
 pub async fn run(settings: SoakSettings) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find the hmdp executable")?;
-    let redis = match &settings.redis_appendfsync {
-        Some(every) => {
-            RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", every]).await?
-        }
-        None => RedisServer::start().await?,
+    let aof = match &settings.redis_appendfsync {
+        Some(every) => vec!["--appendonly", "yes", "--appendfsync", every.as_str()],
+        None => Vec::new(),
+    };
+    let redis = match settings.redis_cluster {
+        true => SoakRedis::Cluster {
+            cluster: RedisCluster::start_with(&aof).await?,
+            failovers: 0,
+        },
+        false => SoakRedis::Server(RedisServer::start_with(&aof).await?),
     };
     let mysql = MariaDbServer::start_with(&[]).await?;
     let sandbox = Sandbox::create(&mysql.url(), &RedisSettings::at(redis.url()), "soak").await?;
@@ -169,8 +185,87 @@ pub async fn run(settings: SoakSettings) -> anyhow::Result<()> {
 
 /// The soak's own servers, to restart.
 struct Servers {
-    redis: RedisServer,
+    redis: SoakRedis,
     mysql: MariaDbServer,
+}
+
+/// The soak's Redis: one server, or a cluster.
+enum SoakRedis {
+    Server(RedisServer),
+    Cluster {
+        cluster: RedisCluster,
+        /// Failovers so far: each takes the master of the next shard.
+        failovers: u16,
+    },
+}
+
+impl SoakRedis {
+    fn url(&self) -> String {
+        match self {
+            SoakRedis::Server(server) => server.url(),
+            SoakRedis::Cluster { cluster, .. } => cluster.url(),
+        }
+    }
+
+    /// Redis loses what it was told last: one server is SIGKILLed and
+    /// restarted (from its AOF, or empty); on a cluster, the replica of the
+    /// master serving one shard of the sales is frozen while the load goes
+    /// on for `missed`, then the master dies and the replica is promoted
+    /// without what it missed, and the old master rejoins as its replica.
+    /// What happened, in words.
+    async fn forget(&mut self, shards: u16, missed: Duration) -> anyhow::Result<String> {
+        match self {
+            SoakRedis::Server(server) => {
+                server.restart().await?;
+                Ok("Redis SIGKILLed and restarted".to_owned())
+            }
+            SoakRedis::Cluster { cluster, failovers } => {
+                let layout = Layout::new(shards.into())?;
+                let shard = layout.shard(*failovers % layout.count());
+                *failovers += 1;
+                let master = cluster.master_of_slot(slot(shard.tag())).await?;
+                let replica = cluster.stall_replica_of(master).await?;
+                tokio::time::sleep(missed).await;
+                cluster.fail_over(master, replica).await?;
+                cluster.rejoin(master, replica).await?;
+                Ok(format!(
+                    "Redis master :{master} (shard {}) failed over to replica :{replica}, \
+                     which missed its last {missed:?} of writes",
+                    shard.tag()
+                ))
+            }
+        }
+    }
+}
+
+/// Each fault of the cycle, in turn.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    KillNode(usize),
+    ForgetRedis,
+    HoldStockRow,
+    ReadOnly,
+    CrashMySql,
+    /// One shard of the running sale gone from Redis (its part of the sale
+    /// deleted) while stock moves between its shards: the sale is loaded
+    /// again under the movers' feet.
+    ForgetShard,
+}
+
+/// The faults the soak takes turns with.
+fn fault_cycle(settings: &SoakSettings) -> Vec<Fault> {
+    let mut cycle = vec![
+        Fault::KillNode(0),
+        Fault::ForgetRedis,
+        Fault::HoldStockRow,
+        Fault::ReadOnly,
+        Fault::CrashMySql,
+        Fault::KillNode(1),
+    ];
+    if settings.seckill_shards > 1 && settings.seckill != SeckillMode::Sync {
+        cycle.push(Fault::ForgetShard);
+    }
+    cycle
 }
 
 async fn soak(
@@ -231,16 +326,15 @@ async fn soak(
     ));
 
     let mut faults = Faults::default();
+    let cycle = fault_cycle(settings);
     let every = Duration::from_secs(settings.fault_every_secs.max(1));
     let mut next = started + every;
     let stall = Duration::from_secs(settings.stall_secs);
     while next + Duration::from_secs(5) < until {
         tokio::time::sleep_until(next.into()).await;
         let at = started.elapsed().as_secs();
-        let fault = match faults.log.len() % 6 {
-            // node 1, Redis, the stock row held, read_only, MySQL, node 2.
-            kill @ (0 | 5) => {
-                let index = usize::from(kill == 5);
+        let fault = match cycle[faults.log.len() % cycle.len()] {
+            Fault::KillNode(index) => {
                 cluster.kill_node(index).await;
                 let killed = Instant::now();
                 tokio::time::sleep(Duration::from_secs(3)).await;
@@ -254,13 +348,14 @@ async fn soak(
                 });
                 what
             }
-            1 => {
-                servers.redis.restart().await?;
+            Fault::ForgetRedis => {
+                let forgot = servers
+                    .redis
+                    .forget(settings.seckill_shards, Duration::from_secs(2))
+                    .await?;
                 let what = match &settings.redis_appendfsync {
-                    Some(every) => {
-                        format!("t={at}s Redis SIGKILLed, restarted from its AOF ({every})")
-                    }
-                    None => format!("t={at}s Redis SIGKILLed and restarted empty"),
+                    Some(every) => format!("t={at}s {forgot} (AOF, appendfsync {every})"),
+                    None => format!("t={at}s {forgot} (no persistence)"),
                 };
                 tally.lock().await.history.push(Event::Fault {
                     kind: FaultKind::RedisRestart,
@@ -270,13 +365,13 @@ async fn soak(
                 });
                 what
             }
-            3 => {
+            Fault::ReadOnly => {
                 let read_only = ReadOnly::on(&sandbox.database.url).await?;
                 tokio::time::sleep(stall).await;
                 drop(read_only);
                 format!("t={at}s MySQL read_only for {stall:?} (a failover's old primary)")
             }
-            4 => {
+            Fault::CrashMySql => {
                 let down = Instant::now();
                 servers.mysql.crash_and_restart().await?;
                 format!(
@@ -284,7 +379,7 @@ async fn soak(
                     down.elapsed()
                 )
             }
-            _ => {
+            Fault::HoldStockRow => {
                 let voucher = tally.lock().await.current;
                 match voucher {
                     Some(voucher) => {
@@ -292,6 +387,27 @@ async fn soak(
                         format!("t={at}s voucher {voucher}'s stock row held by another session for {stall:?}")
                     }
                     None => format!("t={at}s no sale running: no MySQL stall"),
+                }
+            }
+            Fault::ForgetShard => {
+                let voucher = tally.lock().await.current;
+                match voucher {
+                    Some(voucher) => {
+                        let layout = Layout::new(settings.seckill_shards.into())?;
+                        let keys = Keys::new(sandbox.redis.prefix.clone());
+                        let shard = keys.shard(layout.shard(0)).voucher(VoucherId::new(voucher));
+                        let mut redis = hmdp::config::connect_redis(
+                            &sandbox.redis.redis_url,
+                            Duration::from_secs(2),
+                        )?;
+                        let _: () = redis::AsyncCommands::del(&mut redis, &shard).await?;
+                        format!(
+                            "t={at}s voucher {voucher}'s shard {} forgotten by Redis while \
+                             stock moves",
+                            layout.shard(0).tag()
+                        )
+                    }
+                    None => format!("t={at}s no sale running: no shard forgotten"),
                 }
             }
         };
@@ -648,12 +764,18 @@ fn report(
     };
     println!();
     println!(
-        "soak: --seckill {} ({} shard(s)), {:.1} min, Redis {persistence}, lock {}",
+        "soak: --seckill {} ({} shard(s)), {:.1} min, Redis {}{persistence}, lock {}",
         settings.seckill,
         settings.seckill_shards,
         elapsed.as_secs_f64() / 60.0,
+        if settings.redis_cluster {
+            "cluster (3 masters, 3 replicas), "
+        } else {
+            ""
+        },
         settings.lock
     );
+    println!("  losses allowed          {:?}", allowed_losses(settings));
     println!("  faults                  {}", faults.log.len());
     for fault in &faults.log {
         println!("    {fault}");

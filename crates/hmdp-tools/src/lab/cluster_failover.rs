@@ -21,13 +21,9 @@ use redis::Value;
 use super::failover::has_key;
 use super::harness::{Lab, SYNC_REPLICAS_TIMEOUT};
 use super::LabArgs;
-use hmdp_test_support::{is_master, poll_until, RedisCluster, RedisServer};
+use hmdp_test_support::RedisCluster;
 
 const LEASE: Duration = Duration::from_millis(10_000);
-/// How long the cluster may take to promote the replica.
-const FAILOVER_DEADLINE: Duration = Duration::from_secs(30);
-/// How often the cluster's state is looked at while waiting for it.
-const POLL: Duration = Duration::from_millis(100);
 /// How long B keeps trying while its connection learns the new topology.
 const RETRY_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -73,17 +69,7 @@ pub(super) async fn run(lab: &Lab, args: &ClusterFailoverArgs) -> anyhow::Result
         );
     }
 
-    // Frozen first, so it cannot reconnect; then its link is cut, so that
-    // nothing written from now on is on its way to it (a frozen process's
-    // socket would still take in what the master sends).
-    cluster.servers()[replica_at].pause()?;
-    let _: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("replica")
-        .query_async(&mut cluster.servers()[master_at].connect().await?)
-        .await
-        .context("cannot cut the replication link")?;
+    cluster.stall_replica_of(master).await?;
     lab.say(
         "redis",
         format!(
@@ -97,15 +83,14 @@ pub(super) async fn run(lab: &Lab, args: &ClusterFailoverArgs) -> anyhow::Result
         "redis",
         format!("the lock key is on master :{master}: {on_master}"),
     );
-    cluster.servers_mut()[master_at].kill();
-    lab.say("redis", format!("master :{master} dies (SIGKILL)"));
-    cluster.servers()[replica_at].resume()?;
+    cluster.fail_over(master, replica).await?;
     lab.say(
         "redis",
-        format!("replica :{replica} wakes up (SIGCONT) and finds its master gone"),
+        format!(
+            "master :{master} dies (SIGKILL); replica :{replica} wakes up (SIGCONT) and \
+             finds its master gone"
+        ),
     );
-    wait_for_promotion(&cluster.servers()[replica_at]).await?;
-    cluster.wait_until_ok().await?;
     let kept = has_key(&cluster.servers()[replica_at], lab.key()).await?;
     lab.say(
         "redis",
@@ -115,8 +100,7 @@ pub(super) async fn run(lab: &Lab, args: &ClusterFailoverArgs) -> anyhow::Result
     // The old master comes back (empty: nothing is kept on disk) and the
     // cluster makes it the new master's replica, as an operator's restart
     // would: a replica to acknowledge B's lock, should B wait for one.
-    cluster.servers_mut()[master_at].restart().await?;
-    wait_for_replica(&cluster.servers()[replica_at]).await?;
+    cluster.rejoin(master, replica).await?;
     lab.say(
         "redis",
         format!(":{master} restarts empty and rejoins as the replica of :{replica}"),
@@ -238,26 +222,4 @@ fn int(value: Option<&Value>) -> Option<i64> {
         Some(Value::Int(n)) => Some(*n),
         _ => None,
     }
-}
-
-/// Waits until `master` has a replica in sync.
-async fn wait_for_replica(master: &RedisServer) -> anyhow::Result<()> {
-    let what = format!(":{} to get a replica in sync", master.port());
-    poll_until(&what, FAILOVER_DEADLINE, POLL, || async {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query_async(&mut master.connect().await?)
-            .await?;
-        Ok(info.contains("state=online"))
-    })
-    .await
-}
-
-/// Waits until `replica` calls itself a master (`ROLE`).
-async fn wait_for_promotion(replica: &RedisServer) -> anyhow::Result<()> {
-    let what = format!("the cluster to promote :{}", replica.port());
-    poll_until(&what, FAILOVER_DEADLINE, POLL, || async {
-        Ok(is_master(&mut replica.connect().await?).await?)
-    })
-    .await
 }
