@@ -12,10 +12,11 @@
 //! once the lock is released; the admission script (`queue`, `stream`) keeps its own in
 //! the same key, in the same call that admits.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use hmdp_lock::Connection as RedisConnection;
-use redis::AsyncCommands;
+use redis::{AsyncCommands, Script};
 
 use crate::error::Error;
 use crate::ids::{OrderId, UserId, VoucherId};
@@ -68,18 +69,39 @@ pub struct Idempotency {
     keys: Keys,
 }
 
-/// What a key's entry in Redis holds: `running:<voucherId>` while the first
-/// request runs, then `<voucherId>:<orderId>` (the admission script's
-/// layout).
+/// What a key's entry in Redis holds: `running:<voucherId>:<claim id>`
+/// while the first request runs, then `<voucherId>:<orderId>` (the
+/// admission script's layout).
 fn kept_entry(voucher_id: VoucherId, order_id: OrderId) -> String {
     format!("{voucher_id}:{order_id}")
 }
+
+/// A synchronous purchase's claim of a key: the entry it set, which only
+/// it may free.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimId(String);
+
+impl ClaimId {
+    /// A fresh claim of a key for a purchase of `voucher_id`.
+    pub fn new(voucher_id: VoucherId) -> ClaimId {
+        ClaimId(format!(
+            "running:{voucher_id}:{:016x}",
+            rand::random::<u64>()
+        ))
+    }
+}
+
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/idempotency_release.lua")));
 
 /// The order an entry holds for `voucher_id`: `None` while its request
 /// runs.
 fn order_in(entry: &str, voucher_id: VoucherId) -> Result<Option<OrderId>, Error> {
     let (voucher, order) = match entry.strip_prefix("running:") {
-        Some(voucher) => (voucher, None),
+        Some(claim) => (
+            claim.split_once(':').map_or(claim, |(voucher, _)| voucher),
+            None,
+        ),
         None => {
             let (voucher, order) = entry.split_once(':').unwrap_or((entry, ""));
             (voucher, Some(order))
@@ -112,6 +134,7 @@ impl Idempotency {
         user_id: UserId,
         key: Option<&IdempotencyKey>,
         voucher_id: VoucherId,
+        claim: &ClaimId,
     ) -> Result<Option<Claim>, Error> {
         let Some(key) = key else {
             return Ok(None);
@@ -120,7 +143,7 @@ impl Idempotency {
         let mut redis = self.redis.clone();
         let claimed: bool = redis::cmd("SET")
             .arg(&redis_key)
-            .arg(format!("running:{voucher_id}"))
+            .arg(&claim.0)
             .arg("NX")
             .arg("PX")
             .arg(IN_PROGRESS_FOR.as_millis() as u64)
@@ -166,28 +189,34 @@ impl Idempotency {
         Ok(None)
     }
 
-    /// Ends a claim of ours: keeps the order the purchase placed, or frees
-    /// the key after a refusal or an error, which changed nothing (the same
-    /// key may ask again). Run it where a client hanging up cannot cancel it
-    /// (the purchase's own task).
+    /// Ends a claim of ours: keeps the order the purchase placed
+    /// (`Some`), or frees the key after a purchase that placed none (`None`:
+    /// a refusal or an error that changed nothing; the same key may ask
+    /// again). Run it where a client hanging up cannot cancel it (the
+    /// purchase's own task).
     pub async fn settle(
         &self,
         user_id: UserId,
         key: &IdempotencyKey,
-        voucher_id: VoucherId,
-        outcome: &Result<OrderId, Error>,
+        claim: &ClaimId,
+        placed: Option<(VoucherId, OrderId)>,
     ) {
         let redis_key = self.keys.single().idempotency(user_id, key.as_str());
         let mut redis = self.redis.clone();
-        let settled: redis::RedisResult<()> = match outcome {
-            Ok(order_id) => {
+        let settled: redis::RedisResult<()> = match placed {
+            Some((voucher_id, order_id)) => {
                 let kept = redis::SetOptions::default()
                     .with_expiration(redis::SetExpiry::PX(ANSWER_KEPT.as_millis() as u64));
                 redis
-                    .set_options(&redis_key, kept_entry(voucher_id, *order_id), kept)
+                    .set_options(&redis_key, kept_entry(voucher_id, order_id), kept)
                     .await
             }
-            Err(_) => redis.del(&redis_key).await,
+            None => RELEASE
+                .key(&redis_key)
+                .arg(&claim.0)
+                .invoke_async::<i64>(&mut redis)
+                .await
+                .map(drop),
         };
         if let Err(error) = settled {
             tracing::warn!(%error, "idempotency key not settled; it frees itself within a minute");
@@ -230,5 +259,11 @@ mod tests {
             Err(Error::IdempotencyKeyReused)
         ));
         assert_eq!(order_in("running:7", voucher).unwrap(), None);
+        let claim = ClaimId::new(voucher);
+        assert_eq!(order_in(&claim.0, voucher).unwrap(), None);
+        assert!(matches!(
+            order_in(&claim.0, VoucherId::new(8)),
+            Err(Error::IdempotencyKeyReused)
+        ));
     }
 }

@@ -45,7 +45,7 @@ use crate::after_sale::PayDeadlines;
 use crate::config::SeckillMode;
 use crate::error::{Error, Rejection};
 use crate::id_worker::IdWorker;
-use crate::idempotency::{Claim, Idempotency, IdempotencyKey};
+use crate::idempotency::{Claim, ClaimId, Idempotency, IdempotencyKey};
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
 use crate::metrics;
@@ -410,15 +410,31 @@ impl Seckill {
         // after this leaves a gap in the counter, which ids allow.
         // Given up on at the end of the budget (an acquisition abandoned in
         // flight gives back whatever it took).
-        let (held, id, claim) = tokio::time::timeout_at(answer_by.into(), async {
+        let claim_id = ClaimId::new(voucher_id);
+        let joined = tokio::time::timeout_at(answer_by.into(), async {
             tokio::join!(
                 self.writer.acquire(user_id),
                 self.next_order_id(),
-                self.idempotency.claim(user_id, key, voucher_id)
+                self.idempotency.claim(user_id, key, voucher_id, &claim_id)
             )
         })
-        .await
-        .map_err(|_| over_budget("taking the lock", budget))?;
+        .await;
+        let Ok((held, id, claim)) = joined else {
+            // Given up before the claim's answer: whether it landed is not
+            // known. It is freed if it did (the key would answer 409 for a
+            // minute for a purchase that never ran), in a task of its own:
+            // this answer is due.
+            if let Some(key) = key.cloned() {
+                let seckill = self.clone();
+                tokio::spawn(async move {
+                    (seckill.idempotency)
+                        .settle(user_id, &key, &claim_id, None)
+                        .await
+                });
+            }
+            return Err(over_budget("taking the lock", budget));
+        };
+        let drawn = id.as_ref().ok().copied();
         let claimed = match claim {
             Ok(Some(Claim::Ours)) => key,
             Ok(None) => None,
@@ -453,9 +469,28 @@ impl Seckill {
             (Err(error), Ok(_)) => Err(error),
         };
         if let Some(key) = claimed {
-            self.idempotency
-                .settle(user_id, key, voucher_id, &outcome)
-                .await;
+            let placed = match &outcome {
+                Ok(order_id) => Some(Some(*order_id)),
+                // A refusal wrote nothing: the key may ask again.
+                Err(Error::Rejected(_)) => Some(None),
+                // Anything else may have committed all the same (its
+                // COMMIT's answer lost on the way): the key keeps the
+                // order if MySQL has it, and stays claimed (a minute) if
+                // MySQL cannot say.
+                Err(_) => match drawn {
+                    Some(id) => match self.store.order_of_user(id, user_id).await {
+                        Ok(written) => Some(written.map(|_| id)),
+                        Err(_) => None,
+                    },
+                    None => Some(None),
+                },
+            };
+            if let Some(placed) = placed {
+                let placed = placed.map(|order_id| (voucher_id, order_id));
+                (self.idempotency)
+                    .settle(user_id, key, &claim_id, placed)
+                    .await;
+            }
         }
         if matches!(outcome, Err(Error::Rejected(Rejection::SoldOut))) {
             voucher.mark_sold_out();
