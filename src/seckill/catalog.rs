@@ -97,6 +97,9 @@ pub struct Catalog {
     vouchers: RwLock<HashMap<VoucherId, Arc<SaleInfo>>>,
     /// Ids found missing, with when they were looked up.
     missing: Mutex<HashMap<VoucherId, Instant>>,
+    /// The shard layouts the sales use, and when they were read: where an
+    /// Idempotency-Key of an admitted purchase may live.
+    layouts: Mutex<Option<(Instant, Vec<Layout>)>>,
 }
 
 impl Catalog {
@@ -105,7 +108,31 @@ impl Catalog {
             store,
             vouchers: RwLock::new(HashMap::new()),
             missing: Mutex::new(HashMap::new()),
+            layouts: Mutex::new(None),
         }
+    }
+
+    /// The shard layouts the seckill sales use, read from MySQL at most
+    /// every [`REREAD_AFTER`]: a voucher of a new shard count shows within
+    /// that bound.
+    pub async fn layouts_in_use(&self) -> Result<Vec<Layout>, Error> {
+        {
+            let layouts = self.layouts.lock().expect("layouts poisoned");
+            if let Some((read_at, layouts)) = layouts.as_ref() {
+                if read_at.elapsed() < REREAD_AFTER {
+                    return Ok(layouts.clone());
+                }
+            }
+        }
+        let mut layouts = Vec::new();
+        for count in self.store.sale_shard_counts().await? {
+            layouts.push(
+                Layout::new(count.into())
+                    .map_err(|bad| Error::Internal(anyhow::Error::new(bad)))?,
+            );
+        }
+        *self.layouts.lock().expect("layouts poisoned") = Some((Instant::now(), layouts.clone()));
+        Ok(layouts)
     }
 
     /// The voucher's sale info, `None` when no such seckill voucher exists.

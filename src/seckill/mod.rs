@@ -49,7 +49,7 @@ use crate::idempotency::{Claim, ClaimId, Idempotency, IdempotencyKey};
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
 use crate::metrics;
-use crate::shards::{Layout, Shard};
+use crate::shards::Shard;
 use crate::store::{NewOrder, Store, VoucherOrder};
 pub use admission::Admission;
 use catalog::{Catalog, SaleInfo};
@@ -321,15 +321,17 @@ impl Seckill {
     ) -> Result<(OrderId, bool), Error> {
         let span =
             tracing::info_span!("purchase", lock = %self.writer.lock_mode(), %user_id, %voucher_id);
-        if let Some(key) = &key {
-            if let Some(order_id) = self.kept_answer(user_id, voucher_id, key).await? {
-                return span.in_scope(|| counted(Ok((order_id, true))));
-            }
-        }
         // A sale this node saw sell out is refused at once, from memory,
         // without a task: after the last unit a storm is nearly all such
-        // requests, and there is nothing to see to its end.
+        // requests, and there is nothing to see to its end. Unless the
+        // buyer sends a key that got an order: that buyer lost the answer
+        // to one of the last units, and is owed the order.
         if self.catalog.sold_out_now(voucher_id) {
+            if let Some(key) = &key {
+                if let Some(order_id) = self.kept_answer(user_id, voucher_id, key, None).await? {
+                    return span.in_scope(|| counted(Ok((order_id, true))));
+                }
+            }
             if self.handoff.is_some() {
                 metrics::ADMISSIONS
                     .with_label_values(&[Admission::Refused(Rejection::SoldOut).label()])
@@ -353,27 +355,34 @@ impl Seckill {
         })?
     }
 
-    /// The order an earlier request with `key` got, looked up before any
-    /// refusal from this node's memory or the sale's window (see
-    /// [`Idempotency::kept`]): in the one-shard keys for the synchronous
-    /// purchase; for an admitted one, in the buyer's shard of a sale of
-    /// each shard count the sales use, so that a key first sent for a sale
-    /// of another shard count is refused, not admitted again.
+    /// The order an earlier request with `key` got (see
+    /// [`Idempotency::kept`]), looked up where a refusal from this node's
+    /// memory or the sale's window would otherwise answer, or where the
+    /// admission script will not look: in the one-shard keys for the
+    /// synchronous purchase; for an admitted one, in the buyer's shard of
+    /// a sale of each shard count the sales use, but `checked` (the
+    /// buyer's shard of this sale, which the admission script reads
+    /// itself), so that a key first sent for a sale of another shard count
+    /// is refused, not admitted again. No call at all when that leaves no
+    /// shard: a node whose sales have one shard count.
     async fn kept_answer(
         &self,
         user_id: UserId,
         voucher_id: VoucherId,
         key: &IdempotencyKey,
+        checked: Option<Shard>,
     ) -> Result<Option<OrderId>, Error> {
         let mut shards = vec![Shard::SINGLE];
         if self.handoff.is_some() {
-            for count in self.store.sale_shard_counts().await? {
-                let layout = Layout::new(count.into())
-                    .map_err(|bad| Error::Internal(anyhow::Error::new(bad)))?;
+            for layout in self.catalog.layouts_in_use().await? {
                 shards.push(layout.shard_of(user_id));
             }
             shards.sort_unstable();
             shards.dedup();
+        }
+        shards.retain(|shard| Some(*shard) != checked);
+        if shards.is_empty() {
+            return Ok(None);
         }
         self.idempotency
             .kept(user_id, key, voucher_id, shards)
@@ -399,6 +408,12 @@ impl Seckill {
             .await?
             .ok_or(Rejection::VoucherNotFound)?;
         if let Some(refusal) = voucher.refusal_at(Local::now().naive_local()) {
+            // A key that got an order is answered with it, not refused.
+            if let Some(key) = key {
+                if let Some(order_id) = self.kept_answer(user_id, voucher_id, key, None).await? {
+                    return Ok((order_id, true));
+                }
+            }
             return Err(refusal.into());
         }
 
@@ -570,6 +585,14 @@ impl Seckill {
                 .inc();
             return Err(Rejection::VoucherNotFound.into());
         };
+        // A key first sent for a sale of another shard count lives where
+        // the admission script does not look.
+        if let Some(key) = key {
+            let checked = Some(sale.layout().shard_of(user_id));
+            if let Some(order_id) = self.kept_answer(user_id, voucher_id, key, checked).await? {
+                return Ok((order_id, true));
+            }
+        }
         let append = matches!(handoff, Handoff::Stream);
         let admit = |sale: &SaleInfo| {
             let sale = SaleRef {
