@@ -84,32 +84,50 @@ impl SaleState {
             return Ok(true);
         }
         // Compared first without the stock row, which every writer of the
-        // voucher needs: only a drift found so is compared again under it,
-        // where a commit or a close in flight cannot pass for one.
+        // voucher needs: Redis read before MySQL, so that a commit or a
+        // close between the two reads balances (the order leaves the orders
+        // on their way as it enters MySQL's; the unit enters MySQL's stock
+        // as the give-back it owes Redis). Only a drift found so is
+        // compared again under the stock row.
+        let Some(layout) = self.layout(voucher_id).await? else {
+            return Ok(false);
+        };
+        let Some(views) = self.views(voucher_id, layout).await? else {
+            return Ok(false);
+        };
         let Some(sale) = self.store.peek_sale(voucher_id).await? else {
             return Ok(false);
         };
-        let layout = super::sale_state::layout_of(sale.shards)?;
-        if self.drift(voucher_id, layout, &sale).await?.is_none() {
+        if self.drift(voucher_id, &views, &sale).await?.is_none() {
             return Ok(false);
         }
         self.heal(voucher_id).await
     }
 
-    /// The drift of `sale`'s Redis side from MySQL (`sale`, read under the
-    /// stock row), `None` when there is none or Redis is mid-move.
-    pub(super) async fn drift(
+    /// Under the stock row: the drift of the sale's Redis side from MySQL
+    /// (`sale`, read while the row is held), `None` when there is none or
+    /// a move ran between the shards' reads.
+    pub(super) async fn drift_now(
         &self,
         voucher_id: VoucherId,
         layout: Layout,
         sale: &SaleSnapshot,
     ) -> Result<Option<Drift>, Error> {
-        let Some(views) = self.views(voucher_id, layout).await? else {
-            return Ok(None);
-        };
-        let written: HashSet<OrderId> = (self.store.order_ids_of(voucher_id).await?)
-            .into_iter()
-            .collect();
+        match self.views(voucher_id, layout).await? {
+            Some(views) => self.drift(voucher_id, &views, sale).await,
+            None => Ok(None),
+        }
+    }
+
+    /// The drift of the sale's Redis side (`views`) from MySQL (`sale`,
+    /// read after them), `None` when there is none.
+    async fn drift(
+        &self,
+        voucher_id: VoucherId,
+        views: &[ShardView],
+        sale: &SaleSnapshot,
+    ) -> Result<Option<Drift>, Error> {
+        let written: HashSet<OrderId> = sale.order_ids.iter().copied().collect();
         let dead: HashSet<OrderId> = (self.dead_letters_of(voucher_id).await?)
             .into_iter()
             .filter_map(|letter| letter.order.ok().map(|order| order.id))

@@ -261,7 +261,7 @@ impl SaleState {
         let mut found = self.found(voucher_id, layout, sale.token).await?;
         if found == Found::Whole {
             let drift = match heal {
-                true => self.drift(voucher_id, layout, &sale).await?,
+                true => self.drift_now(voucher_id, layout, &sale).await?,
                 false => None,
             };
             match drift {
@@ -346,9 +346,7 @@ impl SaleState {
         if pending.is_empty() {
             return Ok(pending);
         }
-        let written: HashSet<OrderId> = (self.store.order_ids_of(voucher_id).await?)
-            .into_iter()
-            .collect();
+        let written: HashSet<OrderId> = sale.order_ids.iter().copied().collect();
         let dead: HashSet<OrderId> = (self.dead_letters_of(voucher_id).await?)
             .into_iter()
             .filter_map(|letter| letter.order.ok().map(|order| order.id))

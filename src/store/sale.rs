@@ -19,6 +19,8 @@ pub struct SaleSnapshot {
     pub end_time: NaiveDateTime,
     /// Users holding an active order of the voucher.
     pub buyers: Vec<UserId>,
+    /// Every order of the voucher written, whatever its status.
+    pub order_ids: Vec<OrderId>,
     /// Every closed order of the voucher, with its buyer: their units are
     /// in `stock` already, so the sale loaded from this snapshot marks them
     /// as given back, and a give-back still on its way (owed, or sent by a
@@ -168,12 +170,17 @@ async fn snapshot(
     .bind(voucher_id)
     .fetch_all(&mut **tx)
     .await?;
+    let order_ids = sqlx::query_scalar("SELECT id FROM tb_voucher_order WHERE voucher_id = ?")
+        .bind(voucher_id)
+        .fetch_all(&mut **tx)
+        .await?;
     Ok(Some(SaleSnapshot {
         stock: stock.into(),
         orders,
         begin_time,
         end_time,
         buyers,
+        order_ids,
         closed,
         token,
         loaded_before,
