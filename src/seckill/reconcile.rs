@@ -6,6 +6,9 @@
 //! its last admissions, or its last give-backs); a sale missing a shard, or
 //! whose shards are of different loads, is loaded again as any purchase
 //! would. Each heal is logged and counted (`hmdp_sales_reloaded_total`).
+//! While orders are on their way (writers working through a backlog) the
+//! comparison, which reads every one of them, runs at most every
+//! [`RECONCILE_BUSY_EVERY`]; the missing-shard check still every round.
 //!
 //! What Redis should hold, by MySQL: its stock plus the units in transit
 //! between shards equals MySQL's stock less the orders on their way
@@ -22,7 +25,7 @@
 //! round skip the sale rather than heal what is no drift.
 
 use std::collections::{BTreeSet, HashSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::sale_state::{pending_entry, SaleState};
 use crate::error::Error;
@@ -32,6 +35,9 @@ use crate::store::{NewOrder, SaleSnapshot};
 
 /// How often every node compares the sales with MySQL.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(5);
+
+/// How often, at most, while orders are on their way.
+pub const RECONCILE_BUSY_EVERY: Duration = Duration::from_secs(30);
 
 /// One shard of a sale, read in one `MULTI`.
 struct ShardView {
@@ -55,6 +61,7 @@ impl SaleState {
     /// [`RECONCILE_EVERY`], each seckill voucher's sale compared with
     /// MySQL, and healed when it drifted.
     pub async fn reconcile_forever(&self) {
+        let mut compared_at: Option<Instant> = None;
         loop {
             tokio::time::sleep(RECONCILE_EVERY).await;
             let vouchers = match self.store.seckill_voucher_ids().await {
@@ -64,12 +71,34 @@ impl SaleState {
                     continue;
                 }
             };
+            // The comparison reads every order on its way: while the
+            // writers work through a backlog, it runs at most every
+            // RECONCILE_BUSY_EVERY, the missing-shard check every round.
+            let busy = matches!(self.orders_on_their_way().await, Ok((p, s)) if p + s > 0);
+            let compare =
+                !busy || compared_at.is_none_or(|at| at.elapsed() >= RECONCILE_BUSY_EVERY);
+            if compare {
+                compared_at = Some(Instant::now());
+            }
             for voucher_id in vouchers {
-                if let Err(error) = self.reconcile(voucher_id).await {
+                let reconciled = match compare {
+                    true => self.reconcile(voucher_id).await,
+                    false => self.load_if_loaded(voucher_id).await,
+                };
+                if let Err(error) = reconciled {
                     tracing::debug!(%voucher_id, ?error, "sale not reconciled this round");
                 }
             }
         }
+    }
+
+    /// A sale loaded before and missing a shard (or of shards of different
+    /// loads) loaded again: the cheap half of [`SaleState::reconcile`].
+    async fn load_if_loaded(&self, voucher_id: VoucherId) -> Result<bool, Error> {
+        if !self.store.sale_loaded(voucher_id).await? {
+            return Ok(false);
+        }
+        self.load(voucher_id).await
     }
 
     /// Compares `voucher_id`'s sale in Redis with MySQL; loads it again when
