@@ -27,7 +27,7 @@
 use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, Instant};
 
-use super::sale_state::{pending_entry, SaleState};
+use super::sale_state::{on_their_way, pending_entry, Drift, SaleState};
 use crate::error::Error;
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::shards::Layout;
@@ -51,10 +51,6 @@ struct ShardView {
     pending: Vec<NewOrder>,
     given_back: HashSet<OrderId>,
 }
-
-/// What a sale in Redis holds that MySQL says it should not.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Drift(pub String);
 
 impl SaleState {
     /// Every node's reconciler, for as long as it runs: every
@@ -265,20 +261,4 @@ impl SaleState {
         let still = (views.iter().zip(&moves)).all(|(view, now)| now.unwrap_or(0) == view.moves);
         Ok(still.then_some(views))
     }
-}
-
-/// Of the `pending` orders, those on their way to MySQL: not written, not
-/// dead-lettered, each of a buyer with no active order there (another
-/// order of such a buyer is a dead letter to be).
-pub(super) fn on_their_way(
-    pending: impl Iterator<Item = NewOrder>,
-    written: &HashSet<OrderId>,
-    dead: &HashSet<OrderId>,
-    buyers: &[UserId],
-) -> Vec<NewOrder> {
-    let mut users: HashSet<UserId> = buyers.iter().copied().collect();
-    pending
-        .filter(|order| !written.contains(&order.id) && !dead.contains(&order.id))
-        .filter(|order| users.insert(order.user_id))
-        .collect()
 }

@@ -27,7 +27,6 @@ use redis::{AsyncCommands, Script};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::reconcile::{on_their_way, Drift};
 use crate::error::Error;
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::{Keys, ShardKeys};
@@ -136,6 +135,11 @@ pub struct PendingOrder {
     /// (a written order has no such field).
     pending: bool,
 }
+
+/// What a sale in Redis holds that MySQL says it should not: the
+/// reconciler's finding (`reconcile.rs`), in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift(pub String);
 
 /// What Redis holds of a voucher's sale, as a load finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -732,4 +736,20 @@ pub(super) fn pending_entry(order_id: OrderId, entry: &str) -> Result<NewOrder, 
                 "pending order {order_id} holds {entry:?}, not userId:voucherId"
             ))
         })
+}
+
+/// Of the `pending` orders, those on their way to MySQL: not written, not
+/// dead-lettered, each of a buyer with no active order there (another
+/// order of such a buyer is a dead letter to be).
+pub(super) fn on_their_way(
+    pending: impl Iterator<Item = NewOrder>,
+    written: &HashSet<OrderId>,
+    dead: &HashSet<OrderId>,
+    buyers: &[UserId],
+) -> Vec<NewOrder> {
+    let mut users: HashSet<UserId> = buyers.iter().copied().collect();
+    pending
+        .filter(|order| !written.contains(&order.id) && !dead.contains(&order.id))
+        .filter(|order| users.insert(order.user_id))
+        .collect()
 }
