@@ -212,12 +212,13 @@ impl SoakRedis {
     /// master serving one shard of the sales is frozen while the load goes
     /// on for `missed`, then the master dies and the replica is promoted
     /// without what it missed, and the old master rejoins as its replica.
-    /// What happened, in words.
-    async fn forget(&mut self, shards: u16, missed: Duration) -> anyhow::Result<String> {
+    /// What happened, in words, and when Redis forgot (the restart, or the
+    /// promotion).
+    async fn forget(&mut self, shards: u16, missed: Duration) -> anyhow::Result<(String, Instant)> {
         match self {
             SoakRedis::Server(server) => {
                 server.restart().await?;
-                Ok("Redis SIGKILLed and restarted".to_owned())
+                Ok(("Redis SIGKILLed and restarted".to_owned(), Instant::now()))
             }
             SoakRedis::Cluster { cluster, failovers } => {
                 let layout = Layout::new(shards.into())?;
@@ -227,12 +228,14 @@ impl SoakRedis {
                 let replica = cluster.stall_replica_of(master).await?;
                 tokio::time::sleep(missed).await;
                 cluster.fail_over(master, replica).await?;
+                let promoted = Instant::now();
                 cluster.rejoin(master, replica).await?;
-                Ok(format!(
+                let what = format!(
                     "Redis master :{master} (shard {}) failed over to replica :{replica}, \
                      which missed its last {missed:?} of writes",
                     shard.tag()
-                ))
+                );
+                Ok((what, promoted))
             }
         }
     }
@@ -349,7 +352,7 @@ async fn soak(
                 what
             }
             Fault::ForgetRedis => {
-                let forgot = servers
+                let (forgot, when) = servers
                     .redis
                     .forget(settings.seckill_shards, Duration::from_secs(2))
                     .await?;
@@ -361,7 +364,7 @@ async fn soak(
                     kind: FaultKind::RedisRestart,
                     node: None,
                     what: what.clone(),
-                    at_ms: history::unix_ms(Instant::now()),
+                    at_ms: history::unix_ms(when),
                 });
                 what
             }
