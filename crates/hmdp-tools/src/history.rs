@@ -1,8 +1,8 @@
 //! A run's history as its clients saw it, and `hmdp check`, which judges it
 //! from outside, the way Jepsen does: every request (invoke) and what it was
-//! answered (ok, fail: a definite refusal, info: no answer that says), with
-//! the faults injected, one JSON object a line; afterwards the history is
-//! compared with MySQL, the truth. The stores' own view (`hmdp audit`)
+//! answered (ok; fail, a definite refusal; unknown, no answer that says:
+//! Jepsen's info), with the faults injected, one JSON object a line;
+//! afterwards the history is compared with MySQL, the truth. The stores' own view (`hmdp audit`)
 //! cannot see a promise broken to a client whose trace the stores lost
 //! with it; this can.
 //!
@@ -106,7 +106,7 @@ pub enum Event {
     },
     /// No answer that says what happened (a timeout, a 503, a connection
     /// lost): it may or may not have been done.
-    Info {
+    Unknown {
         client: usize,
         voucher: i64,
         f: Call,
@@ -345,7 +345,7 @@ pub async fn check(store: &Store, events: &[Event], allowed: &[Loss]) -> anyhow:
             Event::Invoke { .. } => verdict.requests += 1,
             Event::Ok { .. } => verdict.ok += 1,
             Event::Fail { .. } => verdict.failed += 1,
-            Event::Info { .. } => verdict.unknown += 1,
+            Event::Unknown { .. } => verdict.unknown += 1,
             Event::Fault { .. } => {}
         }
     }
@@ -365,7 +365,7 @@ pub async fn check(store: &Store, events: &[Event], allowed: &[Loss]) -> anyhow:
         let of_sale = |event: &&Event| match event {
             Event::Ok { voucher: v, .. }
             | Event::Fail { voucher: v, .. }
-            | Event::Info { voucher: v, .. } => *v == voucher,
+            | Event::Unknown { voucher: v, .. } => *v == voucher,
             _ => false,
         };
         let answers: Vec<&Event> = events.iter().filter(of_sale).collect();

@@ -85,7 +85,7 @@ impl Acted {
                 error: error.clone(),
                 at_ms,
             },
-            Answered::Unknown => Event::Info {
+            Answered::Unknown => Event::Unknown {
                 client,
                 voucher,
                 f,

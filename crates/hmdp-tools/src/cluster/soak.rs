@@ -716,7 +716,7 @@ async fn load_loop(
                 if let Event::Invoke { client, .. }
                 | Event::Ok { client, .. }
                 | Event::Fail { client, .. }
-                | Event::Info { client, .. } = &mut event
+                | Event::Unknown { client, .. } = &mut event
                 {
                     *client = rebuys[*client];
                 }

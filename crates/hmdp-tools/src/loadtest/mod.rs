@@ -318,7 +318,7 @@ impl Shot {
                 error: self.outcome.clone(),
                 at_ms,
             },
-            None => Event::Info {
+            None => Event::Unknown {
                 client,
                 voucher,
                 f,
