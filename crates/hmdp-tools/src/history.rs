@@ -105,7 +105,8 @@ pub enum Event {
         at_ms: i64,
     },
     /// No answer that says what happened (a timeout, a 503, a connection
-    /// lost): it may or may not have been done.
+    /// lost): it may or may not have been done. Read as Jepsen's `info` too.
+    #[serde(alias = "info")]
     Unknown {
         client: usize,
         voucher: i64,
