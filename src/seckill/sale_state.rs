@@ -753,3 +753,33 @@ pub(super) fn on_their_way(
         .filter(|order| users.insert(order.user_id))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn order(id: i64, user: u64) -> NewOrder {
+        NewOrder {
+            id: OrderId::new(id),
+            user_id: UserId::new(user),
+            voucher_id: VoucherId::new(7),
+        }
+    }
+
+    #[test]
+    fn orders_on_their_way_are_pending_unwritten_not_dead_and_one_per_new_buyer() {
+        let pending = [
+            order(1, 10),
+            order(2, 11), // written: its commit beat its acknowledgement
+            order(3, 12), // dead-lettered
+            order(4, 13), // its buyer holds an order in MySQL
+            order(5, 14),
+            order(6, 14), // the same buyer twice: one counts
+        ];
+        let written = HashSet::from([OrderId::new(2)]);
+        let dead = HashSet::from([OrderId::new(3)]);
+        let buyers = [UserId::new(13)];
+        let on_their_way = on_their_way(pending.into_iter(), &written, &dead, &buyers);
+        assert_eq!(on_their_way, [order(1, 10), order(5, 14)]);
+    }
+}
