@@ -471,35 +471,35 @@ fn check_purchases(
 }
 
 /// The allowed loss, if any, that explains an order answered at `at_ms` by
-/// `node` and missing from MySQL.
+/// `node` and missing from MySQL: of the faults after the answer that an
+/// allowed loss explains, the earliest.
 fn allowed_loss(
     at_ms: i64,
     node: &str,
     faults: &[(FaultKind, Option<&str>, i64)],
     allowed: &[Loss],
 ) -> Option<String> {
-    allowed.iter().find_map(|loss| {
-        let explains = faults.iter().any(|(kind, killed, fault_ms)| {
-            let after = *fault_ms >= at_ms;
-            match loss {
-                Loss::RedisRestart => *kind == FaultKind::RedisRestart && after,
-                Loss::Everysec => {
-                    *kind == FaultKind::RedisRestart
-                        && after
-                        && fault_ms - at_ms <= EVERYSEC_BOUND.as_millis() as i64
-                }
-                Loss::QueueNodeKill => {
-                    *kind == FaultKind::NodeKill && after && *killed == Some(node)
-                }
-            }
-        });
-        explains.then(|| {
+    let explains = |loss: &Loss, kind: FaultKind, killed: Option<&str>, fault_ms: i64| match loss {
+        Loss::RedisRestart => kind == FaultKind::RedisRestart,
+        Loss::Everysec => {
+            kind == FaultKind::RedisRestart && fault_ms - at_ms <= EVERYSEC_BOUND.as_millis() as i64
+        }
+        Loss::QueueNodeKill => kind == FaultKind::NodeKill && killed == Some(node),
+    };
+    (faults.iter())
+        .filter(|(_, _, fault_ms)| *fault_ms >= at_ms)
+        .flat_map(|(kind, killed, fault_ms)| {
+            (allowed.iter())
+                .filter(move |loss| explains(loss, *kind, *killed, *fault_ms))
+                .map(move |loss| (*fault_ms, *loss))
+        })
+        .min_by_key(|(fault_ms, _)| *fault_ms)
+        .map(|(_, loss)| {
             loss.to_possible_value()
                 .expect("every loss has a name")
                 .get_name()
                 .to_owned()
         })
-    })
 }
 
 /// Each payment and cancel answered success (or refused as closed)
@@ -614,6 +614,20 @@ mod tests {
         let queue = [Loss::QueueNodeKill];
         assert!(allowed_loss(15_000, "node2", &faults, &queue).is_some());
         assert!(allowed_loss(15_000, "node1", &faults, &queue).is_none());
+        // Both allowed: the earliest fault after the answer names it.
+        let both = [Loss::RedisRestart, Loss::QueueNodeKill];
+        let kill_first = [
+            (FaultKind::NodeKill, Some("node1"), 10_000),
+            (FaultKind::RedisRestart, None, 20_000),
+        ];
+        assert_eq!(
+            allowed_loss(9_000, "node1", &kill_first, &both).as_deref(),
+            Some("queue-node-kill")
+        );
+        assert_eq!(
+            allowed_loss(9_000, "node2", &kill_first, &both).as_deref(),
+            Some("redis-restart")
+        );
         assert!(allowed_loss(9_000, "node1", &faults, &[]).is_none());
     }
 
