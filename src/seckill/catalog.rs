@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{Local, NaiveDateTime};
 
+use super::sale_state::layout_of;
 use crate::error::{Error, Rejection};
 use crate::ids::VoucherId;
 use crate::shards::Layout;
@@ -124,13 +125,10 @@ impl Catalog {
                 }
             }
         }
-        let mut layouts = Vec::new();
-        for count in self.store.sale_shard_counts().await? {
-            layouts.push(
-                Layout::new(count.into())
-                    .map_err(|bad| Error::Internal(anyhow::Error::new(bad)))?,
-            );
-        }
+        let counts = self.store.sale_shard_counts().await?;
+        let layouts = (counts.into_iter())
+            .map(layout_of)
+            .collect::<Result<Vec<_>, _>>()?;
         *self.layouts.lock().expect("layouts poisoned") = Some((Instant::now(), layouts.clone()));
         Ok(layouts)
     }

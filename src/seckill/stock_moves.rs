@@ -145,6 +145,19 @@ pub struct InTransit {
 }
 
 impl SaleState {
+    /// `shard`'s transit hash, id and record, and the time now by the same
+    /// server, in milliseconds: one pipeline, sent to the master of the
+    /// hash, whose clock stamped the records (`lua/shard_lend.lua`) and so
+    /// tells their age.
+    async fn transit_records(&self, shard: Shard) -> Result<(Vec<(String, String)>, i64), Error> {
+        let (records, (seconds, micros)): (Vec<(String, String)>, (i64, i64)) = redis::pipe()
+            .hgetall(self.keys.shard(shard).transit())
+            .cmd("TIME")
+            .query_async(&mut self.redis.clone())
+            .await?;
+        Ok((records, seconds * 1000 + micros / 1000))
+    }
+
     /// Every transfer record of `voucher_id`'s sale in its shards' transit
     /// hashes, with its age and whether it was received.
     pub async fn transfers_of(
@@ -154,12 +167,7 @@ impl SaleState {
     ) -> Result<Vec<InTransit>, Error> {
         let mut transfers = Vec::new();
         for from in layout.shards() {
-            let (records, (seconds, micros)): (Vec<(String, String)>, (i64, i64)) = redis::pipe()
-                .hgetall(self.keys.shard(from).transit())
-                .cmd("TIME")
-                .query_async(&mut self.redis.clone())
-                .await?;
-            let now_ms = seconds * 1000 + micros / 1000;
+            let (records, now_ms) = self.transit_records(from).await?;
             for (id, record) in records {
                 let Some(transfer) = Transfer::parse(&record) else {
                     return Err(Error::Internal(anyhow::anyhow!(
@@ -440,16 +448,7 @@ impl SaleState {
     /// Receives and settles every transfer `shard` lent more than
     /// [`STALE_AFTER`] ago (its mover is taken for dead); how many.
     async fn settle_stale(&self, shard: Shard) -> Result<usize, Error> {
-        let mut redis = self.redis.clone();
-        let transit = self.keys.shard(shard).transit();
-        // One pipeline, sent to the master of the transit hash: the clock
-        // that stamped the records (`lua/shard_lend.lua`) tells their age.
-        let (records, (seconds, micros)): (Vec<(String, String)>, (i64, i64)) = redis::pipe()
-            .hgetall(&transit)
-            .cmd("TIME")
-            .query_async(&mut redis)
-            .await?;
-        let now_ms = seconds * 1000 + micros / 1000;
+        let (records, now_ms) = self.transit_records(shard).await?;
         let mut settled = 0;
         for (transfer_id, record) in records {
             let Some(transfer) = Transfer::parse(&record) else {

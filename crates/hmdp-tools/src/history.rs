@@ -95,27 +95,11 @@ pub enum Event {
         at_ms: i64,
     },
     /// A definite refusal (its `errorCode`): nothing was done.
-    Fail {
-        client: usize,
-        voucher: i64,
-        f: Call,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        order: Option<i64>,
-        error: String,
-        at_ms: i64,
-    },
+    Fail(Failure),
     /// No answer that says what happened (a timeout, a 503, a connection
     /// lost): it may or may not have been done. Read as Jepsen's `info` too.
     #[serde(alias = "info")]
-    Unknown {
-        client: usize,
-        voucher: i64,
-        f: Call,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        order: Option<i64>,
-        error: String,
-        at_ms: i64,
-    },
+    Unknown(Failure),
     /// A fault injected, and what it was in words.
     Fault {
         kind: FaultKind,
@@ -124,6 +108,30 @@ pub enum Event {
         what: String,
         at_ms: i64,
     },
+}
+
+/// A request that did not succeed: what it asked, and what came back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    pub client: usize,
+    pub voucher: i64,
+    pub f: Call,
+    /// The order a pay or cancel names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<i64>,
+    /// The `errorCode`, or what the client saw instead of an answer.
+    pub error: String,
+    pub at_ms: i64,
+}
+
+impl Event {
+    /// A request's failure: a definite refusal, or an unknown outcome.
+    pub fn failed(definite: bool, failure: Failure) -> Event {
+        match definite {
+            true => Event::Fail(failure),
+            false => Event::Unknown(failure),
+        }
+    }
 }
 
 /// The purchase refusals that say nothing was done; any other answer that
@@ -345,8 +353,8 @@ pub async fn check(store: &Store, events: &[Event], allowed: &[Loss]) -> anyhow:
             }
             Event::Invoke { .. } => verdict.requests += 1,
             Event::Ok { .. } => verdict.ok += 1,
-            Event::Fail { .. } => verdict.failed += 1,
-            Event::Unknown { .. } => verdict.unknown += 1,
+            Event::Fail(_) => verdict.failed += 1,
+            Event::Unknown(_) => verdict.unknown += 1,
             Event::Fault { .. } => {}
         }
     }
@@ -365,8 +373,8 @@ pub async fn check(store: &Store, events: &[Event], allowed: &[Loss]) -> anyhow:
         .collect();
         let of_sale = |event: &&Event| match event {
             Event::Ok { voucher: v, .. }
-            | Event::Fail { voucher: v, .. }
-            | Event::Unknown { voucher: v, .. } => *v == voucher,
+            | Event::Fail(Failure { voucher: v, .. })
+            | Event::Unknown(Failure { voucher: v, .. }) => *v == voucher,
             _ => false,
         };
         let answers: Vec<&Event> = events.iter().filter(of_sale).collect();
@@ -380,7 +388,7 @@ pub async fn check(store: &Store, events: &[Event], allowed: &[Loss]) -> anyhow:
             verdict.broke("mysql", format!("voucher {voucher}: {broken}"));
         }
         let sold_out = answers.iter().any(
-            |event| matches!(event, Event::Fail { f: Call::Buy, error, .. } if error == "SOLD_OUT"),
+            |event| matches!(event, Event::Fail(Failure { f: Call::Buy, error, .. }) if error == "SOLD_OUT"),
         );
         // An order lost as allowed took its unit out of the sale in Redis
         // until a reload gave it back, perhaps after the last buyer left.
@@ -508,12 +516,12 @@ fn check_acts(verdict: &mut Verdict, voucher: i64, answers: &[&Event], rows: &BT
     for event in answers {
         let (f, order, answer) = match event {
             Event::Ok { f, order, .. } => (*f, *order, None),
-            Event::Fail {
+            Event::Fail(Failure {
                 f,
                 order: Some(order),
                 error,
                 ..
-            } => (*f, *order, Some(error.as_str())),
+            }) => (*f, *order, Some(error.as_str())),
             _ => continue,
         };
         let state = rows
@@ -588,6 +596,14 @@ mod tests {
                 what: "Redis restarted empty".into(),
                 at_ms: 4,
             },
+            Event::Fail(Failure {
+                client: 1,
+                voucher: 7,
+                f: Call::Buy,
+                order: None,
+                error: "SOLD_OUT".into(),
+                at_ms: 5,
+            }),
         ];
         let file = tempfile::NamedTempFile::new().unwrap();
         let mut recorder = Recorder::create(file.path()).unwrap();
@@ -597,6 +613,10 @@ mod tests {
         assert_eq!(
             line,
             r#"{"op":"ok","client":0,"voucher":7,"f":"buy","order":42,"node":"node1","at_ms":3}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&events[4]).unwrap(),
+            r#"{"op":"fail","client":1,"voucher":7,"f":"buy","error":"SOLD_OUT","at_ms":5}"#
         );
     }
 

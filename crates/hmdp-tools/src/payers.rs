@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use crate::history::{self, Call, Event};
+use crate::history::{self, Call, Event, Failure};
 use crate::loadtest::Told;
 
 /// What a buyer does with their order.
@@ -68,6 +68,14 @@ impl Acted {
         };
         let (client, order) = (self.user, Some(self.order_id));
         let at_ms = history::unix_ms(Instant::now());
+        let failure = |error: String| Failure {
+            client,
+            voucher,
+            f,
+            order,
+            error,
+            at_ms,
+        };
         let answer = match &self.answered {
             Answered::Done => Event::Ok {
                 client,
@@ -77,22 +85,8 @@ impl Acted {
                 node: "-".to_owned(),
                 at_ms,
             },
-            Answered::Refused(error) => Event::Fail {
-                client,
-                voucher,
-                f,
-                order,
-                error: error.clone(),
-                at_ms,
-            },
-            Answered::Unknown => Event::Unknown {
-                client,
-                voucher,
-                f,
-                order,
-                error: "no answer".to_owned(),
-                at_ms,
-            },
+            Answered::Refused(error) => Event::failed(true, failure(error.clone())),
+            Answered::Unknown => Event::failed(false, failure("no answer".to_owned())),
         };
         let invoke = Event::Invoke {
             client,

@@ -41,6 +41,21 @@ fn check(sandbox: &Sandbox, history: &Path, extra: &[&str]) -> (i32, String) {
     hmdp(sandbox, &args)
 }
 
+/// The nodes SIGKILLed (nothing writes the orders left on their way), then
+/// `hmdp check`: success answers whose orders MySQL lacks, reported.
+async fn reported_lost_once_the_nodes_die(
+    sandbox: &Sandbox,
+    cluster: &mut Cluster,
+    history: &Path,
+) {
+    cluster.kill_node(0).await;
+    cluster.kill_node(1).await;
+    let (code, out) = check(sandbox, history, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("success-written  BROKEN"), "{out}");
+    assert!(out.contains("is not in MySQL"), "{out}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_checker_holds_where_the_promise_holds_and_sees_lock_none_tell_users_twice() {
     let sandbox = common::sandbox().await;
@@ -87,12 +102,7 @@ async fn the_checker_sees_the_orders_a_killed_queue_node_took_with_it() {
         history.path(),
         &["--workload=sale", "--users=100"],
     );
-    cluster.kill_node(0).await;
-    cluster.kill_node(1).await;
-    let (code, out) = check(&sandbox, history.path(), &[]);
-    assert_eq!(code, 1, "{out}");
-    assert!(out.contains("success-written  BROKEN"), "{out}");
-    assert!(out.contains("is not in MySQL"), "{out}");
+    reported_lost_once_the_nodes_die(&sandbox, &mut cluster, history.path()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,9 +127,5 @@ async fn the_checker_sees_the_orders_a_redis_without_persistence_forgot() {
         &["--workload=sale", "--users=300"],
     );
     redis.restart().await.unwrap();
-    cluster.kill_node(0).await;
-    cluster.kill_node(1).await;
-    let (code, out) = check(&sandbox, history.path(), &[]);
-    assert_eq!(code, 1, "{out}");
-    assert!(out.contains("success-written  BROKEN"), "{out}");
+    reported_lost_once_the_nodes_die(&sandbox, &mut cluster, history.path()).await;
 }

@@ -27,7 +27,7 @@ use tokio::sync::Mutex;
 
 use super::{node_flags, until_signal};
 use super::{Cluster, ClusterSpec, Sandbox, NODE_IDS};
-use crate::history::{self, Event, FaultKind, Loss, Verdict};
+use crate::history::{self, Event, Failure, FaultKind, Loss, Verdict};
 use crate::loadtest::{self, tokens::Login, Plan};
 use crate::payers::{self, Act, Answered};
 use hmdp::config::{RedisSettings, SeckillMode};
@@ -715,8 +715,8 @@ async fn load_loop(
             events.extend(second.history.into_iter().map(|mut event| {
                 if let Event::Invoke { client, .. }
                 | Event::Ok { client, .. }
-                | Event::Fail { client, .. }
-                | Event::Unknown { client, .. } = &mut event
+                | Event::Fail(Failure { client, .. })
+                | Event::Unknown(Failure { client, .. }) = &mut event
                 {
                     *client = rebuys[*client];
                 }

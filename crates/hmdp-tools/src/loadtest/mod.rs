@@ -29,7 +29,7 @@ use hmdp::keys::Keys;
 use hmdp::seckill::SaleState;
 
 use crate::audit;
-use crate::history::{self, Call, Event};
+use crate::history::{self, Call, Event, Failure};
 use lanes::{Lanes, ShotError};
 pub use report::Report;
 use tokens::Login;
@@ -310,22 +310,17 @@ impl Shot {
                 node: self.node.clone(),
                 at_ms,
             },
-            None if history::definite_refusal(&self.outcome) => Event::Fail {
-                client,
-                voucher,
-                f,
-                order: None,
-                error: self.outcome.clone(),
-                at_ms,
-            },
-            None => Event::Unknown {
-                client,
-                voucher,
-                f,
-                order: None,
-                error: self.outcome.clone(),
-                at_ms,
-            },
+            None => Event::failed(
+                history::definite_refusal(&self.outcome),
+                Failure {
+                    client,
+                    voucher,
+                    f,
+                    order: None,
+                    error: self.outcome.clone(),
+                    at_ms,
+                },
+            ),
         };
         let invoke = Event::Invoke {
             client,
