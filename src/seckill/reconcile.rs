@@ -1,6 +1,8 @@
 //! The reconciler: Redis is a cache of the sale that may forget, MySQL is
 //! the truth. Every node, every [`RECONCILE_EVERY`], compares each seckill
-//! sale Redis holds with MySQL, a sale at a time, and loads again from
+//! sale Redis holds with MySQL, a sale at a time (Redis read for all of
+//! them at once: one `MULTI` per shard, whose pending orders hash, shared
+//! by the shard's sales, is read once a round), and loads again from
 //! MySQL a sale whose counts drifted (an `appendfsync everysec` crash or a
 //! failover to a replica that missed writes: Redis kept the sale and lost
 //! its last admissions, or its last give-backs); a sale missing a shard, or
@@ -24,13 +26,15 @@
 //! move between two shards' reads (their `moves` counts change) makes the
 //! round skip the sale rather than heal what is no drift.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use super::sale_state::{on_their_way, pending_entry, Drift, SaleState};
+use redis::{FromRedisValue, Value};
+
+use super::sale_state::{layout_of, on_their_way, pending_entry, Drift, SaleState};
 use crate::error::Error;
 use crate::ids::{OrderId, UserId, VoucherId};
-use crate::shards::Layout;
+use crate::shards::{Layout, Shard};
 use crate::store::{NewOrder, SaleSnapshot};
 
 /// How often every node compares the sales with MySQL.
@@ -39,7 +43,11 @@ pub const RECONCILE_EVERY: Duration = Duration::from_secs(5);
 /// How often, at most, while orders are on their way.
 pub const RECONCILE_BUSY_EVERY: Duration = Duration::from_secs(30);
 
+/// The fields of a sale's shard hash a comparison reads.
+const SHARD_FIELDS: [&str; 4] = ["stock", "lent", "received", "moves"];
+
 /// One shard of a sale, read in one `MULTI`.
+#[derive(Default)]
 struct ShardView {
     stock: i64,
     /// Units lent less units received: what this shard's moves leave in
@@ -60,13 +68,6 @@ impl SaleState {
         let mut compared_at: Option<Instant> = None;
         loop {
             tokio::time::sleep(RECONCILE_EVERY).await;
-            let vouchers = match self.store.seckill_voucher_ids().await {
-                Ok(vouchers) => vouchers,
-                Err(error) => {
-                    tracing::debug!(%error, "seckill vouchers not read; reconciling none");
-                    continue;
-                }
-            };
             // The comparison reads every order on its way: while the
             // writers work through a backlog, it runs at most every
             // RECONCILE_BUSY_EVERY, the missing-shard check every round.
@@ -76,37 +77,27 @@ impl SaleState {
             if compare {
                 compared_at = Some(Instant::now());
             }
-            for voucher_id in vouchers {
-                let reconciled = match compare {
-                    true => self.reconcile(voucher_id).await,
-                    false => self.load_if_loaded(voucher_id).await,
-                };
-                if let Err(error) = reconciled {
-                    tracing::debug!(%voucher_id, ?error, "sale not reconciled this round");
-                }
+            if let Err(error) = self.reconcile(compare).await {
+                tracing::debug!(?error, "sales not reconciled this round");
             }
         }
     }
 
-    /// A sale loaded before and missing a shard (or of shards of different
-    /// loads) loaded again: the cheap half of [`SaleState::reconcile`].
-    async fn load_if_loaded(&self, voucher_id: VoucherId) -> Result<bool, Error> {
-        if !self.store.sale_loaded(voucher_id).await? {
-            return Ok(false);
+    /// One round: each sale loaded before and missing a shard (or of shards
+    /// of different loads) loaded again, as a purchase would; then, when
+    /// `compare`, the others compared with MySQL and loaded again where
+    /// Redis forgot any of them.
+    async fn reconcile(&self, compare: bool) -> Result<(), Error> {
+        let mut whole = Vec::new();
+        for (voucher_id, shards) in self.store.loaded_sales().await? {
+            match self.load(voucher_id).await {
+                Ok(false) => whole.push((voucher_id, layout_of(shards)?)),
+                Ok(true) => {}
+                Err(error) => tracing::debug!(%voucher_id, ?error, "sale not reconciled"),
+            }
         }
-        self.load(voucher_id).await
-    }
-
-    /// Compares `voucher_id`'s sale in Redis with MySQL; loads it again when
-    /// Redis forgot any of it. `true` when it did.
-    pub async fn reconcile(&self, voucher_id: VoucherId) -> Result<bool, Error> {
-        if !self.store.sale_loaded(voucher_id).await? {
-            // Never loaded: nothing in Redis to reconcile (a `sync` sale).
-            return Ok(false);
-        }
-        // A shard missing or of another load: loaded as a purchase would.
-        if self.load(voucher_id).await? {
-            return Ok(true);
+        if !compare || whole.is_empty() {
+            return Ok(());
         }
         // Compared first without the stock row, which every writer of the
         // voucher needs: Redis read before MySQL, so that a commit or a
@@ -114,19 +105,23 @@ impl SaleState {
         // on their way as it enters MySQL's; the unit enters MySQL's stock
         // as the give-back it owes Redis). Only a drift found so is
         // compared again under the stock row.
-        let Some(layout) = self.layout(voucher_id).await? else {
-            return Ok(false);
-        };
-        let Some(views) = self.views(voucher_id, layout).await? else {
-            return Ok(false);
-        };
-        let Some(sale) = self.store.peek_sale(voucher_id).await? else {
-            return Ok(false);
-        };
-        if self.drift(voucher_id, &views, &sale).await?.is_none() {
-            return Ok(false);
+        let mut views = self.views(&whole).await?;
+        let dead = self.dead_order_ids().await?;
+        for (voucher_id, layout) in whole {
+            let Some(views) = views.remove(&voucher_id) else {
+                continue;
+            };
+            let Some(sale) = self.store.peek_sale(voucher_id).await? else {
+                continue;
+            };
+            if sale.shards != layout.count() || drift(&views, &sale, &dead).is_none() {
+                continue;
+            }
+            if let Err(error) = self.heal(voucher_id).await {
+                tracing::debug!(%voucher_id, ?error, "drifted sale not healed this round");
+            }
         }
-        self.heal(voucher_id).await
+        Ok(())
     }
 
     /// Under the stock row: the drift of the sale's Redis side from MySQL
@@ -138,127 +133,169 @@ impl SaleState {
         layout: Layout,
         sale: &SaleSnapshot,
     ) -> Result<Option<Drift>, Error> {
-        match self.views(voucher_id, layout).await? {
-            Some(views) => self.drift(voucher_id, &views, sale).await,
+        let mut views = self.views(&[(voucher_id, layout)]).await?;
+        match views.remove(&voucher_id) {
+            Some(views) => Ok(drift(&views, sale, &self.dead_order_ids().await?)),
             None => Ok(None),
         }
     }
 
-    /// The drift of the sale's Redis side (`views`) from MySQL (`sale`,
-    /// read after them), `None` when there is none.
-    async fn drift(
-        &self,
-        voucher_id: VoucherId,
-        views: &[ShardView],
-        sale: &SaleSnapshot,
-    ) -> Result<Option<Drift>, Error> {
-        let written: HashSet<OrderId> = sale.order_ids.iter().copied().collect();
-        let dead: HashSet<OrderId> = (self.dead_letters_of(voucher_id).await?)
-            .into_iter()
+    /// The orders in the dead letters: on no way any more.
+    async fn dead_order_ids(&self) -> Result<HashSet<OrderId>, Error> {
+        Ok((self.dead_letters().await?.into_iter())
             .filter_map(|letter| letter.order.ok().map(|order| order.id))
-            .collect();
-        let pending = views.iter().flat_map(|view| &view.pending).copied();
-        let on_their_way = on_their_way(pending, &written, &dead, &sale.buyers);
-        let given_back: HashSet<OrderId> = views
-            .iter()
-            .flat_map(|view| view.given_back.iter().copied())
-            .collect();
-        let owed: Vec<&(OrderId, UserId)> = (sale.closed.iter())
-            .filter(|(order, _)| !given_back.contains(order))
-            .collect();
-        let held: i64 = views
-            .iter()
-            .map(|view| view.stock + view.lent_less_received)
-            .sum();
-        let expected = sale.stock - on_their_way.len() as i64 - owed.len() as i64;
-        let mut drifts = Vec::new();
-        // More orders on their way than MySQL has units: a load leaves
-        // Redis at 0 (those orders end in the dead letters), no drift then.
-        if held != expected.max(0) {
-            drifts.push(format!(
-                "Redis holds {held} unit(s) (stock and in transit), MySQL says {} \
-                 (stock {} - {} on their way - {} give-back(s) owed)",
-                expected.max(0),
-                sale.stock,
-                on_their_way.len(),
-                owed.len()
-            ));
-        }
-        let buyers: HashSet<UserId> = views
-            .iter()
-            .flat_map(|view| &view.buyers)
-            .copied()
-            .collect();
-        let mut due: BTreeSet<UserId> = sale.buyers.iter().copied().collect();
-        due.extend(on_their_way.iter().map(|order| order.user_id));
-        let missing = due.iter().filter(|user| !buyers.contains(user)).count();
-        let returning: HashSet<UserId> = owed.iter().map(|(_, user)| *user).collect();
-        let extra = (buyers.iter())
-            .filter(|user| !due.contains(user) && !returning.contains(user))
-            .count();
-        if missing + extra > 0 {
-            drifts.push(format!(
-                "{missing} buyer(s) with an order missing from Redis, {extra} buyer(s) there \
-                 with none"
-            ));
-        }
-        Ok((!drifts.is_empty()).then(|| Drift(drifts.join("; "))))
+            .collect())
     }
 
-    /// Each shard of the sale read in one `MULTI`, then every shard's moves
-    /// read again: `None` when a move ran between the reads, or a shard is
-    /// gone.
+    /// The shards of each of `sales`, by voucher, in the order of its
+    /// layout: each shard read in one `MULTI` for all the sales on it, then
+    /// every sale's moves read again. A sale is left out when a move ran
+    /// between the reads, or a shard of it is gone.
     async fn views(
         &self,
-        voucher_id: VoucherId,
-        layout: Layout,
-    ) -> Result<Option<Vec<ShardView>>, Error> {
-        type Read = (Vec<Option<i64>>, Vec<(i64, String)>, Vec<i64>, Vec<u64>);
-        let reads: Vec<Read> = self
-            .on_shards(layout.shards(), |mut redis, keys| async move {
-                redis::pipe()
-                    .atomic()
-                    .cmd("HMGET")
-                    .arg(keys.voucher(voucher_id))
-                    .arg(&["stock", "lent", "received", "moves"])
-                    .hgetall(keys.pending())
-                    .smembers(keys.given_back(voucher_id))
-                    .smembers(keys.buyers(voucher_id))
-                    .query_async(&mut redis)
-                    .await
+        sales: &[(VoucherId, Layout)],
+    ) -> Result<HashMap<VoucherId, Vec<ShardView>>, Error> {
+        let mut on_shard: BTreeMap<Shard, Vec<VoucherId>> = BTreeMap::new();
+        for (voucher_id, layout) in sales {
+            for shard in layout.shards() {
+                on_shard.entry(shard).or_default().push(*voucher_id);
+            }
+        }
+        let reads: Vec<Vec<Value>> = self
+            .on_shards(on_shard.keys().copied(), |mut redis, keys| {
+                let vouchers = &on_shard[&keys.shard()];
+                async move {
+                    let mut pipe = redis::pipe();
+                    pipe.atomic().hgetall(keys.pending());
+                    for voucher_id in vouchers {
+                        pipe.cmd("HMGET")
+                            .arg(keys.voucher(*voucher_id))
+                            .arg(&SHARD_FIELDS)
+                            .smembers(keys.given_back(*voucher_id))
+                            .smembers(keys.buyers(*voucher_id));
+                    }
+                    pipe.query_async(&mut redis).await
+                }
             })
             .await?;
-        let mut views = Vec::with_capacity(reads.len());
-        for (fields, pending, given_back, buyers) in reads {
-            let [Some(stock), lent, received, moves] = fields[..] else {
-                return Ok(None);
-            };
-            let mut orders = Vec::new();
-            for (id, entry) in pending {
+        let mut views: HashMap<(VoucherId, Shard), ShardView> = HashMap::new();
+        let mut gone: HashSet<VoucherId> = HashSet::new();
+        for ((shard, vouchers), read) in on_shard.iter().zip(reads) {
+            let mut read = read.into_iter();
+            let mut next = || read.next().unwrap_or(Value::Nil);
+            let mut pending: HashMap<VoucherId, Vec<NewOrder>> = HashMap::new();
+            for (id, entry) in parse::<Vec<(i64, String)>>(next())? {
                 let order = pending_entry(OrderId::new(id), &entry)?;
-                if order.voucher_id == voucher_id {
-                    orders.push(order);
+                pending.entry(order.voucher_id).or_default().push(order);
+            }
+            for voucher_id in vouchers {
+                let fields = parse::<Vec<Option<i64>>>(next())?;
+                let given_back = parse::<Vec<i64>>(next())?;
+                let buyers = parse::<Vec<u64>>(next())?;
+                let [Some(stock), lent, received, moves] = fields[..] else {
+                    gone.insert(*voucher_id);
+                    continue;
+                };
+                let view = ShardView {
+                    stock,
+                    lent_less_received: lent.unwrap_or(0) - received.unwrap_or(0),
+                    moves: moves.unwrap_or(0),
+                    buyers: buyers.into_iter().map(UserId::new).collect(),
+                    pending: pending.remove(voucher_id).unwrap_or_default(),
+                    given_back: given_back.into_iter().map(OrderId::new).collect(),
+                };
+                views.insert((*voucher_id, *shard), view);
+            }
+        }
+        let moves: Vec<Vec<Option<i64>>> = self
+            .on_shards(on_shard.keys().copied(), |mut redis, keys| {
+                let vouchers = &on_shard[&keys.shard()];
+                async move {
+                    let mut pipe = redis::pipe();
+                    for voucher_id in vouchers {
+                        pipe.hget(keys.voucher(*voucher_id), "moves");
+                    }
+                    pipe.query_async(&mut redis).await
+                }
+            })
+            .await?;
+        for ((shard, vouchers), moves) in on_shard.iter().zip(moves) {
+            for (voucher_id, now) in vouchers.iter().zip(moves) {
+                let moved = (views.get(&(*voucher_id, *shard)))
+                    .is_some_and(|view| view.moves != now.unwrap_or(0));
+                if moved {
+                    gone.insert(*voucher_id);
                 }
             }
-            views.push(ShardView {
-                stock,
-                lent_less_received: lent.unwrap_or(0) - received.unwrap_or(0),
-                moves: moves.unwrap_or(0),
-                buyers: buyers.into_iter().map(UserId::new).collect(),
-                pending: orders,
-                given_back: given_back.into_iter().map(OrderId::new).collect(),
-            });
         }
-        let moves: Vec<Option<i64>> = self
-            .on_shards(layout.shards(), |mut redis, keys| async move {
-                redis::cmd("HGET")
-                    .arg(keys.voucher(voucher_id))
-                    .arg("moves")
-                    .query_async(&mut redis)
-                    .await
-            })
-            .await?;
-        let still = (views.iter().zip(&moves)).all(|(view, now)| now.unwrap_or(0) == view.moves);
-        Ok(still.then_some(views))
+        let mut by_sale = HashMap::new();
+        for (voucher_id, layout) in sales {
+            if gone.contains(voucher_id) {
+                continue;
+            }
+            let shards = (layout.shards())
+                .map(|shard| views.remove(&(*voucher_id, shard)).unwrap_or_default())
+                .collect();
+            by_sale.insert(*voucher_id, shards);
+        }
+        Ok(by_sale)
     }
+}
+
+/// One reply of a pipeline read as `T`.
+fn parse<T: FromRedisValue>(value: Value) -> Result<T, Error> {
+    Ok(T::from_redis_value(value).map_err(redis::RedisError::from)?)
+}
+
+/// The drift of a sale's Redis side (`views`) from MySQL (`sale`, read
+/// after them; `dead`: the orders in the dead letters), `None` when there
+/// is none.
+fn drift(views: &[ShardView], sale: &SaleSnapshot, dead: &HashSet<OrderId>) -> Option<Drift> {
+    let written: HashSet<OrderId> = sale.order_ids.iter().copied().collect();
+    let pending = views.iter().flat_map(|view| &view.pending).copied();
+    let on_their_way = on_their_way(pending, &written, dead, &sale.buyers);
+    let given_back: HashSet<OrderId> = views
+        .iter()
+        .flat_map(|view| view.given_back.iter().copied())
+        .collect();
+    let owed: Vec<&(OrderId, UserId)> = (sale.closed.iter())
+        .filter(|(order, _)| !given_back.contains(order))
+        .collect();
+    let held: i64 = views
+        .iter()
+        .map(|view| view.stock + view.lent_less_received)
+        .sum();
+    let expected = sale.stock - on_their_way.len() as i64 - owed.len() as i64;
+    let mut drifts = Vec::new();
+    // More orders on their way than MySQL has units: a load leaves
+    // Redis at 0 (those orders end in the dead letters), no drift then.
+    if held != expected.max(0) {
+        drifts.push(format!(
+            "Redis holds {held} unit(s) (stock and in transit), MySQL says {} \
+             (stock {} - {} on their way - {} give-back(s) owed)",
+            expected.max(0),
+            sale.stock,
+            on_their_way.len(),
+            owed.len()
+        ));
+    }
+    let buyers: HashSet<UserId> = views
+        .iter()
+        .flat_map(|view| &view.buyers)
+        .copied()
+        .collect();
+    let mut due: BTreeSet<UserId> = sale.buyers.iter().copied().collect();
+    due.extend(on_their_way.iter().map(|order| order.user_id));
+    let missing = due.iter().filter(|user| !buyers.contains(user)).count();
+    let returning: HashSet<UserId> = owed.iter().map(|(_, user)| *user).collect();
+    let extra = (buyers.iter())
+        .filter(|user| !due.contains(user) && !returning.contains(user))
+        .count();
+    if missing + extra > 0 {
+        drifts.push(format!(
+            "{missing} buyer(s) with an order missing from Redis, {extra} buyer(s) there \
+             with none"
+        ));
+    }
+    (!drifts.is_empty()).then(|| Drift(drifts.join("; ")))
 }

@@ -52,15 +52,15 @@ impl Store {
         .await
     }
 
-    /// Whether the voucher's sale was ever loaded into Redis (`queue` and
-    /// `stream` load it; a `sync` sale never is).
-    pub async fn sale_loaded(&self, voucher_id: VoucherId) -> Result<bool, sqlx::Error> {
-        let loaded: Option<bool> =
-            sqlx::query_scalar("SELECT sale_loaded FROM tb_seckill_voucher WHERE voucher_id = ?")
-                .bind(voucher_id)
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(loaded.unwrap_or(false))
+    /// The seckill sales ever loaded into Redis (`queue` and `stream` load
+    /// them; a `sync` sale never is), each with its shard count.
+    pub async fn loaded_sales(&self) -> Result<Vec<(VoucherId, u16)>, sqlx::Error> {
+        sqlx::query_as(
+            "SELECT CAST(voucher_id AS SIGNED), shards FROM tb_seckill_voucher \
+             WHERE sale_loaded ORDER BY voucher_id",
+        )
+        .fetch_all(&self.pool)
+        .await
     }
 
     /// The shard counts the seckill vouchers' sales use, ascending.
