@@ -384,6 +384,15 @@ pub struct ServeSettings {
           value_parser = clap::value_parser!(u16).range(1..=i64::from(crate::shards::MAX_SHARDS)))]
     pub seckill_shards: u16,
 
+    /// `sync` mode: the purchases of one voucher that arrive while a
+    /// transaction of it is in flight on this node are written together in
+    /// the next one, up to this many per transaction, each still under its
+    /// buyer's lock and answered after the commit that holds its order. 1
+    /// writes each purchase in a transaction of its own.
+    #[arg(long, env = "HMDP_SYNC_BATCH_MAX", default_value_t = 128,
+          value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub sync_batch_max: u16,
+
     #[command(flatten)]
     pub stream: StreamSettings,
 

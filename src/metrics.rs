@@ -125,6 +125,10 @@ metric!(STREAM_DEAD_LETTERS: IntCounterVec = register_int_counter_vec_with_regis
 metric!(STREAM_BATCH_ORDERS: Histogram = register_histogram_with_registry(
     "hmdp_stream_batch_orders", "Orders written per committed consumer transaction",
     vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]));
+metric!(SYNC_BATCH_ORDERS: Histogram = register_histogram_with_registry(
+    "hmdp_sync_batch_orders",
+    "Synchronous purchases written per shared transaction (--sync-batch-max)",
+    vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]));
 metric!(STREAM_ORDERS: IntCounterVec = register_int_counter_vec_with_registry(
     "hmdp_stream_orders_total",
     "Stream entries settled by this node's consumer, by outcome", &["outcome"]));
@@ -222,6 +226,7 @@ pub fn init(mode: &str) {
     LazyLock::force(&CACHE_READS);
     LazyLock::force(&ORDERS_PAID);
     LazyLock::force(&UNPAID_OVERDUE);
+    LazyLock::force(&SYNC_BATCH_ORDERS);
     LOCK_ACQUIRE.with_label_values(&[mode]);
     LOCK_BUSY.with_label_values(&[mode]);
     for reason in LostReason::ALL {

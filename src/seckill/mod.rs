@@ -21,6 +21,7 @@
 //! - `in_flight.rs` — admitted orders not yet written, read back for the audit
 //! - `reconcile.rs` — every node's comparison of the sales in Redis with MySQL, and their heal
 //! - `writer.rs` — the purchase transaction, under the users' locks, that every path writes with
+//! - `shared_commits.rs` — the synchronous purchases of a voucher written together, one transaction at a time
 
 mod admission;
 mod catalog;
@@ -28,6 +29,7 @@ mod in_flight;
 mod queue;
 mod reconcile;
 mod sale_state;
+mod shared_commits;
 mod stock_moves;
 pub mod stream;
 mod writer;
@@ -37,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Local;
 use hmdp_lock::Connection as RedisConnection;
-use hmdp_lock::{DistributedLock, LockError, LockGuard, LostReason};
+use hmdp_lock::{DistributedLock, LockGuard};
 use serde::Serialize;
 use tracing::Instrument;
 
@@ -57,9 +59,10 @@ pub use in_flight::DeadLetter;
 use queue::OrderQueue;
 pub use reconcile::RECONCILE_EVERY;
 pub use sale_state::{PendingOrder, RedisSale, RedisShard, SaleState};
+pub use shared_commits::Written;
+use shared_commits::{answered, Placed, SharedCommits};
 pub use stock_moves::{InTransit, SaleRef, STALE_AFTER, SWEEP_EVERY};
-use writer::{Ended, Outcome, FENCED_OUT};
-pub use writer::{Locks, OrderSource, OrderWriter};
+pub use writer::{Locks, OrderSource, OrderWriter, Outcome};
 
 /// Where an admitted order goes on its way to MySQL.
 enum Handoff {
@@ -77,6 +80,9 @@ pub enum OrderStatus {
     Written(VoucherOrder),
     Pending(PendingOrder),
 }
+
+/// How many order ids a purchase draws at most, each found taken already.
+const ORDER_ID_ATTEMPTS: usize = 8;
 
 /// How long the answer waits for the lock's release even when the
 /// purchase's time is up: a healthy Redis answers within a millisecond.
@@ -126,6 +132,9 @@ pub struct Seckill {
     writer: Arc<OrderWriter>,
     /// `None` in `sync` mode: purchases are not admitted in Redis.
     handoff: Option<Handoff>,
+    /// Where the synchronous purchases of a voucher are written together;
+    /// `None`: each in a transaction of its own (`--sync-batch-max 1`).
+    commits: Option<Arc<SharedCommits>>,
     /// The orders of synchronous purchases sent with an Idempotency-Key
     /// (the admission script keeps those of `queue` and `stream`).
     idempotency: Idempotency,
@@ -162,8 +171,17 @@ impl Seckill {
             sale_state,
             writer: Arc::new(writer),
             handoff: None,
+            commits: None,
             default_shards: 1,
         }
+    }
+
+    /// Writes up to `most` synchronous purchases of a voucher that wait
+    /// for its transaction in flight in the next one; 1 writes each in a
+    /// transaction of its own (`--sync-batch-max`).
+    pub fn with_shared_commits(self, most: usize) -> Self {
+        let commits = (most > 1).then(|| SharedCommits::new(self.writer.clone(), most));
+        Seckill { commits, ..self }
     }
 
     /// Fault injection: every move of stock between shards pauses this
@@ -465,14 +483,13 @@ impl Seckill {
         };
         let outcome = match (held, id) {
             (Ok(held), Ok(id)) => {
-                let locks = Locks::one(user_id, held);
                 let order = NewOrder {
                     id,
                     user_id,
                     voucher_id,
                 };
-                let placed = self.place_order(order, &locks, Some(answer_by)).await;
-                for held in locks.into_held() {
+                let (placed, held) = self.write_order(order, held, answer_by).await;
+                if let Some(held) = held {
                     self.release_awaited_until(held, answer_by).await;
                 }
                 placed
@@ -513,57 +530,68 @@ impl Seckill {
         outcome.map(|order_id| (order_id, false))
     }
 
-    /// The purchase transaction for one `order`, under its user's lock in
-    /// `locks` (also what `bench-db` measures, with no lock), given up before
-    /// its `COMMIT` at the backend timeout or `answer_by`, whichever comes
-    /// first. The id worker's counter lives in Redis: if Redis restarted
-    /// empty within the same second as earlier orders, the counter starts
-    /// over and an id can repeat; the order is then placed again under the
-    /// next id.
-    pub async fn place_order(
-        &self,
+    /// A synchronous purchase's `order` written under its buyer's lock
+    /// `held`: in the voucher's next shared commit, or in a transaction of
+    /// its own; given up before its `COMMIT` at the backend timeout or
+    /// `answer_by`, whichever comes first. Answers with the lock, still held
+    /// (`None` only should the shared commit's task have died).
+    async fn write_order(
+        self: &Arc<Self>,
         mut order: NewOrder,
-        locks: &Locks,
-        answer_by: Option<Instant>,
-    ) -> Result<OrderId, Error> {
-        const ATTEMPTS: usize = 8;
-        for _ in 0..ATTEMPTS {
-            let own = Instant::now() + self.store.backend_timeout();
-            let deadline = answer_by.map_or(own, |answer_by| answer_by.min(own));
-            let ended = self
-                .writer
-                .transaction(&[order], locks, Some(deadline))
-                .await?;
-            let outcome = match ended {
-                Ended::Committed(outcomes) => outcomes[0],
-                Ended::NoStock => return Err(Rejection::SoldOut.into()),
-                Ended::IdTaken => Outcome::IdTaken,
-                Ended::Resold(_) => return Err(not_counted_again()),
+        mut held: Box<dyn LockGuard>,
+        answer_by: Instant,
+    ) -> (Result<OrderId, Error>, Option<Box<dyn LockGuard>>) {
+        for _ in 0..ORDER_ID_ATTEMPTS {
+            let placed = match &self.commits {
+                Some(commits) => match commits.place(order, held, answer_by).await {
+                    Ok(placed) => placed,
+                    Err(error) => return (Err(error), None),
+                },
+                None => {
+                    let locks = Locks::one(order.user_id, held);
+                    let written = self.place_order(order, &locks, Some(answer_by)).await;
+                    let held = locks.into_held().next().expect("the buyer's lock is held");
+                    Placed {
+                        outcome: written,
+                        held,
+                    }
+                }
             };
-            match outcome {
-                Outcome::Written => return Ok(order.id),
-                Outcome::AlreadyWritten | Outcome::DuplicateUser => {
-                    return Err(Rejection::AlreadyOrdered.into())
-                }
-                Outcome::Deferred(FENCED_OUT) => {
-                    return Err(LockError::Lost(LostReason::FencedOut).into())
-                }
-                Outcome::Deferred(why) => {
-                    return Err(Error::Internal(anyhow::anyhow!(
-                        "the purchase's order was deferred: {why}"
-                    )))
-                }
-                Outcome::Resold => return Err(not_counted_again()),
-                Outcome::IdTaken => {
-                    tracing::warn!(id = %order.id,
-                        "order id reused after an id counter reset; drawing another");
-                    order.id = self.next_order_id().await?;
-                }
+            held = placed.held;
+            match placed.outcome {
+                Ok(Written::Order(order_id)) => return (Ok(order_id), Some(held)),
+                Ok(Written::IdTaken) => match self.next_order_id().await {
+                    Ok(id) => {
+                        tracing::warn!(taken = %order.id,
+                            "order id reused after an id counter reset; drawing another");
+                        order.id = id;
+                    }
+                    Err(error) => return (Err(error.into()), Some(held)),
+                },
+                Err(error) => return (Err(error), Some(held)),
             }
         }
-        Err(Error::Internal(anyhow::anyhow!(
-            "{ATTEMPTS} order ids in a row were taken already"
-        )))
+        let error = anyhow::anyhow!("{ORDER_ID_ATTEMPTS} order ids in a row were taken already");
+        (Err(Error::Internal(error)), Some(held))
+    }
+
+    /// The purchase transaction for one `order`, alone, under its user's
+    /// lock in `locks` (also what `bench-db` measures, with no lock), given
+    /// up before its `COMMIT` at the backend timeout or `answer_by`,
+    /// whichever comes first. [`Written::IdTaken`]: the id worker's counter
+    /// in Redis started over (Redis restarted empty within the same second
+    /// as earlier orders) and handed out an id taken already.
+    pub async fn place_order(
+        &self,
+        order: NewOrder,
+        locks: &Locks,
+        answer_by: Option<Instant>,
+    ) -> Result<Written, Error> {
+        let answer_by = answer_by.unwrap_or_else(|| Instant::now() + self.store.backend_timeout());
+        let mut written = (self.writer)
+            .write_purchases(std::slice::from_ref(&order), locks, answer_by)
+            .await;
+        answered(&order, written.pop().expect("an outcome per order")?)
     }
 
     /// The purchase of `queue` and `stream` mode: admitted in Redis, handed

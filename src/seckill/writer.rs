@@ -1,19 +1,21 @@
 //! The purchase transaction, one for every path: under the buyers' per-user
 //! locks, ONE transaction records each lock's fencing token, leaves out
-//! order ids already written (idempotency) and users who hold an order of
-//! the voucher already (one active order per user), inserts the orders, checks the
-//! locks are still held, takes the stock — the stock row's lock last, so
-//! that only the commit follows it — and commits.
+//! order ids already written (idempotency), users who hold an order of the
+//! voucher already (one active order per user) and users whose lock was
+//! found lost, inserts the orders, takes the stock — the stock row's lock
+//! last, so that only the commit follows it; as many units as are left when
+//! they do not cover every order — and commits. Each order's outcome is its
+//! own: one order refused never fails the others.
 //!
-//! The synchronous purchase runs it for its one order
-//! ([`Seckill::place_order`](super::Seckill)); `queue`'s writer for each
-//! queued order, the stream's consumer for a batch of entries and a dead
-//! letter's replay for its order ([`OrderWriter::write_under_locks`]), where
-//! the orders were admitted in Redis first and are also counted again in a
-//! sale Redis reloaded meanwhile. Each order written gets its payment
-//! deadline (`after_sale`).
+//! The synchronous purchases run it for the orders of a shared commit
+//! ([`OrderWriter::write_purchases`], `shared_commits.rs`); `queue`'s
+//! writer for each queued order, the stream's consumer for a batch of
+//! entries and a dead letter's replay for its order
+//! ([`OrderWriter::write_under_locks`]), where the orders were admitted in
+//! Redis first and are also counted again in a sale Redis reloaded
+//! meanwhile. Each order written gets its payment deadline (`after_sale`).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -101,19 +103,16 @@ const LOCK_BUSY: &str = "the user's lock is busy";
 const LOCK_UNAVAILABLE: &str = "the user's lock is unavailable";
 /// Why an order whose user's lock passed on while held is left out.
 pub const FENCED_OUT: &str = "a newer lock holder's fencing token wrote";
+/// Why an order whose user's lock was found lost before its insert (a
+/// lease that ran out, a renewal that found the key taken) is left out.
+pub const LOCK_LOST: &str = "the user's lock was lost while held";
 /// The one deferral that is the order's own: Redis admitted a unit MySQL
 /// does not have (Redis and MySQL disagree), which no retry changes.
 pub const NO_STOCK_IN_MYSQL: &str = "no stock left in MySQL";
 
-/// [`Ended::IdTaken`] ends a purchase's transaction only: an admitted
-/// order's taken id is found before its insert ([`Outcome::IdTaken`]).
-const ID_TAKEN_OUTSIDE_A_PURCHASE: &str = "an admitted order's insert hit a taken id";
-
 /// How one transaction ended.
 pub enum Ended {
     Committed(Vec<Outcome>),
-    /// Rolled back: a voucher's stock did not cover its orders.
-    NoStock,
     /// Rolled back: a purchase's order id, fresh from the id worker, is
     /// taken already (the worker's counter in Redis started over).
     IdTaken,
@@ -140,9 +139,22 @@ impl Locks {
         }
     }
 
+    /// The users' locks `held`.
+    pub fn held_by(held: BTreeMap<UserId, Box<dyn LockGuard>>) -> Locks {
+        Locks {
+            held,
+            refused: HashMap::new(),
+        }
+    }
+
     /// The locks held, to be released.
     pub fn into_held(self) -> impl Iterator<Item = Box<dyn LockGuard>> {
         self.held.into_values()
+    }
+
+    /// The locks held, by user.
+    pub fn into_held_by_user(self) -> BTreeMap<UserId, Box<dyn LockGuard>> {
+        self.held
     }
 }
 
@@ -255,7 +267,11 @@ impl OrderWriter {
                 .filter(|(_, outcome)| outcome.is_none())
                 .map(|(order, _)| *order)
                 .collect();
-            let mut written = self.write_all(&locked, &locks).await?.into_iter();
+            let written = self.write_all(&locked, &locks, None).await;
+            let mut written = written
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()?
+                .into_iter();
             let outcomes: Vec<Outcome> = outcomes
                 .iter_mut()
                 .map(|outcome| {
@@ -306,71 +322,89 @@ impl OrderWriter {
         locks
     }
 
+    /// The synchronous purchases' `orders`, whose users' locks are held,
+    /// written as [`OrderWriter::write_under_locks`] writes admitted ones;
+    /// everything before each `COMMIT` given up at the backend timeout or
+    /// `answer_by`, whichever comes first.
+    pub async fn write_purchases(
+        &self,
+        orders: &[NewOrder],
+        locks: &Locks,
+        answer_by: Instant,
+    ) -> Vec<Result<Outcome, Error>> {
+        self.write_all(orders, locks, Some(answer_by)).await
+    }
+
     /// Writes `orders`, whose users' locks are held, in one transaction; the
     /// outcome of each, in order. Orders whose units were sold again after a
-    /// Redis loss are left out, and the rest written without them. Should a
-    /// voucher's stock not cover its orders (MySQL and Redis disagree), the
-    /// transaction is rolled back and each order is written alone, so the
-    /// orders that have stock are written and only those without wait: no
-    /// oversell, nothing written twice.
-    async fn write_all(&self, orders: &[NewOrder], locks: &Locks) -> anyhow::Result<Vec<Outcome>> {
-        if orders.is_empty() {
-            // Every user's lock refused: nothing to write, no transaction.
-            return Ok(Vec::new());
-        }
+    /// Redis loss are left out, and the rest written without them; so are
+    /// those a voucher's last units do not cover (see `statements`). Should
+    /// the transaction fail for one order's sake — a purchase's id taken
+    /// already, a statement MySQL refused — it is rolled back and each
+    /// order written alone, so that exactly the orders that can be written
+    /// are, and only the others are refused: no oversell, nothing written
+    /// twice. A failure that is no order's own (MySQL or Redis unreachable,
+    /// a `COMMIT` whose end is unknown) is each order's answer.
+    async fn write_all(
+        &self,
+        orders: &[NewOrder],
+        locks: &Locks,
+        answer_by: Option<Instant>,
+    ) -> Vec<Result<Outcome, Error>> {
         let mut resold: HashSet<OrderId> = HashSet::new();
-        let outcome_of = |resold: &HashSet<OrderId>,
-                          order: &NewOrder,
-                          written: &mut dyn Iterator<Item = Outcome>| {
-            if resold.contains(&order.id) {
-                Outcome::Resold
-            } else {
-                written.next().expect("an outcome per order written")
-            }
+        let merged = |resold: &HashSet<OrderId>, written: Vec<Result<Outcome, Error>>| {
+            let mut written = written.into_iter();
+            (orders.iter())
+                .map(|order| match resold.contains(&order.id) {
+                    true => Ok(Outcome::Resold),
+                    false => written.next().expect("an outcome per order written"),
+                })
+                .collect()
         };
-        loop {
-            let rest: Vec<NewOrder> = orders
-                .iter()
+        let rest = loop {
+            let rest: Vec<NewOrder> = (orders.iter())
                 .filter(|order| !resold.contains(&order.id))
                 .copied()
                 .collect();
-            match self.transaction(&rest, locks, None).await? {
-                Ended::Committed(outcomes) => {
-                    let mut written = outcomes.into_iter();
-                    return Ok(orders
-                        .iter()
-                        .map(|order| outcome_of(&resold, order, &mut written))
-                        .collect());
+            if rest.is_empty() {
+                return merged(&resold, Vec::new());
+            }
+            let ended = self
+                .transaction(&rest, locks, self.deadline(answer_by))
+                .await;
+            match ended {
+                Ok(Ended::Committed(outcomes)) => {
+                    return merged(&resold, outcomes.into_iter().map(Ok).collect())
                 }
                 // Each round leaves out at least one order: it ends.
-                Ended::Resold(ids) => resold.extend(ids),
-                Ended::NoStock => break,
-                Ended::IdTaken => anyhow::bail!("{}", ID_TAKEN_OUTSIDE_A_PURCHASE),
+                Ok(Ended::Resold(ids)) => resold.extend(ids),
+                Ok(ended) if rest.len() == 1 => return merged(&resold, vec![Ok(alone(ended))]),
+                Ok(Ended::IdTaken) => break rest,
+                Err(Error::Internal(refused)) if rest.len() > 1 => {
+                    tracing::warn!(orders = rest.len(), error = ?refused,
+                        "a transaction of several orders failed; writing them one by one");
+                    break rest;
+                }
+                Err(error) => {
+                    let each = rest.iter().map(|_| Err(each_told(&error))).collect();
+                    return merged(&resold, each);
+                }
             }
+        };
+        let mut outcomes = Vec::with_capacity(rest.len());
+        for order in &rest {
+            let alone_in = std::slice::from_ref(order);
+            let ended = (self.transaction(alone_in, locks, self.deadline(answer_by))).await;
+            outcomes.push(ended.map(alone));
         }
-        tracing::warn!(
-            orders = orders.len(),
-            "the stock left in MySQL does not cover the orders; writing them one by one"
-        );
-        let mut outcomes = Vec::with_capacity(orders.len());
-        for order in orders {
-            if resold.contains(&order.id) {
-                outcomes.push(Outcome::Resold);
-                continue;
-            }
-            outcomes.push(
-                match self
-                    .transaction(std::slice::from_ref(order), locks, None)
-                    .await?
-                {
-                    Ended::Committed(alone) => alone[0],
-                    Ended::NoStock => Outcome::Deferred(NO_STOCK_IN_MYSQL),
-                    Ended::Resold(_) => Outcome::Resold,
-                    Ended::IdTaken => anyhow::bail!("{}", ID_TAKEN_OUTSIDE_A_PURCHASE),
-                },
-            );
-        }
-        Ok(outcomes)
+        merged(&resold, outcomes)
+    }
+
+    /// When a transaction's statements are given up: at the backend timeout
+    /// or `answer_by`, whichever comes first; never without `answer_by`.
+    fn deadline(&self, answer_by: Option<Instant>) -> Option<Instant> {
+        let own = Instant::now() + self.store.backend_timeout();
+        answer_by.map(|answer_by| answer_by.min(own))
     }
 
     /// ONE transaction over `orders`, under `locks`. Its end is known
@@ -415,7 +449,7 @@ impl OrderWriter {
                     .map(|(order, _)| order.id);
                 self.deadlines.schedule(written);
             }
-            Ended::NoStock | Ended::IdTaken | Ended::Resold(_) => tx.rollback().await?,
+            Ended::IdTaken | Ended::Resold(_) => tx.rollback().await?,
         }
         Ok(ended)
     }
@@ -493,6 +527,36 @@ impl OrderWriter {
         if !self.chaos_hold.is_zero() {
             tokio::time::sleep(self.chaos_hold).await;
         }
+
+        // A holder that learnt it lost a user's lock leaves that user's
+        // orders out; one that cannot ask (Redis unreachable) writes none.
+        // Asked before the stock rows are locked (with fencing, a Redis
+        // round trip); the fences recorded first keep a newer holder from
+        // committing beside this transaction.
+        let users: BTreeSet<UserId> = (undecided(orders, &outcomes))
+            .map(|(order, _)| order.user_id)
+            .collect();
+        let checks = join_all(users.iter().filter_map(|user| {
+            let held = locks.held.get(user)?;
+            Some(async move { (*user, held.ensure_held().await) })
+        }))
+        .await;
+        let mut lost = HashSet::new();
+        for (user, check) in checks {
+            match check {
+                Ok(()) => {}
+                Err(LockError::Lost(reason)) => {
+                    tracing::warn!(%user, ?reason, "the user's lock was lost while held");
+                    lost.insert(user);
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        for (order, outcome) in orders.iter().zip(outcomes.iter_mut()) {
+            if outcome.is_none() && lost.contains(&order.user_id) {
+                *outcome = Some(Outcome::Deferred(LOCK_LOST));
+            }
+        }
         let new: Vec<NewOrder> = undecided(orders, &outcomes)
             .map(|(order, _)| *order)
             .collect();
@@ -505,20 +569,6 @@ impl OrderWriter {
             inserted => inserted?,
         }
 
-        // A holder that learnt it lost a lock rolls the whole transaction
-        // back. Asked before the stock rows are locked (with fencing, a
-        // Redis round trip); the fences recorded first keep a newer holder
-        // from committing beside this transaction.
-        let users: HashSet<UserId> = new.iter().map(|order| order.user_id).collect();
-        let checks = join_all(
-            users
-                .iter()
-                .filter_map(|user| locks.held.get(user))
-                .map(|held| held.ensure_held()),
-        )
-        .await;
-        checks.into_iter().collect::<Result<Vec<()>, LockError>>()?;
-
         // The stock last: the `UPDATE` locks each voucher's stock row until
         // the commit, and every purchase of the voucher queues for that lock.
         // Only the admitted orders' count in a reloaded sale follows it
@@ -528,11 +578,39 @@ impl OrderWriter {
         for order in &new {
             *units.entry(order.voucher_id).or_default() += 1;
         }
+        let mut unstocked = HashSet::new();
         for (voucher, units) in units {
-            if !store::take_stock_units(tx, voucher, units).await? {
-                return Ok(Ended::NoStock);
+            if store::take_stock_units(tx, voucher, units).await? {
+                continue;
+            }
+            // Fewer units left than orders (the last units of a sale; MySQL
+            // and Redis disagreeing): the first orders take what is left,
+            // in one more statement under the row just read, and the others
+            // are taken out again before the commit.
+            let left = store::stock_left(tx, voucher).await?;
+            let of_voucher = new.iter().filter(|order| order.voucher_id == voucher);
+            let out: Vec<OrderId> = of_voucher
+                .skip(left as usize)
+                .map(|order| order.id)
+                .collect();
+            store::delete_orders(tx, &out).await?;
+            let kept = units - out.len() as u32;
+            if kept > 0 && !store::take_stock_units(tx, voucher, kept).await? {
+                return Err(Error::Internal(anyhow::anyhow!(
+                    "voucher {voucher}'s stock changed under its row lock"
+                )));
+            }
+            unstocked.extend(out);
+        }
+        for (order, outcome) in orders.iter().zip(outcomes.iter_mut()) {
+            if unstocked.contains(&order.id) {
+                *outcome = Some(Outcome::Deferred(NO_STOCK_IN_MYSQL));
             }
         }
+        let new: Vec<NewOrder> = new
+            .into_iter()
+            .filter(|order| !unstocked.contains(&order.id))
+            .collect();
         if self.source != OrderSource::Purchase {
             let resold = self.counted_again(&new).await?;
             if !resold.is_empty() {
@@ -570,6 +648,25 @@ impl OrderWriter {
             }
         }
         Ok(resold)
+    }
+}
+
+/// What became of an order its transaction's end speaks for alone.
+fn alone(ended: Ended) -> Outcome {
+    match ended {
+        Ended::Committed(outcomes) => outcomes[0],
+        Ended::IdTaken => Outcome::IdTaken,
+        Ended::Resold(_) => Outcome::Resold,
+    }
+}
+
+/// A transaction's failure as each of its orders is told it: the same kind
+/// of failure for each.
+fn each_told(error: &Error) -> Error {
+    match error {
+        Error::Rejected(rejection) => Error::Rejected(*rejection),
+        Error::Unavailable(cause) => Error::Unavailable(anyhow::anyhow!("{cause:#}")),
+        other => Error::Internal(anyhow::anyhow!("{other:?}")),
     }
 }
 

@@ -53,6 +53,37 @@ pub async fn take_stock_units(
     Ok(result.rows_affected() == 1)
 }
 
+/// The voucher's stock left, its row held until the transaction ends: read
+/// when [`take_stock_units`] found fewer units than orders, so that exactly
+/// as many orders as units left are written.
+pub async fn stock_left(
+    conn: &mut MySqlConnection,
+    voucher_id: VoucherId,
+) -> Result<u32, sqlx::Error> {
+    let left: Option<i64> = sqlx::query_scalar(
+        "SELECT CAST(stock AS SIGNED) FROM tb_seckill_voucher WHERE voucher_id = ? FOR UPDATE",
+    )
+    .bind(voucher_id)
+    .fetch_optional(conn)
+    .await?;
+    Ok(left.map_or(0, |left| u32::try_from(left).unwrap_or(0)))
+}
+
+/// Deletes orders `ids` that this transaction inserted and will not write
+/// after all (no unit left for them).
+pub async fn delete_orders(conn: &mut MySqlConnection, ids: &[OrderId]) -> Result<(), sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let mut query = QueryBuilder::<MySql>::new("DELETE FROM tb_voucher_order WHERE id IN (");
+    let mut list = query.separated(", ");
+    for id in ids {
+        list.push_bind(*id);
+    }
+    query.push(")");
+    query.build().execute(conn).await.map(drop)
+}
+
 /// The orders among `ids` that exist already, as they were written: a
 /// consumer compares them with what it was asked to write, which tells a
 /// redelivered order from an order id reused for another order.

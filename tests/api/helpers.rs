@@ -35,6 +35,12 @@ struct Flags {
     serve: ServeSettings,
 }
 
+/// The settings of `hmdp serve` with `flags` (and the environment).
+pub fn serve_settings(flags: &[&str]) -> ServeSettings {
+    let args = std::iter::once("hmdp").chain(flags.iter().copied());
+    Flags::try_parse_from(args).expect("flags parse").serve
+}
+
 /// A running node with its private database and Redis namespace.
 pub struct TestApp {
     pub address: String,
@@ -74,9 +80,7 @@ pub async fn spawn_app_on(
 
     // The settings of `hmdp serve` with no flags (the environment still
     // counts, as for a node), then the harness's own.
-    let mut settings = Flags::try_parse_from(["hmdp"])
-        .expect("defaults parse")
-        .serve;
+    let mut settings = serve_settings(&[]);
     settings.port = 0;
     settings.host = "127.0.0.1".into();
     settings.store.database.url = database.url.clone();

@@ -15,6 +15,7 @@ mod queue;
 mod redis_cluster;
 mod redis_forgets;
 mod shards;
+mod shared_commits;
 mod shop;
 mod shutdown;
 mod slow_body;

@@ -1,0 +1,260 @@
+//! Shared commits: the synchronous purchases of one voucher that become
+//! ready while a transaction of that voucher is in flight on this node wait
+//! for it, and the next transaction writes them together, each under its
+//! own buyer's lock (held from before that transaction until after its
+//! commit), each answered only after the commit that holds its order, or
+//! with its own refusal. A purchase of an idle voucher is written at once,
+//! alone: nothing waits for company.
+//!
+//! One transaction per voucher is in flight on a node at a time: the stock
+//! row admits one writer at a time anyway, and the purchases that queue
+//! behind it are the next transaction's. Two nodes coalesce independently;
+//! their transactions meet on the stock row.
+//!
+//! Coalescing never stands in for the lock: a buyer's purchase that comes
+//! while another of theirs is in flight or waiting (possible only when the
+//! lock let both through: `--lock none`, a lease that ran out) is written
+//! at once in a transaction of its own, and races the other as it would
+//! without shared commits.
+//!
+//! The transactions run in a task of their own, never in a purchase's
+//! future: a client that hangs up cancels neither its purchase nor its
+//! batch.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use hmdp_lock::{LockError, LockGuard, LostReason};
+use tokio::sync::oneshot;
+
+use super::writer::{Locks, OrderWriter, Outcome, FENCED_OUT, LOCK_LOST, NO_STOCK_IN_MYSQL};
+use crate::error::{Error, Rejection};
+use crate::ids::{OrderId, UserId, VoucherId};
+use crate::metrics;
+use crate::store::NewOrder;
+
+/// What became of a purchase handed to [`SharedCommits::place`], with its
+/// buyer's lock, still held, for the purchase to release.
+pub(super) struct Placed {
+    pub outcome: Result<Written, Error>,
+    pub held: Box<dyn LockGuard>,
+}
+
+/// How a purchase's transaction ended for its order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// Committed under this id.
+    Order(OrderId),
+    /// The id, fresh from the id worker, belongs to an earlier order (the
+    /// worker's counter in Redis started over): the purchase draws another
+    /// and is placed again.
+    IdTaken,
+}
+
+/// How a purchase joins its voucher's transactions.
+enum Joined {
+    /// The voucher was idle: its transactions start with this one's.
+    First(Waiting),
+    /// Its buyer has another purchase in flight or waiting: written alone.
+    Alone(Waiting),
+}
+use Joined::{Alone, First};
+
+/// A purchase waiting for its voucher's next transaction.
+struct Waiting {
+    order: NewOrder,
+    held: Box<dyn LockGuard>,
+    /// When its answer is due: a purchase still waiting then is answered
+    /// without a transaction.
+    answer_by: Instant,
+    answer: oneshot::Sender<Placed>,
+}
+
+/// A voucher with a transaction in flight on this node.
+#[derive(Default)]
+struct Busy {
+    /// The purchases waiting for its next transaction, in the order they
+    /// came.
+    waiting: VecDeque<Waiting>,
+    /// The buyers of the transaction in flight and of those waiting.
+    buyers: HashSet<UserId>,
+}
+
+/// Every voucher's purchases waiting on this node.
+pub(super) struct SharedCommits {
+    writer: Arc<OrderWriter>,
+    /// Orders per transaction at most.
+    most: usize,
+    /// The vouchers with a transaction in flight; an idle one has none.
+    busy: Mutex<HashMap<VoucherId, Busy>>,
+}
+
+impl SharedCommits {
+    pub fn new(writer: Arc<OrderWriter>, most: usize) -> Arc<SharedCommits> {
+        Arc::new(SharedCommits {
+            writer,
+            most: most.max(1),
+            busy: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Writes `order` under its buyer's lock `held`, in the voucher's next
+    /// transaction, given up before its `COMMIT` at `answer_by`. Answers
+    /// after that transaction has ended, whatever this future's caller does
+    /// meanwhile.
+    pub async fn place(
+        self: &Arc<Self>,
+        order: NewOrder,
+        held: Box<dyn LockGuard>,
+        answer_by: Instant,
+    ) -> Result<Placed, Error> {
+        let (answer, answered) = oneshot::channel();
+        let waiting = Waiting {
+            order,
+            held,
+            answer_by,
+            answer,
+        };
+        let user = order.user_id;
+        let first = {
+            let mut vouchers = self.busy.lock().expect("shared commits poisoned");
+            match vouchers.get_mut(&order.voucher_id) {
+                Some(busy) => match busy.buyers.insert(user) {
+                    true => {
+                        busy.waiting.push_back(waiting);
+                        None
+                    }
+                    false => Some(Alone(waiting)),
+                },
+                None => {
+                    let busy = Busy {
+                        buyers: HashSet::from([user]),
+                        ..Busy::default()
+                    };
+                    vouchers.insert(order.voucher_id, busy);
+                    Some(First(waiting))
+                }
+            }
+        };
+        let commits = self.clone();
+        match first {
+            Some(First(waiting)) => {
+                tokio::spawn(async move { commits.write_while_waiting(waiting).await });
+            }
+            Some(Alone(waiting)) => {
+                tokio::spawn(async move { commits.write(vec![waiting]).await });
+            }
+            None => {}
+        }
+        answered.await.map_err(|_| {
+            Error::Internal(anyhow::anyhow!(
+                "the purchase's transaction ended unanswered"
+            ))
+        })
+    }
+
+    /// The voucher's transactions, the first for `first` alone, each next
+    /// one for the purchases that waited meanwhile, until none waits.
+    async fn write_while_waiting(&self, first: Waiting) {
+        let voucher_id = first.order.voucher_id;
+        let mut batch = vec![first];
+        loop {
+            let buyers: Vec<UserId> = batch.iter().map(|waiting| waiting.order.user_id).collect();
+            self.write(batch).await;
+            batch = self.next_batch(voucher_id, &buyers);
+            if batch.is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// Up to `most` of the voucher's waiting purchases, in the order they
+    /// came, once the transaction of `done` ended; none left: the voucher
+    /// is idle again.
+    fn next_batch(&self, voucher_id: VoucherId, done: &[UserId]) -> Vec<Waiting> {
+        let mut vouchers = self.busy.lock().expect("shared commits poisoned");
+        let Some(busy) = vouchers.get_mut(&voucher_id) else {
+            return Vec::new();
+        };
+        for user in done {
+            busy.buyers.remove(user);
+        }
+        if busy.waiting.is_empty() {
+            vouchers.remove(&voucher_id);
+            return Vec::new();
+        }
+        let most = busy.waiting.len().min(self.most);
+        busy.waiting.drain(..most).collect()
+    }
+
+    /// One transaction for `batch`, each purchase answered after it ends.
+    async fn write(&self, batch: Vec<Waiting>) {
+        let now = Instant::now();
+        let (late, batch): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .partition(|waiting| waiting.answer_by <= now);
+        for waiting in late {
+            let outcome = Err(super::over_budget(
+                "waiting for the voucher's transaction",
+                self.writer.store().backend_timeout(),
+            ));
+            self.answer(waiting.answer, outcome, waiting.held).await;
+        }
+        if batch.is_empty() {
+            return;
+        }
+        let orders: Vec<NewOrder> = batch.iter().map(|waiting| waiting.order).collect();
+        let answer_by =
+            (batch.iter().map(|waiting| waiting.answer_by).min()).expect("a batch is never empty");
+        let mut answers = Vec::with_capacity(batch.len());
+        let mut held = BTreeMap::new();
+        for waiting in batch {
+            held.insert(waiting.order.user_id, waiting.held);
+            answers.push(waiting.answer);
+        }
+        let locks = Locks::held_by(held);
+        metrics::SYNC_BATCH_ORDERS.observe(orders.len() as f64);
+        let written = self
+            .writer
+            .write_purchases(&orders, &locks, answer_by)
+            .await;
+        let mut held = locks.into_held_by_user();
+        let mut release = |user: UserId| held.remove(&user).expect("each buyer's lock is held");
+        for ((order, answer), outcome) in orders.iter().zip(answers).zip(written) {
+            let outcome = outcome.and_then(|outcome| answered(order, outcome));
+            self.answer(answer, outcome, release(order.user_id)).await;
+        }
+    }
+
+    /// Answers a purchase; one whose purchase is gone (the node is
+    /// stopping) has its lock released here.
+    async fn answer(
+        &self,
+        answer: oneshot::Sender<Placed>,
+        outcome: Result<Written, Error>,
+        held: Box<dyn LockGuard>,
+    ) {
+        if let Err(unheard) = answer.send(Placed { outcome, held }) {
+            self.writer.release(unheard.held).await;
+        }
+    }
+}
+
+/// A purchase's answer from what became of its order in a transaction.
+pub(super) fn answered(order: &NewOrder, outcome: Outcome) -> Result<Written, Error> {
+    match outcome {
+        Outcome::Written => Ok(Written::Order(order.id)),
+        Outcome::IdTaken => Ok(Written::IdTaken),
+        Outcome::AlreadyWritten | Outcome::DuplicateUser => Err(Rejection::AlreadyOrdered.into()),
+        Outcome::Deferred(NO_STOCK_IN_MYSQL) => Err(Rejection::SoldOut.into()),
+        Outcome::Deferred(FENCED_OUT) => Err(LockError::Lost(LostReason::FencedOut).into()),
+        Outcome::Deferred(LOCK_LOST) => Err(Error::Unavailable(anyhow::anyhow!(
+            "the purchase rolled back: {LOCK_LOST}"
+        ))),
+        Outcome::Deferred(why) => Err(Error::Internal(anyhow::anyhow!(
+            "the purchase's order was deferred: {why}"
+        ))),
+        Outcome::Resold => Err(super::not_counted_again()),
+    }
+}

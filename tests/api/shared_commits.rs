@@ -1,0 +1,272 @@
+//! Shared commits: the synchronous purchases of one voucher written together,
+//! each under its buyer's lock, each answered only after the commit that
+//! holds its order, one bad order refused alone.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use hmdp::after_sale::PayDeadlines;
+use hmdp::ids::{OrderId, UserId, VoucherId};
+use hmdp::seckill::{Locks, Outcome, Seckill};
+use hmdp::startup::build_lock;
+use hmdp::store::NewOrder;
+use hmdp_lock::LockMode;
+use hmdp_test_support::{poll_until, redis_url};
+use redis::AsyncCommands;
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+use crate::helpers::{
+    buy_at, metric, send_then_reset, serve_settings, socket_address, spawn_app, NodeProcess,
+    TestApp,
+};
+
+/// Whether MySQL holds `order_id` as `user`'s order of `voucher`.
+async fn written(app: &TestApp, order_id: OrderId, user: UserId, voucher: VoucherId) -> bool {
+    let row: Option<(UserId, VoucherId)> = sqlx::query_as(
+        "SELECT user_id, CAST(voucher_id AS SIGNED) FROM tb_voucher_order WHERE id = ?",
+    )
+    .bind(order_id)
+    .fetch_optional(app.store.pool())
+    .await
+    .unwrap();
+    row == Some((user, voucher))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_thousand_buyers_three_times_each_on_two_nodes_get_one_order_each_written_before_the_answer(
+) {
+    const BUYERS: usize = 2_000;
+    const STOCK: i64 = 500;
+    let app = spawn_app(|s| s.lock.mode = LockMode::Reentrant).await;
+    // A debug build under this load: the harness's backend timeout.
+    let other = NodeProcess::start(&app, &["--lock=reentrant", "--backend-timeout-ms=10000"]).await;
+    let voucher = app.create_open_seckill(STOCK).await;
+    let tokens = app.login_many(BUYERS).await;
+    let users = join_all(tokens.iter().map(|token| app.user_id(token))).await;
+
+    // Every buyer's three purchases at once, over both nodes; each success
+    // checked in MySQL the moment it is answered.
+    let at_once = Arc::new(Semaphore::new(256));
+    let app = &app;
+    let purchases = (0..BUYERS * 3).map(|i| {
+        let (token, user) = (&tokens[i % BUYERS], users[i % BUYERS]);
+        let address = if i % 2 == 0 {
+            &app.address
+        } else {
+            &other.address
+        };
+        let at_once = at_once.clone();
+        async move {
+            let _turn = at_once.acquire().await.unwrap();
+            let answer = buy_at(address, voucher, token).await;
+            let order = answer["data"]
+                .as_str()
+                .map(|id| OrderId::new(id.parse().unwrap()));
+            let in_mysql = match order {
+                Some(order) => written(app, order, user, voucher).await,
+                None => false,
+            };
+            (user, answer, order, in_mysql)
+        }
+    });
+    let answers = join_all(purchases).await;
+
+    let mut told: HashMap<UserId, usize> = HashMap::new();
+    for (user, answer, order, in_mysql) in &answers {
+        match order {
+            Some(order) => {
+                assert!(
+                    in_mysql,
+                    "order {order} of user {user} answered before MySQL had it"
+                );
+                *told.entry(*user).or_default() += 1;
+            }
+            None => {
+                let code = answer["errorCode"].as_str().unwrap_or_default();
+                assert!(
+                    ["SOLD_OUT", "ALREADY_ORDERED", "DUPLICATE_REQUEST"].contains(&code),
+                    "{answer}"
+                );
+            }
+        }
+    }
+    assert_eq!(told.len(), STOCK as usize, "buyers told success");
+    assert!(told.values().all(|&n| n == 1), "a buyer told success twice");
+    let audit = app.audit(voucher).await;
+    assert_eq!(audit.active_orders, STOCK);
+    assert_eq!(audit.duplicate_users, 0);
+    assert_eq!(audit.stock_left, 0);
+
+    // Shared: more orders than transactions.
+    let (mut orders, mut transactions) = (0.0, 0.0);
+    for address in [&app.address, &other.address] {
+        orders += metric(address, "hmdp_sync_batch_orders_sum").await;
+        transactions += metric(address, "hmdp_sync_batch_orders_count").await;
+    }
+    assert!(
+        orders > transactions,
+        "{orders} orders in {transactions} transactions"
+    );
+}
+
+/// A writer on `app`'s database and Redis, with the locks of `flags`.
+fn purchase_writer(app: &TestApp, flags: &[&str]) -> Arc<Seckill> {
+    let settings = serve_settings(flags);
+    let lock = build_lock(&settings.lock, app.redis.clone(), &redis_url()).unwrap();
+    let keys = app.keys();
+    let deadlines = PayDeadlines::new(app.redis.clone(), &keys, Duration::from_secs(900));
+    Arc::new(Seckill::new(
+        app.store.clone(),
+        lock,
+        app.redis.clone(),
+        keys,
+        deadlines,
+        Duration::ZERO,
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_batch_with_a_duplicate_a_fenced_out_holder_a_lost_lock_and_a_taken_id_refuses_only_those(
+) {
+    let app = spawn_app(|_| {}).await;
+    let voucher = app.create_open_seckill(10).await;
+    let elsewhere = app.create_open_seckill(10).await;
+    let tokens = app.login_many(6).await;
+    let users: Vec<UserId> = join_all(tokens.iter().map(|token| app.user_id(token))).await;
+    let [bought, fenced, lost, taken, fine, also_fine] = users[..] else {
+        unreachable!()
+    };
+    let seckill = purchase_writer(&app, &["--lock=reentrant", "--fencing"]);
+    let writer = seckill.writer();
+
+    // `bought` holds an order of the voucher already.
+    assert_eq!(app.purchase(voucher, &tokens[0]).await["success"], true);
+    let mut held = BTreeMap::new();
+    for user in &users {
+        held.insert(*user, writer.acquire(*user).await.unwrap());
+    }
+    // A newer holder of `fenced`'s lock wrote (its fence row is ahead).
+    sqlx::query("INSERT INTO tb_lock_fence (user_id, token) VALUES (?, ?)")
+        .bind(fenced)
+        .bind(1_u64 << 60)
+        .execute(app.store.pool())
+        .await
+        .unwrap();
+    // A newer holder took `lost`'s lock (its Redis counter is ahead).
+    let mut redis = app.redis.clone();
+    let pattern = format!("*{}*{lost}*fence*", app.prefix);
+    let counters: Vec<String> = redis.keys(&pattern).await.unwrap();
+    assert_eq!(counters.len(), 1, "{pattern}: {counters:?}");
+    let _: () = redis
+        .hset(&counters[0], "token", 1_u64 << 60)
+        .await
+        .unwrap();
+    // `taken`'s order id belongs to an order of another voucher.
+    let base = chrono::Utc::now().timestamp_micros() << 8;
+    let id = |n: i64| OrderId::new(base + n);
+    sqlx::query("INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES (?, ?, ?)")
+        .bind(id(3))
+        .bind(fine)
+        .bind(elsewhere)
+        .execute(app.store.pool())
+        .await
+        .unwrap();
+
+    let orders: Vec<NewOrder> = [bought, fenced, lost, taken, fine, also_fine]
+        .iter()
+        .enumerate()
+        .map(|(n, user)| NewOrder {
+            id: id(n as i64),
+            user_id: *user,
+            voucher_id: voucher,
+        })
+        .collect();
+    let locks = Locks::held_by(held);
+    let outcomes = writer
+        .write_purchases(&orders, &locks, Instant::now() + Duration::from_secs(10))
+        .await;
+    for held in locks.into_held() {
+        writer.release(held).await;
+    }
+    let outcomes: Vec<Outcome> = outcomes.into_iter().map(Result::unwrap).collect();
+    assert_eq!(outcomes[0], Outcome::DuplicateUser);
+    assert!(
+        matches!(outcomes[1], Outcome::Deferred(why) if why.contains("fencing")),
+        "{:?}",
+        outcomes[1]
+    );
+    assert!(
+        matches!(outcomes[2], Outcome::Deferred(why) if why.contains("lost")),
+        "{:?}",
+        outcomes[2]
+    );
+    assert_eq!(outcomes[3], Outcome::IdTaken);
+    assert_eq!(outcomes[4..], [Outcome::Written, Outcome::Written]);
+    for (order, expected) in orders.iter().zip([false, false, false, false, true, true]) {
+        let mine = written(&app, order.id, order.user_id, voucher).await;
+        assert_eq!(mine, expected, "order of user {}", order.user_id);
+    }
+    let audit = app.audit(voucher).await;
+    assert_eq!((audit.active_orders, audit.stock_left), (3, 7));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buyers_who_reset_their_connections_mid_batch_get_one_order_each() {
+    // Each transaction held open a while, so that the purchases sent
+    // meanwhile are written together in the next one, while their
+    // clients reset their connections.
+    let app = spawn_app(|s| {
+        s.lock.mode = LockMode::Reentrant;
+        s.chaos_hold_ms = 300;
+    })
+    .await;
+    let voucher = app.create_open_seckill(100).await;
+    let tokens = app.login_many(20).await;
+    let address = socket_address(&app);
+    let request = |token: &str| {
+        format!(
+            "POST /voucher-order/seckill/{voucher} HTTP/1.1\r\nHost: x\r\n\
+             authorization: {token}\r\ncontent-length: 0\r\n\r\n"
+        )
+    };
+    for _ in 0..3 {
+        let resets = tokens.iter().map(|token| {
+            let request = request(token);
+            async move { send_then_reset(address, &request, Duration::from_millis(100)).await }
+        });
+        join_all(resets).await;
+    }
+    // Then each buyer asks once more and waits for the answer.
+    let answers: Vec<Value> =
+        join_all(tokens.iter().map(|token| app.purchase(voucher, token))).await;
+    let mut buyers = HashSet::new();
+    for (token, answer) in tokens.iter().zip(&answers) {
+        let user = app.user_id(token).await;
+        if answer["success"] == true {
+            buyers.insert(user);
+        } else {
+            let code = answer["errorCode"].as_str().unwrap_or_default();
+            assert!(
+                ["ALREADY_ORDERED", "DUPLICATE_REQUEST"].contains(&code),
+                "{answer}"
+            );
+        }
+    }
+    // Every buyer's first purchase runs to its commit, its client gone.
+    let every_buyer = tokens.len() as i64;
+    poll_until(
+        "every buyer's order",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || async { Ok(app.audit(voucher).await.active_orders >= every_buyer) },
+    )
+    .await
+    .unwrap();
+    let audit = app.audit(voucher).await;
+    assert_eq!(audit.duplicate_users, 0);
+    assert_eq!(audit.active_orders + audit.stock_left, 100);
+    assert_eq!(audit.active_orders, every_buyer, "one order per buyer");
+}
