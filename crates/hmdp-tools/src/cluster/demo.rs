@@ -468,6 +468,19 @@ async fn demo(
         });
     }
 
+    // The synchronous path's orders/s with its purchases' commits shared
+    // (the runs above) against each in a transaction of its own, with the
+    // last lock mode that ran on it.
+    let sync_run =
+        (runs.iter().rev()).find(|run| run.seckill == SeckillMode::Sync && run.result.is_ok());
+    let unshared = match sync_run {
+        Some(run) => {
+            let flags = settings.node_flags(run.mode, SeckillMode::Sync, 1);
+            Some(unshared_orders_per_s(&mut cluster, &flags, settings, &client, &tokens).await)
+        }
+        None => None,
+    };
+
     println!();
     println!(
         "two nodes behind nginx{} · {} users x {} purchases at once · stock {} · chaos hold {} ms",
@@ -486,6 +499,21 @@ async fn demo(
         "{}",
         table(&runs, settings.with_paths(), settings.with_shards())
     );
+    if let (Some(run), Some(unshared)) = (sync_run, unshared) {
+        if let Ok(shared) = &run.result {
+            println!(
+                "{} + sync orders/s: {:.0} with shared commits (--sync-batch-max {}), {} with \
+                 each purchase in a transaction of its own (--sync-batch-max 1)",
+                run.mode,
+                shared.report.orders_per_s,
+                SYNC_BATCH_MAX_DEFAULT,
+                match unshared {
+                    Ok(rate) => format!("{rate:.0}"),
+                    Err(error) => format!("not measured ({error:#})"),
+                }
+            );
+        }
+    }
     println!();
     let spreads: Vec<(String, &masters::Spread)> = (runs.iter())
         .filter_map(|run| {
@@ -535,6 +563,45 @@ async fn demo(
         bail!("not as expected: {}", unexpected.join(", "));
     }
     Ok(())
+}
+
+/// The nodes' `--sync-batch-max` unless told otherwise.
+const SYNC_BATCH_MAX_DEFAULT: u16 = 128;
+
+/// One more synchronous sale on nodes started with `flags`, each purchase
+/// in a transaction of its own (`--sync-batch-max 1`): its orders/s.
+async fn unshared_orders_per_s(
+    cluster: &mut Cluster,
+    flags: &[String],
+    settings: &DemoSettings,
+    client: &reqwest::Client,
+    tokens: &[String],
+) -> anyhow::Result<f64> {
+    let mut flags = flags.to_vec();
+    flags.push("--sync-batch-max=1".to_owned());
+    cluster.restart_nodes(&flags).await?;
+    eprintln!(
+        "sync, each purchase in a transaction of its own: {} users x {} purchases",
+        tokens.len(),
+        settings.per_user
+    );
+    let voucher = loadtest::create_voucher(
+        client,
+        &cluster.url(),
+        &cluster.spec().admin_token,
+        settings.stock,
+    )
+    .await?;
+    let plan = Plan {
+        target: cluster.url(),
+        voucher,
+        tokens: tokens.to_vec(),
+        per_user: settings.per_user,
+        concurrency: settings.concurrency,
+        progress: loadtest::progress_bar((tokens.len() * settings.per_user) as u64),
+    };
+    let measured = loadtest::run(&plan).await?;
+    Ok(Report::new(&plan, &measured).orders_per_s)
 }
 
 /// The side-by-side table, one row per run; `with_paths` adds the purchase
