@@ -7,6 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::{free_ports, is_master, poll_until, RedisServer};
 
@@ -203,6 +204,60 @@ impl RedisCluster {
         })
         .await?;
         self.wait_until_ok().await
+    }
+
+    /// The replica of the master on `master_port` misses what the master
+    /// writes for `missed` (frozen, its link cut: see
+    /// [`stall_replica_of`](Self::stall_replica_of)), then is promoted by
+    /// `CLUSTER FAILOVER TAKEOVER`, as an operator forces a failover
+    /// without the master's agreement: it serves the master's slots without
+    /// what it missed, and the old master, still running, is demoted to its
+    /// replica and drops what it wrote since. Returns the promoted replica's
+    /// port and when it took over, once every slot is served again and the
+    /// old master is in sync with it.
+    pub async fn take_over_after(
+        &self,
+        master_port: u16,
+        missed: Duration,
+    ) -> anyhow::Result<(u16, std::time::Instant)> {
+        let replica = self.replica_of(master_port).await?;
+        // Opened before the freeze: the command written while the replica
+        // is frozen waits in its socket and is read as soon as it thaws,
+        // before its replication cron (once a second) reconnects it to the
+        // master it would catch up from.
+        let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", replica)).await?;
+        if self.stall_replica_of(master_port).await? != replica {
+            bail!("master :{master_port} changed replicas");
+        }
+        tokio::time::sleep(missed).await;
+        socket
+            .write_all(b"*3\r\n$7\r\nCLUSTER\r\n$8\r\nFAILOVER\r\n$8\r\nTAKEOVER\r\n")
+            .await?;
+        let promoted = &self.servers[self.position(replica)?];
+        promoted.resume()?;
+        let mut reply = [0_u8; 5];
+        tokio::time::timeout(FAILOVER_DEADLINE, socket.read_exact(&mut reply))
+            .await
+            .context("no answer to CLUSTER FAILOVER TAKEOVER")??;
+        if &reply != b"+OK\r\n" {
+            bail!(
+                "CLUSTER FAILOVER TAKEOVER answered {:?}",
+                String::from_utf8_lossy(&reply)
+            );
+        }
+        let took_over = std::time::Instant::now();
+        let what = format!("the cluster to promote :{replica}");
+        poll_until(&what, FAILOVER_DEADLINE, POLL, || async {
+            Ok(is_master(&mut promoted.connect().await?).await?)
+        })
+        .await?;
+        self.wait_until_ok().await?;
+        let what = format!(":{master_port} to replicate :{replica} in sync");
+        poll_until(&what, FAILOVER_DEADLINE, POLL, || async {
+            Ok(info_replication(promoted).await?.contains("state=online"))
+        })
+        .await?;
+        Ok((replica, took_over))
     }
 
     /// The server on `port`, killed by [`fail_over`](Self::fail_over),

@@ -47,7 +47,8 @@ pub struct SoakSettings {
 
     /// Seconds between two faults; they take turns: node 1 killed (and
     /// restarted 3 s later), Redis SIGKILLed and restarted (on a cluster: a
-    /// master failed over to a replica that missed its last writes), the
+    /// master's replica that missed its last writes promoted with `CLUSTER
+    /// FAILOVER TAKEOVER`), the
     /// sale's stock row held, MySQL read-only, MySQL killed and restarted,
     /// node 2 killed, and with --seckill-shards above 1, one shard of the
     /// sale running forgotten by Redis while stock moves between shards.
@@ -210,8 +211,8 @@ impl SoakRedis {
     /// Redis loses what it was told last: one server is SIGKILLed and
     /// restarted (from its AOF, or empty); on a cluster, the replica of the
     /// master serving one shard of the sales is frozen while the load goes
-    /// on for `missed`, then the master dies and the replica is promoted
-    /// without what it missed, and the old master rejoins as its replica.
+    /// on for `missed`, then promoted with `CLUSTER FAILOVER TAKEOVER`
+    /// without what it missed, and the old master becomes its replica.
     /// What happened, in words, and when Redis forgot (the restart, or the
     /// promotion).
     async fn forget(&mut self, shards: u16, missed: Duration) -> anyhow::Result<(String, Instant)> {
@@ -225,14 +226,10 @@ impl SoakRedis {
                 let shard = layout.shard(*failovers % layout.count());
                 *failovers += 1;
                 let master = cluster.master_of_slot(slot(shard.tag())).await?;
-                let replica = cluster.stall_replica_of(master).await?;
-                tokio::time::sleep(missed).await;
-                cluster.fail_over(master, replica).await?;
-                let promoted = Instant::now();
-                cluster.rejoin(master, replica).await?;
+                let (replica, promoted) = cluster.take_over_after(master, missed).await?;
                 let what = format!(
-                    "Redis master :{master} (shard {}) failed over to replica :{replica}, \
-                     which missed its last {missed:?} of writes",
+                    "Redis master :{master} (shard {}) taken over by its replica :{replica} \
+                     (CLUSTER FAILOVER TAKEOVER), which missed its last {missed:?} of writes",
                     shard.tag()
                 );
                 Ok((what, promoted))
