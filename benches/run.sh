@@ -318,6 +318,10 @@ for round in $(seq 1 "$ROUNDS"); do
   drained >/dev/null
 done
 
+# Orders per shared synchronous transaction, from both sync nodes' histogram.
+SYNC_BATCHES=$(for url in $SYNC_HMDP_NODE_URLS; do curl -fsS "$url/metrics"; done |
+  awk '/^hmdp_sync_batch_orders_sum/ { s += $2 } /^hmdp_sync_batch_orders_count/ { n += $2 }
+       END { if (n > 0) printf "%.1f orders per transaction (%d orders in %d transactions)", s / n, s, n; else print "no transactions recorded" }')
 # Orders per consumer transaction, from both stream nodes' histogram.
 BATCHES=$(for url in $STREAM_HMDP_NODE_URLS; do curl -fsS "$url/metrics"; done |
   awk '/^hmdp_stream_batch_orders_sum/ { s += $2 } /^hmdp_stream_batch_orders_count/ { n += $2 }
@@ -364,6 +368,7 @@ row "8  stream storm requests/s / nginx -> /health requests/s" 8 ">=" 0.8
 row "9  sync sale orders/s / stream sale admissions/s" 9 ">=" 0.5
 row "10 stream consumers' orders/s on a backlog (bench-drain) / bench-db tx/s" 10 ">=" 3
 row "11 CPU per sync order / CPU per stream order, all processes" 11 "<=" 1.3
+echo "sync shared commits: $SYNC_BATCHES"
 echo "stream consumers: $BATCHES"
 
 # --- Ratios 4 and 11 on a shared machine: every process of the sale draws

@@ -93,14 +93,6 @@ fn over_budget(step: &str, budget: Duration) -> Error {
     Error::Unavailable(anyhow::anyhow!("{step} took longer than {budget:?}"))
 }
 
-/// What a purchase's transaction never answers: it is not counted again in
-/// a sale Redis reloaded ([`OrderSource::Purchase`]).
-fn not_counted_again() -> Error {
-    Error::Internal(anyhow::anyhow!(
-        "a purchase's order was answered as resold in a reloaded sale"
-    ))
-}
-
 /// A purchase's outcome (its order, and whether this request was answered
 /// with the order an earlier one with its Idempotency-Key got), logged and
 /// counted in `purchases_total`.

@@ -195,10 +195,9 @@ impl SharedCommits {
             .into_iter()
             .partition(|waiting| waiting.answer_by <= now);
         for waiting in late {
-            let outcome = Err(super::over_budget(
-                "waiting for the voucher's transaction",
-                self.writer.store().backend_timeout(),
-            ));
+            let outcome = Err(Error::Unavailable(anyhow::anyhow!(
+                "the purchase's time was up while it waited for its voucher's transaction"
+            )));
             self.answer(waiting.answer, outcome, waiting.held).await;
         }
         if batch.is_empty() {
@@ -255,6 +254,10 @@ pub(super) fn answered(order: &NewOrder, outcome: Outcome) -> Result<Written, Er
         Outcome::Deferred(why) => Err(Error::Internal(anyhow::anyhow!(
             "the purchase's order was deferred: {why}"
         ))),
-        Outcome::Resold => Err(super::not_counted_again()),
+        // Never a purchase's: its order is not counted again in a sale Redis
+        // reloaded (only admitted orders are).
+        Outcome::Resold => Err(Error::Internal(anyhow::anyhow!(
+            "a purchase's order was answered as resold in a reloaded sale"
+        ))),
     }
 }
