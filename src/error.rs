@@ -166,6 +166,23 @@ impl From<Rejection> for Error {
 /// connection killed (1927), MySQL's disconnected for inactivity (4031).
 const MYSQL_BUSY_ERRORS: [u16; 7] = [1040, 1053, 1205, 1213, 1290, 1927, 4031];
 
+/// MySQL's "Deadlock found when trying to get lock": the server rolled the
+/// whole transaction back, so running it again from its start is safe.
+const MYSQL_DEADLOCK: u16 = 1213;
+
+impl Error {
+    /// Whether this is MySQL ending a transaction as a deadlock's victim
+    /// (rolled back whole, never committed).
+    pub fn is_deadlock(&self) -> bool {
+        let Error::Unavailable(cause) = self else {
+            return false;
+        };
+        matches!(cause.downcast_ref::<sqlx::Error>(), Some(sqlx::Error::Database(db))
+            if db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                .is_some_and(|mysql| mysql.number() == MYSQL_DEADLOCK))
+    }
+}
+
 impl From<sqlx::Error> for Error {
     fn from(error: sqlx::Error) -> Self {
         let busy = match &error {

@@ -52,6 +52,28 @@ pub enum Written {
     IdTaken,
 }
 
+/// Should the task writing a voucher's transactions end before its queue
+/// is empty (a panic, the runtime shutting down), the voucher is idle again,
+/// so that its next purchase starts its transactions anew, and the
+/// purchases still waiting are answered that their transaction ended (their
+/// answers dropped). Disarmed once the queue emptied normally.
+struct IdleAtTheEnd<'a> {
+    commits: &'a SharedCommits,
+    voucher_id: VoucherId,
+    armed: bool,
+}
+
+impl Drop for IdleAtTheEnd<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if let Ok(mut vouchers) = self.commits.busy.lock() {
+            vouchers.remove(&self.voucher_id);
+        }
+    }
+}
+
 /// How a purchase joins its voucher's transactions.
 enum Joined {
     /// The voucher was idle: its transactions start with this one's.
@@ -158,12 +180,20 @@ impl SharedCommits {
     /// one for the purchases that waited meanwhile, until none waits.
     async fn write_while_waiting(&self, first: Waiting) {
         let voucher_id = first.order.voucher_id;
+        let mut idle_at_the_end = IdleAtTheEnd {
+            commits: self,
+            voucher_id,
+            armed: true,
+        };
         let mut batch = vec![first];
         loop {
             let buyers: Vec<UserId> = batch.iter().map(|waiting| waiting.order.user_id).collect();
             self.write(batch).await;
             batch = self.next_batch(voucher_id, &buyers);
             if batch.is_empty() {
+                // Idle already: a purchase may have started the voucher's
+                // transactions anew since.
+                idle_at_the_end.armed = false;
                 return;
             }
         }

@@ -103,6 +103,9 @@ const LOCK_BUSY: &str = "the user's lock is busy";
 const LOCK_UNAVAILABLE: &str = "the user's lock is unavailable";
 /// Why an order whose user's lock passed on while held is left out.
 pub const FENCED_OUT: &str = "a newer lock holder's fencing token wrote";
+/// How often a transaction chosen as a deadlock's victim is run again.
+const DEADLOCK_RETRIES: u32 = 3;
+
 /// Why an order whose user's lock was found lost before its insert (a
 /// lease that ran out, a renewal that found the key taken) is left out.
 pub const LOCK_LOST: &str = "the user's lock was lost while held";
@@ -361,6 +364,7 @@ impl OrderWriter {
                 })
                 .collect()
         };
+        let mut deadlocks = 0;
         let rest = loop {
             let rest: Vec<NewOrder> = (orders.iter())
                 .filter(|order| !resold.contains(&order.id))
@@ -384,6 +388,17 @@ impl OrderWriter {
                     tracing::warn!(orders = rest.len(), error = ?refused,
                         "a transaction of several orders failed; writing them one by one");
                     break rest;
+                }
+                // Chosen as a deadlock's victim (its orders' rows and the
+                // stock row against another transaction's): rolled back
+                // whole, so run again, a few times.
+                Err(error) if error.is_deadlock() && deadlocks < DEADLOCK_RETRIES => {
+                    deadlocks += 1;
+                    tracing::debug!(
+                        orders = rest.len(),
+                        deadlocks,
+                        "deadlock victim; running again"
+                    );
                 }
                 Err(error) => {
                     let each = rest.iter().map(|_| Err(each_told(&error))).collect();
