@@ -30,7 +30,8 @@ const USERS: usize = 40;
 /// How long the two buyers keep buying after the reset request was sent.
 const BUYING_FOR: Duration = Duration::from_millis(80);
 
-fn purchase_request(voucher: VoucherId, token: &str) -> String {
+/// A purchase as raw HTTP/1.1, for a connection a test resets.
+pub fn purchase_request(voucher: VoucherId, token: &str) -> String {
     format!(
         "POST /voucher-order/seckill/{voucher} HTTP/1.1\r\nhost: node\r\n\
          authorization: {token}\r\ncontent-length: 0\r\n\r\n"

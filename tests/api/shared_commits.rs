@@ -18,6 +18,7 @@ use redis::AsyncCommands;
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
+use crate::disconnects::purchase_request;
 use crate::helpers::{
     buy_at, metric, send_then_reset, serve_settings, socket_address, spawn_app, NodeProcess,
     TestApp,
@@ -226,15 +227,9 @@ async fn buyers_who_reset_their_connections_mid_batch_get_one_order_each() {
     let voucher = app.create_open_seckill(100).await;
     let tokens = app.login_many(20).await;
     let address = socket_address(&app);
-    let request = |token: &str| {
-        format!(
-            "POST /voucher-order/seckill/{voucher} HTTP/1.1\r\nHost: x\r\n\
-             authorization: {token}\r\ncontent-length: 0\r\n\r\n"
-        )
-    };
     for _ in 0..3 {
         let resets = tokens.iter().map(|token| {
-            let request = request(token);
+            let request = purchase_request(voucher, token);
             async move { send_then_reset(address, &request, Duration::from_millis(100)).await }
         });
         join_all(resets).await;

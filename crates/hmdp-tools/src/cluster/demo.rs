@@ -376,21 +376,8 @@ async fn demo(
                 tokens.len(),
                 settings.per_user
             );
-            let voucher = loadtest::create_voucher(
-                &client,
-                &cluster.url(),
-                &cluster.spec().admin_token,
-                settings.stock,
-            )
-            .await?;
-            let plan = Plan {
-                target: cluster.url(),
-                voucher,
-                tokens: tokens.clone(),
-                per_user: settings.per_user,
-                concurrency: settings.concurrency,
-                progress: loadtest::progress_bar((tokens.len() * settings.per_user) as u64),
-            };
+            let plan = sale_plan(&cluster, settings, &client, &tokens).await?;
+            let voucher = plan.voucher;
             let before = match redis_cluster {
                 Some(redis) => Some(masters::sample_idle(redis, &cluster.node_urls()).await?),
                 None => None,
@@ -585,6 +572,19 @@ async fn unshared_orders_per_s(
         tokens.len(),
         settings.per_user
     );
+    let plan = sale_plan(cluster, settings, client, tokens).await?;
+    let measured = loadtest::run(&plan).await?;
+    Ok(Report::new(&plan, &measured).orders_per_s)
+}
+
+/// A fresh voucher of `settings.stock` on the cluster, and the plan of its
+/// sale: every one of `tokens` sends `settings.per_user` purchases at once.
+async fn sale_plan(
+    cluster: &Cluster,
+    settings: &DemoSettings,
+    client: &reqwest::Client,
+    tokens: &[String],
+) -> anyhow::Result<Plan> {
     let voucher = loadtest::create_voucher(
         client,
         &cluster.url(),
@@ -592,16 +592,14 @@ async fn unshared_orders_per_s(
         settings.stock,
     )
     .await?;
-    let plan = Plan {
+    Ok(Plan {
         target: cluster.url(),
         voucher,
         tokens: tokens.to_vec(),
         per_user: settings.per_user,
         concurrency: settings.concurrency,
         progress: loadtest::progress_bar((tokens.len() * settings.per_user) as u64),
-    };
-    let measured = loadtest::run(&plan).await?;
-    Ok(Report::new(&plan, &measured).orders_per_s)
+    })
 }
 
 /// The side-by-side table, one row per run; `with_paths` adds the purchase
