@@ -4,6 +4,8 @@
 //! the dead letters, of each shard. All three hold every voucher's orders;
 //! these reads keep one voucher's.
 
+use std::collections::HashSet;
+
 use redis::streams::{StreamId, StreamRangeReply};
 use redis::AsyncCommands;
 
@@ -150,6 +152,14 @@ impl SaleState {
             letters.extend(entries.iter().map(|entry| DeadLetter::of(shard, entry)));
         }
         Ok(letters)
+    }
+
+    /// The ids of the orders in the dead letters (of every voucher: an
+    /// order id is never another voucher's): on no way any more.
+    pub(super) async fn dead_order_ids(&self) -> Result<HashSet<OrderId>, Error> {
+        Ok((self.dead_letters().await?.into_iter())
+            .filter_map(|letter| letter.order.ok().map(|order| order.id))
+            .collect())
     }
 
     /// The dead letters carrying an order of `voucher_id`.

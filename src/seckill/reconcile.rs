@@ -140,13 +140,6 @@ impl SaleState {
         }
     }
 
-    /// The orders in the dead letters: on no way any more.
-    async fn dead_order_ids(&self) -> Result<HashSet<OrderId>, Error> {
-        Ok((self.dead_letters().await?.into_iter())
-            .filter_map(|letter| letter.order.ok().map(|order| order.id))
-            .collect())
-    }
-
     /// The shards of each of `sales`, by voucher, in the order of its
     /// layout: each shard read in one `MULTI` for all the sales on it, then
     /// every sale's moves read again. A sale is left out when a move ran

@@ -351,10 +351,7 @@ impl SaleState {
             return Ok(pending);
         }
         let written: HashSet<OrderId> = sale.order_ids.iter().copied().collect();
-        let dead: HashSet<OrderId> = (self.dead_letters_of(voucher_id).await?)
-            .into_iter()
-            .filter_map(|letter| letter.order.ok().map(|order| order.id))
-            .collect();
+        let dead = self.dead_order_ids().await?;
         Ok(on_their_way(
             pending.into_iter(),
             &written,

@@ -80,8 +80,10 @@ enum Joined {
     First(Waiting),
     /// Its buyer has another purchase in flight or waiting: written alone.
     Alone(Waiting),
+    /// Waiting for the voucher's next transaction.
+    Queued,
 }
-use Joined::{Alone, First};
+use Joined::{Alone, First, Queued};
 
 /// A purchase waiting for its voucher's next transaction.
 struct Waiting {
@@ -139,15 +141,15 @@ impl SharedCommits {
             answer,
         };
         let user = order.user_id;
-        let first = {
+        let joined = {
             let mut vouchers = self.busy.lock().expect("shared commits poisoned");
             match vouchers.get_mut(&order.voucher_id) {
                 Some(busy) => match busy.buyers.insert(user) {
                     true => {
                         busy.waiting.push_back(waiting);
-                        None
+                        Queued
                     }
-                    false => Some(Alone(waiting)),
+                    false => Alone(waiting),
                 },
                 None => {
                     let busy = Busy {
@@ -155,19 +157,19 @@ impl SharedCommits {
                         ..Busy::default()
                     };
                     vouchers.insert(order.voucher_id, busy);
-                    Some(First(waiting))
+                    First(waiting)
                 }
             }
         };
         let commits = self.clone();
-        match first {
-            Some(First(waiting)) => {
+        match joined {
+            First(waiting) => {
                 tokio::spawn(async move { commits.write_while_waiting(waiting).await });
             }
-            Some(Alone(waiting)) => {
+            Alone(waiting) => {
                 tokio::spawn(async move { commits.write(vec![waiting]).await });
             }
-            None => {}
+            Queued => {}
         }
         answered.await.map_err(|_| {
             Error::Internal(anyhow::anyhow!(

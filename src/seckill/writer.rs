@@ -364,7 +364,6 @@ impl OrderWriter {
                 })
                 .collect()
         };
-        let mut deadlocks = 0;
         let rest = loop {
             let rest: Vec<NewOrder> = (orders.iter())
                 .filter(|order| !resold.contains(&order.id))
@@ -373,10 +372,7 @@ impl OrderWriter {
             if rest.is_empty() {
                 return merged(&resold, Vec::new());
             }
-            let ended = self
-                .transaction(&rest, locks, self.deadline(answer_by))
-                .await;
-            match ended {
+            match self.run(&rest, locks, answer_by).await {
                 Ok(Ended::Committed(outcomes)) => {
                     return merged(&resold, outcomes.into_iter().map(Ok).collect())
                 }
@@ -389,17 +385,6 @@ impl OrderWriter {
                         "a transaction of several orders failed; writing them one by one");
                     break rest;
                 }
-                // Chosen as a deadlock's victim (its orders' rows and the
-                // stock row against another transaction's): rolled back
-                // whole, so run again, a few times.
-                Err(error) if error.is_deadlock() && deadlocks < DEADLOCK_RETRIES => {
-                    deadlocks += 1;
-                    tracing::debug!(
-                        orders = rest.len(),
-                        deadlocks,
-                        "deadlock victim; running again"
-                    );
-                }
                 Err(error) => {
                     let each = rest.iter().map(|_| Err(each_told(&error))).collect();
                     return merged(&resold, each);
@@ -408,18 +393,42 @@ impl OrderWriter {
         };
         let mut outcomes = Vec::with_capacity(rest.len());
         for order in &rest {
-            let alone_in = std::slice::from_ref(order);
-            let ended = (self.transaction(alone_in, locks, self.deadline(answer_by))).await;
+            let ended = self
+                .run(std::slice::from_ref(order), locks, answer_by)
+                .await;
             outcomes.push(ended.map(alone));
         }
         merged(&resold, outcomes)
     }
 
-    /// When a transaction's statements are given up: at the backend timeout
-    /// or `answer_by`, whichever comes first; never without `answer_by`.
-    fn deadline(&self, answer_by: Option<Instant>) -> Option<Instant> {
-        let own = Instant::now() + self.store.backend_timeout();
-        answer_by.map(|answer_by| answer_by.min(own))
+    /// [`OrderWriter::transaction`] over `orders`, its statements given up
+    /// at the backend timeout or `answer_by`, whichever comes first (never
+    /// without `answer_by`), and run again should MySQL choose it as a
+    /// deadlock's victim (its orders' rows and the stock row against
+    /// another transaction's): rolled back whole, it is safe to run again,
+    /// a few times.
+    async fn run(
+        &self,
+        orders: &[NewOrder],
+        locks: &Locks,
+        answer_by: Option<Instant>,
+    ) -> Result<Ended, Error> {
+        let mut deadlocks = 0;
+        loop {
+            let own = Instant::now() + self.store.backend_timeout();
+            let deadline = answer_by.map(|answer_by| answer_by.min(own));
+            match self.transaction(orders, locks, deadline).await {
+                Err(error) if error.is_deadlock() && deadlocks < DEADLOCK_RETRIES => {
+                    deadlocks += 1;
+                    tracing::debug!(
+                        orders = orders.len(),
+                        deadlocks,
+                        "deadlock victim; running again"
+                    );
+                }
+                ended => return ended,
+            }
+        }
     }
 
     /// ONE transaction over `orders`, under `locks`. Its end is known
