@@ -1,11 +1,10 @@
 //! Login by phone code, Redis sessions, and the two request guards:
-//! [`CurrentUser`] (header `authorization: <token>`) and [`Admin`]
+//! [`CurrentUser`] (header `authorization: <token>`) and [`Admin`](crate::api::guards::Admin)
 //! (header `x-admin-token`).
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use hmdp_lock::Connection as RedisConnection;
 use moka::future::Cache;
 use rand::RngExt;
 use redis::{AsyncCommands, Script};
@@ -13,6 +12,7 @@ use redis::{AsyncCommands, Script};
 use crate::error::{Error, Rejection};
 use crate::ids::UserId;
 use crate::keys::Keys;
+use crate::redis_handle::RedisConnection;
 use crate::store::User;
 
 /// How long a login code stays valid (hmdp: `LOGIN_CODE_TTL`).

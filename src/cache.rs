@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::anyhow;
-use hmdp_lock::Connection as RedisConnection;
 use hmdp_lock::{DistributedLock, Release};
 use rand::RngExt;
 use redis::AsyncCommands;
@@ -33,6 +32,7 @@ use crate::error::Error;
 use crate::ids::ShopId;
 use crate::keys::Keys;
 use crate::metrics::CACHE_READS;
+use crate::redis_handle::RedisConnection;
 use crate::store::{Shop, ShopType, Store};
 
 /// How long an entry stays cached, before the jitter.

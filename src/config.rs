@@ -7,10 +7,11 @@ use anyhow::Context;
 use clap::builder::TypedValueParser;
 use clap::error::ErrorKind;
 use clap::Args;
-use hmdp_lock::{Connection as RedisConnection, LockMode};
-
+use hmdp_lock::LockMode;
 use rand::RngExt;
 use subtle::ConstantTimeEq;
+
+use crate::redis_handle::RedisConnection;
 
 /// MySQL: users, vouchers and orders.
 #[derive(Debug, Clone, Args)]

@@ -32,31 +32,6 @@ pub enum Rejection {
 }
 
 impl Rejection {
-    pub const ALL: [Rejection; 15] = [
-        Rejection::PhoneInvalid,
-        Rejection::CodeInvalid,
-        Rejection::CodeTooFrequent,
-        Rejection::VoucherNotFound,
-        Rejection::NotStarted,
-        Rejection::Ended,
-        Rejection::SoldOut,
-        Rejection::DuplicateRequest,
-        Rejection::AlreadyOrdered,
-        Rejection::OrderNotFound,
-        Rejection::ShopNotFound,
-        Rejection::OrderClosed,
-        Rejection::OrderPaid,
-        Rejection::OrderNotPaid,
-        Rejection::OrderPending,
-    ];
-
-    /// The rejection whose [`Rejection::code`] is `code`.
-    pub fn from_code(code: &str) -> Option<Rejection> {
-        Rejection::ALL
-            .into_iter()
-            .find(|rejection| rejection.code() == code)
-    }
-
     pub fn code(self) -> &'static str {
         match self {
             Rejection::PhoneInvalid => "PHONE_INVALID",
@@ -131,6 +106,12 @@ pub enum Error {
 }
 
 impl Error {
+    /// A step (or a read it needs) given up on at the end of its time:
+    /// MySQL or Redis too slow to answer within `budget`.
+    pub fn over_budget(step: &str, budget: std::time::Duration) -> Error {
+        Error::Unavailable(anyhow::anyhow!("{step} took longer than {budget:?}"))
+    }
+
     pub fn error_code(&self) -> &'static str {
         match self {
             Error::Rejected(rejection) => rejection.code(),

@@ -7,9 +7,9 @@
 //! (`lua/seckill.lua`) from a sequence of its own, so the two never meet.
 
 use chrono::{DateTime, Utc};
-use hmdp_lock::Connection as RedisConnection;
 
 use crate::keys::Keys;
+use crate::redis_handle::RedisConnection;
 
 /// 2022-01-01T00:00:00Z, hmdp's `BEGIN_TIMESTAMP`.
 pub const EPOCH_SECONDS: i64 = 1_640_995_200;

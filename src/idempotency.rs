@@ -15,12 +15,12 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use hmdp_lock::Connection as RedisConnection;
 use redis::{AsyncCommands, Script};
 
 use crate::error::Error;
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
+use crate::redis_handle::RedisConnection;
 use crate::shards::Shard;
 
 /// How long an answer is kept.

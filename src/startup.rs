@@ -6,7 +6,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::dev::{Server, ServerHandle};
+use actix_web::dev::Server;
 use actix_web::middleware::{from_fn, DefaultHeaders};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
@@ -25,16 +25,17 @@ use crate::config::{
 };
 use crate::keys::Keys;
 use crate::metrics;
+use crate::redis_handle::RedisConnection;
 use crate::seckill::stream::StreamConsumer;
 use crate::seckill::Seckill;
 use crate::store::{self, Store};
 use crate::telemetry::RequestIdSpan;
 
-/// The lock `settings` configure, on `redis` (see [`hmdp_lock::build`]),
+/// The lock `settings` configure, on `redis` (see [`hmdp_lock::LockBuilder::build_sharing`]),
 /// counting its events into the node's metrics.
 pub fn build_lock(
     settings: &LockSettings,
-    redis: impl Into<hmdp_lock::Connection>,
+    redis: impl Into<RedisConnection>,
     redis_url: &str,
 ) -> anyhow::Result<Arc<dyn DistributedLock>> {
     let source = hmdp_lock::RedisSource::from_url(redis_url)
@@ -201,11 +202,6 @@ impl Application {
 
     pub fn port(&self) -> u16 {
         self.port
-    }
-
-    /// Lets the caller stop the server gracefully.
-    pub fn handle(&self) -> ServerHandle {
-        self.server.handle()
     }
 
     /// Serves until stopped; SIGTERM and SIGINT stop accepting and let

@@ -7,12 +7,12 @@
 use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use hmdp_lock::Connection as RedisConnection;
 use redis::{AsyncCommands, Script};
 use tokio::sync::mpsc;
 
 use crate::ids::OrderId;
 use crate::keys::Keys;
+use crate::redis_handle::RedisConnection;
 
 static CLAIM: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/claim_due.lua")));

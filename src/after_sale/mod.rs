@@ -6,8 +6,8 @@
 //! conditional update that closes the order (`… AND status = 1`, so that a
 //! payment racing it and a second closer both lose to it, or it to them),
 //! the unit back in MySQL's stock, and the give-back owed to Redis recorded
-//! in `tb_order_giveback`. The give-back then reaches the Redis sale (stock
-//! + 1, the buyer's turn back) through `lua/giveback.lua`, keyed by the
+//! in `tb_order_giveback`. The give-back then reaches the Redis sale (one
+//! unit more, the buyer's turn back) through `lua/giveback.lua`, keyed by the
 //! order id: exactly once, however often it is sent. A node killed between
 //! the two leaves the row, which any node's closer sends again.
 //!
@@ -22,7 +22,6 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use chrono::NaiveDateTime;
-use hmdp_lock::Connection as RedisConnection;
 use redis::Script;
 use serde::Serialize;
 
@@ -33,6 +32,7 @@ use crate::error::{Error, Rejection};
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
 use crate::metrics;
+use crate::redis_handle::RedisConnection;
 use crate::shards::Shard;
 use crate::store::{CloseCause, Closing, Giveback, OrderState, Paid, Store, Using, VoucherOrder};
 

@@ -4,12 +4,11 @@
 use actix_web::{web, HttpResponse};
 use redis::AsyncCommands;
 
-use hmdp_lock::Connection as RedisConnection;
-
 use super::response::ok_data;
 use super::AppState;
 use crate::error::Error;
 use crate::metrics;
+use crate::redis_handle::RedisConnection;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/health", web::get().to(health))

@@ -4,12 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hmdp_lock::Connection as RedisConnection;
-
 use crate::after_sale::AfterSale;
 use crate::auth::Sessions;
 use crate::cache::ShopCache;
 use crate::config::AdminToken;
+use crate::redis_handle::RedisConnection;
 use crate::seckill::Seckill;
 use crate::store::Store;
 

@@ -18,7 +18,6 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use hmdp_lock::Connection as RedisConnection;
 use redis::{AsyncCommands, Script};
 
 use super::sale_state::SaleState;
@@ -27,6 +26,7 @@ use crate::error::{Error, Rejection};
 use crate::idempotency::{IdempotencyKey, ANSWER_KEPT};
 use crate::ids::{OrderId, UserId};
 use crate::metrics;
+use crate::redis_handle::RedisConnection;
 use crate::shards::{Shard, SEQUENCE_BITS};
 
 static ADMIT: LazyLock<Script> =
@@ -94,7 +94,9 @@ impl Admission {
         }
     }
 
-    /// Every label [`Admission::label`] can give to an answer.
+    /// The labels of the script's everyday answers — `admitted` and each
+    /// refusal's `errorCode` — which every sale shows (the metrics' zero
+    /// series); the rarer answers' labels appear when they first happen.
     pub fn labels() -> impl Iterator<Item = &'static str> {
         REFUSALS
             .into_iter()

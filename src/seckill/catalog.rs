@@ -170,7 +170,7 @@ impl Catalog {
         let row = tokio::time::timeout(deadline, self.store.seckill_voucher(voucher_id))
             .await
             .map_err(|_| {
-                super::over_budget(&format!("reading voucher {voucher_id}"), deadline)
+                Error::over_budget(&format!("reading voucher {voucher_id}"), deadline)
             })??;
         let Some(row) = row else {
             self.forget(voucher_id);

@@ -9,8 +9,8 @@ use std::collections::HashSet;
 use redis::streams::{StreamId, StreamRangeReply};
 use redis::AsyncCommands;
 
+use super::order_fields::order_of;
 use super::sale_state::{pending_entry, SaleState};
-use super::stream::entry::order_of;
 use crate::error::Error;
 use crate::ids::{OrderId, VoucherId};
 use crate::shards::{Layout, Shard};

@@ -19,27 +19,30 @@
 //! - `queue.rs` — `queue` mode's in-process queue and its writer
 //! - `stream/` — `stream` mode's consumer: the order stream written to MySQL in batches
 //! - `in_flight.rs` — admitted orders not yet written, read back for the audit
+//! - `order_fields.rs` — an admitted order's fields, as the admission script writes them
 //! - `reconcile.rs` — every node's comparison of the sales in Redis with MySQL, and their heal
-//! - `writer.rs` — the purchase transaction, under the users' locks, that every path writes with
+//! - `sync_purchase.rs` — the synchronous purchase: window, lock, order written, release
+//! - `writer/` — the purchase transaction, under the users' locks, that every path writes with,
+//!   and its vocabulary (`outcome.rs`)
 //! - `shared_commits.rs` — the synchronous purchases of a voucher written together, one transaction at a time
 
 mod admission;
 mod catalog;
 mod in_flight;
+mod order_fields;
 mod queue;
 mod reconcile;
 mod sale_state;
 mod shared_commits;
 mod stock_moves;
 pub mod stream;
+mod sync_purchase;
 mod writer;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::Local;
-use hmdp_lock::Connection as RedisConnection;
-use hmdp_lock::{DistributedLock, LockGuard};
+use hmdp_lock::DistributedLock;
 use serde::Serialize;
 use tracing::Instrument;
 
@@ -47,10 +50,11 @@ use crate::after_sale::PayDeadlines;
 use crate::config::SeckillMode;
 use crate::error::{Error, Rejection};
 use crate::id_worker::IdWorker;
-use crate::idempotency::{Claim, ClaimId, Idempotency, IdempotencyKey};
+use crate::idempotency::{Idempotency, IdempotencyKey};
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
 use crate::metrics;
+use crate::redis_handle::RedisConnection;
 use crate::shards::Shard;
 use crate::store::{NewOrder, Store, VoucherOrder};
 pub use admission::Admission;
@@ -59,10 +63,10 @@ pub use in_flight::DeadLetter;
 use queue::OrderQueue;
 pub use reconcile::RECONCILE_EVERY;
 pub use sale_state::{PendingOrder, RedisSale, RedisShard, SaleState};
+use shared_commits::SharedCommits;
 pub use shared_commits::Written;
-use shared_commits::{answered, Placed, SharedCommits};
 pub use stock_moves::{InTransit, SaleRef, STALE_AFTER, SWEEP_EVERY};
-pub use writer::{Locks, OrderSource, OrderWriter, Outcome};
+pub use writer::{Deferral, Locks, OrderSource, OrderWriter, Outcome};
 
 /// Where an admitted order goes on its way to MySQL.
 enum Handoff {
@@ -79,18 +83,6 @@ enum Handoff {
 pub enum OrderStatus {
     Written(VoucherOrder),
     Pending(PendingOrder),
-}
-
-/// How many order ids a purchase draws at most, each found taken already.
-const ORDER_ID_ATTEMPTS: usize = 8;
-
-/// How long the answer waits for the lock's release even when the
-/// purchase's time is up: a healthy Redis answers within a millisecond.
-const RELEASE_GRACE: Duration = Duration::from_millis(200);
-
-/// A purchase step (or a read it needs) given up on at the end of its time.
-fn over_budget(step: &str, budget: Duration) -> Error {
-    Error::Unavailable(anyhow::anyhow!("{step} took longer than {budget:?}"))
 }
 
 /// A purchase's outcome (its order, and whether this request was answered
@@ -354,7 +346,11 @@ impl Seckill {
             async move {
                 let key = key.as_ref();
                 counted(match &seckill.handoff {
-                    None => seckill.place(user_id, voucher_id, requested_at, key).await,
+                    None => {
+                        seckill
+                            .purchase_sync(user_id, voucher_id, requested_at, key)
+                            .await
+                    }
                     Some(handoff) => seckill.admit(handoff, user_id, voucher_id, key).await,
                 })
             }
@@ -397,193 +393,6 @@ impl Seckill {
         self.idempotency
             .kept(user_id, key, voucher_id, shards)
             .await
-    }
-
-    /// The synchronous purchase: the sale's window, then the user's lock
-    /// and the order placed in MySQL under it; with the buyer's
-    /// Idempotency-Key `key`, the order an earlier request with it got
-    /// (`true`) instead.
-    async fn place(
-        self: &Arc<Self>,
-        user_id: UserId,
-        voucher_id: VoucherId,
-        requested_at: Instant,
-        key: Option<&IdempotencyKey>,
-    ) -> Result<(OrderId, bool), Error> {
-        let budget = self.store.backend_timeout() + self.writer.lock_wait();
-        let answer_by = requested_at + budget;
-        let voucher = self
-            .catalog
-            .sale(voucher_id)
-            .await?
-            .ok_or(Rejection::VoucherNotFound)?;
-        if let Some(refusal) = voucher.refusal_at(Local::now().naive_local()) {
-            // A key that got an order is answered with it, not refused.
-            if let Some(key) = key {
-                if let Some(order_id) = self.kept_answer(user_id, voucher_id, key, None).await? {
-                    return Ok((order_id, true));
-                }
-            }
-            return Err(refusal.into());
-        }
-
-        // The order id is drawn, and the Idempotency-Key claimed, alongside
-        // the lock: with a Redis lock, the commands are queued on the shared
-        // connection before its writer runs, so they leave in one write and
-        // come back in one read — they cost no round trip of their own, and
-        // none while the voucher's stock row is locked. A purchase refused
-        // after this leaves a gap in the counter, which ids allow.
-        // Given up on at the end of the budget (an acquisition abandoned in
-        // flight gives back whatever it took).
-        let claim_id = ClaimId::new(voucher_id);
-        let joined = tokio::time::timeout_at(answer_by.into(), async {
-            tokio::join!(
-                self.writer.acquire(user_id),
-                self.next_order_id(),
-                self.idempotency.claim(user_id, key, voucher_id, &claim_id)
-            )
-        })
-        .await;
-        let Ok((held, id, claim)) = joined else {
-            // Given up before the claim's answer: whether it landed is not
-            // known. It is freed if it did (the key would answer 409 for a
-            // minute for a purchase that never ran), in a task of its own:
-            // this answer is due.
-            if let Some(key) = key.cloned() {
-                let seckill = self.clone();
-                tokio::spawn(async move {
-                    (seckill.idempotency)
-                        .settle(user_id, &key, &claim_id, None)
-                        .await
-                });
-            }
-            return Err(over_budget("taking the lock", budget));
-        };
-        let drawn = id.as_ref().ok().copied();
-        let claimed = match claim {
-            Ok(Some(Claim::Ours)) => key,
-            Ok(None) => None,
-            // Answered by an earlier request with the key, or refused.
-            Ok(Some(Claim::Kept(order_id))) => {
-                self.release_taken(held, answer_by).await;
-                return Ok((order_id, true));
-            }
-            Err(error) => {
-                self.release_taken(held, answer_by).await;
-                return Err(error);
-            }
-        };
-        let outcome = match (held, id) {
-            (Ok(held), Ok(id)) => {
-                let order = NewOrder {
-                    id,
-                    user_id,
-                    voucher_id,
-                };
-                let (placed, held) = self.write_order(order, held, answer_by).await;
-                if let Some(held) = held {
-                    self.release_awaited_until(held, answer_by).await;
-                }
-                placed
-            }
-            (held, Err(error)) => {
-                self.release_taken(held, answer_by).await;
-                Err(error.into())
-            }
-            (Err(error), Ok(_)) => Err(error),
-        };
-        if let Some(key) = claimed {
-            let placed = match &outcome {
-                Ok(order_id) => Some(Some(*order_id)),
-                // A refusal wrote nothing: the key may ask again.
-                Err(Error::Rejected(_)) => Some(None),
-                // Anything else may have committed all the same (its
-                // COMMIT's answer lost on the way): the key keeps the
-                // order if MySQL has it, and stays claimed (a minute) if
-                // MySQL cannot say.
-                Err(_) => match drawn {
-                    Some(id) => match self.store.order_of_user(id, user_id).await {
-                        Ok(written) => Some(written.map(|_| id)),
-                        Err(_) => None,
-                    },
-                    None => Some(None),
-                },
-            };
-            if let Some(placed) = placed {
-                let placed = placed.map(|order_id| (voucher_id, order_id));
-                (self.idempotency)
-                    .settle(user_id, key, &claim_id, placed)
-                    .await;
-            }
-        }
-        if matches!(outcome, Err(Error::Rejected(Rejection::SoldOut))) {
-            voucher.mark_sold_out();
-        }
-        outcome.map(|order_id| (order_id, false))
-    }
-
-    /// A synchronous purchase's `order` written under its buyer's lock
-    /// `held`: in the voucher's next shared commit, or in a transaction of
-    /// its own; given up before its `COMMIT` at the backend timeout or
-    /// `answer_by`, whichever comes first. Answers with the lock, still held
-    /// (`None` only should the shared commit's task have died).
-    async fn write_order(
-        self: &Arc<Self>,
-        mut order: NewOrder,
-        mut held: Box<dyn LockGuard>,
-        answer_by: Instant,
-    ) -> (Result<OrderId, Error>, Option<Box<dyn LockGuard>>) {
-        for _ in 0..ORDER_ID_ATTEMPTS {
-            let placed = match &self.commits {
-                Some(commits) => match commits.place(order, held, answer_by).await {
-                    Ok(placed) => placed,
-                    Err(error) => return (Err(error), None),
-                },
-                None => {
-                    let locks = Locks::one(order.user_id, held);
-                    let written = self.place_order(order, &locks, Some(answer_by)).await;
-                    let held = locks.into_held().next().expect("the buyer's lock is held");
-                    Placed {
-                        outcome: written,
-                        held,
-                    }
-                }
-            };
-            held = placed.held;
-            match placed.outcome {
-                Ok(Written::Order(order_id)) => return (Ok(order_id), Some(held)),
-                Ok(Written::IdTaken) => match self.next_order_id().await {
-                    Ok(id) => {
-                        tracing::warn!(taken = %order.id,
-                            "order id reused after an id counter reset; drawing another");
-                        order.id = id;
-                    }
-                    Err(error) => return (Err(error.into()), Some(held)),
-                },
-                Err(error) => return (Err(error), Some(held)),
-            }
-        }
-        let error = anyhow::anyhow!("{ORDER_ID_ATTEMPTS} order ids in a row were taken already");
-        (Err(Error::Internal(error)), Some(held))
-    }
-
-    /// The purchase transaction for one `order`, alone, under its user's
-    /// lock in `locks` (also what `bench-db` measures, with no lock), given
-    /// up before its `COMMIT` at the backend timeout or `answer_by`,
-    /// whichever comes first. [`Written::IdTaken`]: the id worker's counter
-    /// in Redis started over (Redis restarted empty within the same second
-    /// as earlier orders) and handed out an id taken already.
-    pub async fn place_order(
-        &self,
-        order: NewOrder,
-        locks: &Locks,
-        answer_by: Option<Instant>,
-    ) -> Result<Written, Error> {
-        let answer_by = answer_by.unwrap_or_else(|| Instant::now() + self.store.backend_timeout());
-        let mut written = (self.writer)
-            .write_purchases(std::slice::from_ref(&order), locks, answer_by)
-            .await;
-        answered(&order, written.pop().expect("an outcome per order")?)
     }
 
     /// The purchase of `queue` and `stream` mode: admitted in Redis, handed
@@ -683,39 +492,5 @@ impl Seckill {
 
     async fn next_order_id(&self) -> redis::RedisResult<OrderId> {
         self.ids.next_id("order").await.map(OrderId::new)
-    }
-
-    /// Releases the lock of an acquisition that took it.
-    async fn release_taken(
-        self: &Arc<Self>,
-        taken: Result<Box<dyn LockGuard>, Error>,
-        answer_by: Instant,
-    ) {
-        if let Ok(held) = taken {
-            self.release_awaited_until(held, answer_by).await;
-        }
-    }
-
-    /// Releases the lock, waiting for that until `answer_by` at most (but
-    /// always [`RELEASE_GRACE`]). The answer normally follows the release,
-    /// so that the same user's next purchase finds the lock free; but with
-    /// Redis failing over, a purchase that already waited out a Redis call
-    /// inside its transaction (the fencing check) could wait as long again
-    /// for the release. After that the release carries on in a task of its
-    /// own (the transaction has ended: the lock has done its work); a
-    /// release that ends in time, nearly all of them, costs no task.
-    async fn release_awaited_until(self: &Arc<Self>, held: Box<dyn LockGuard>, answer_by: Instant) {
-        let seckill = self.clone();
-        // Owned, so that it can move to a task half done: a release is not
-        // dropped midway.
-        let mut release = Box::pin(async move { seckill.writer.release(held).await });
-        let until = answer_by.max(Instant::now() + RELEASE_GRACE);
-        if tokio::time::timeout_at(until.into(), &mut release)
-            .await
-            .is_err()
-        {
-            tracing::debug!("lock release still under way; answering without it");
-            tokio::spawn(release);
-        }
     }
 }

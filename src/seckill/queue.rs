@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::stream::Blame;
+use super::writer::Blame;
 use super::writer::{OrderWriter, Outcome};
 use crate::error::Error;
 use crate::metrics;
@@ -200,7 +200,7 @@ async fn write_one(writer: &OrderWriter, order: NewOrder) -> Written {
             Ok(outcomes) => match outcomes[0] {
                 outcome if outcome.settled() => return Written::Settled,
                 outcome if outcome.waits_on_others() => return Written::WaitsOnOthers,
-                Outcome::Deferred(why) => why.to_owned(),
+                Outcome::Deferred(why) => why.to_string(),
                 Outcome::IdTaken => format!("order id {order_id} belongs to another order"),
                 Outcome::DuplicateUser => format!(
                     "user {user_id} holds another active order of voucher {voucher_id}: Redis \

@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use chrono::{Local, NaiveDateTime, TimeZone};
 use futures::future::try_join_all;
-use hmdp_lock::Connection as RedisConnection;
 use redis::{AsyncCommands, Script};
 use serde::Serialize;
 use tokio::time::Instant;
@@ -31,6 +30,7 @@ use crate::error::Error;
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::{Keys, ShardKeys};
 use crate::metrics;
+use crate::redis_handle::RedisConnection;
 use crate::shards::{Layout, Shard};
 use crate::store::{NewOrder, SaleSnapshot, Store};
 
@@ -236,7 +236,7 @@ impl SaleState {
         tokio::time::timeout(deadline, self.load_now(voucher_id, heal))
             .await
             .map_err(|_| {
-                super::over_budget(&format!("loading voucher {voucher_id}'s sale"), deadline)
+                Error::over_budget(&format!("loading voucher {voucher_id}'s sale"), deadline)
             })?
     }
 

@@ -28,7 +28,7 @@ use std::time::Instant;
 use hmdp_lock::{LockError, LockGuard, LostReason};
 use tokio::sync::oneshot;
 
-use super::writer::{Locks, OrderWriter, Outcome, FENCED_OUT, LOCK_LOST, NO_STOCK_IN_MYSQL};
+use super::writer::{Deferral, Locks, OrderWriter, Outcome};
 use crate::error::{Error, Rejection};
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::metrics;
@@ -278,14 +278,17 @@ pub(super) fn answered(order: &NewOrder, outcome: Outcome) -> Result<Written, Er
         Outcome::Written => Ok(Written::Order(order.id)),
         Outcome::IdTaken => Ok(Written::IdTaken),
         Outcome::AlreadyWritten | Outcome::DuplicateUser => Err(Rejection::AlreadyOrdered.into()),
-        Outcome::Deferred(NO_STOCK_IN_MYSQL) => Err(Rejection::SoldOut.into()),
-        Outcome::Deferred(FENCED_OUT) => Err(LockError::Lost(LostReason::FencedOut).into()),
-        Outcome::Deferred(LOCK_LOST) => Err(Error::Unavailable(anyhow::anyhow!(
-            "the purchase rolled back: {LOCK_LOST}"
-        ))),
-        Outcome::Deferred(why) => Err(Error::Internal(anyhow::anyhow!(
-            "the purchase's order was deferred: {why}"
-        ))),
+        Outcome::Deferred(Deferral::NoStockInMysql) => Err(Rejection::SoldOut.into()),
+        Outcome::Deferred(Deferral::FencedOut) => {
+            Err(LockError::Lost(LostReason::FencedOut).into())
+        }
+        Outcome::Deferred(why @ Deferral::LockLost) => Err(Error::Unavailable(
+            anyhow::Error::new(why).context("the purchase rolled back"),
+        )),
+        // A purchase's own lock is held when its order is written.
+        Outcome::Deferred(why @ (Deferral::LockBusy | Deferral::LockUnavailable)) => Err(
+            Error::Internal(anyhow::Error::new(why).context("the purchase's order was deferred")),
+        ),
         // Never a purchase's: its order is not counted again in a sale Redis
         // reloaded (only admitted orders are).
         Outcome::Resold => Err(Error::Internal(anyhow::anyhow!(

@@ -301,7 +301,7 @@ impl SaleState {
                 return Ok(Refill::SoldOut);
             }
         }
-        Err(super::over_budget(
+        Err(Error::over_budget(
             "moving stock between the sale's shards",
             self.store.backend_timeout(),
         ))

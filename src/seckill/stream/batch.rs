@@ -12,7 +12,7 @@
 use super::entry::Entry;
 use super::group::OrderStream;
 use crate::metrics;
-use crate::seckill::writer::{OrderWriter, Outcome, NO_STOCK_IN_MYSQL};
+use crate::seckill::writer::{Blame, Deferral, OrderWriter, Outcome};
 use crate::store::NewOrder;
 
 /// The `outcome` label of `hmdp_stream_orders_total`.
@@ -100,7 +100,7 @@ async fn last_chance(
     let alone = [(entry, order)];
     let why = match settle_orders(writer, stream, &alone).await {
         Ok(outcomes) => match outcomes[0] {
-            Outcome::Deferred(NO_STOCK_IN_MYSQL) => NO_STOCK_IN_MYSQL.to_owned(),
+            Outcome::Deferred(why @ Deferral::NoStockInMysql) => why.to_string(),
             // Settled, dead-lettered for its id, or waiting on others.
             _ => return Ok(()),
         },
@@ -113,44 +113,6 @@ async fn last_chance(
         "delivered {deliveries} times without being written (limit {max_deliveries}): {why}"
     );
     dead_letter(stream, &alone[0].0, "max_deliveries", &reason).await
-}
-
-/// Whose failure a failed write is. Only a failure of the order itself
-/// repeats whatever the surroundings do, so only such a failure may ever
-/// give up on an order its buyer was told they have; every other failure
-/// passes once MySQL, Redis or the lock's holder lets it.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Blame {
-    /// The order's own values are refused (a column's type or range, a
-    /// constraint): the same statement fails the same way every time.
-    Order(String),
-    /// Anything else: a lock wait timeout (1205), a deadlock (1213), a
-    /// read-only server (1290), a locked table, a full disk, a connection
-    /// lost or refused, a statement given up on, a user's lock lost.
-    Surroundings,
-}
-
-/// MySQL errors about the values of the row written: column cannot be null
-/// (1048), out of range (1264), incorrect value (1366), data too long
-/// (1406), foreign key (1452), check constraint (3819, MariaDB's 4025).
-const ORDER_VALUE_ERRORS: [u16; 7] = [1048, 1264, 1366, 1406, 1452, 3819, 4025];
-
-impl Blame {
-    pub fn of(failure: &anyhow::Error) -> Blame {
-        let refused = failure
-            .chain()
-            .filter_map(|cause| match cause.downcast_ref::<sqlx::Error>() {
-                Some(sqlx::Error::Database(db)) => {
-                    db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                }
-                _ => None,
-            })
-            .find(|mysql| ORDER_VALUE_ERRORS.contains(&mysql.number()));
-        match refused {
-            Some(mysql) => Blame::Order(format!("MySQL refused the order: {mysql}")),
-            None => Blame::Surroundings,
-        }
-    }
 }
 
 /// Writes `orders` in one transaction under their users' locks,
@@ -248,7 +210,7 @@ fn report(entry: &Entry, order: &NewOrder, outcome: Outcome) {
             "order already written (a redelivery): acknowledged, not written again"
         ),
         Outcome::Deferred(reason) => tracing::warn!(
-            %order_id, entry = %entry.id, deliveries = entry.deliveries, reason,
+            %order_id, entry = %entry.id, deliveries = entry.deliveries, %reason,
             "order not written; left pending to be claimed and tried again"
         ),
     }

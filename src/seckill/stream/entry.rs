@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use redis::streams::StreamId;
 use redis::Value;
 
-use crate::ids::{positive_id, OrderId, UserId, VoucherId};
+use crate::seckill::order_fields::order_of;
 use crate::store::NewOrder;
 
 /// An entry delivered to this consumer.
@@ -52,29 +52,10 @@ impl Entry {
     }
 }
 
-/// The order that the fields of an order stream entry (or a dead letter)
-/// stand for, or why they cannot be one.
-pub(in crate::seckill) fn order_of(fields: &HashMap<String, Value>) -> Result<NewOrder, String> {
-    Ok(NewOrder {
-        id: OrderId::new(number(fields, "id")?),
-        // Positive, so its absolute value is itself.
-        user_id: UserId::new(number(fields, "userId")?.unsigned_abs()),
-        voucher_id: VoucherId::new(number(fields, "voucherId")?),
-    })
-}
-
-/// A positive decimal field.
-fn number(fields: &HashMap<String, Value>, field: &str) -> Result<i64, String> {
-    let raw: String = fields
-        .get(field)
-        .and_then(|value| redis::from_redis_value_ref(value).ok())
-        .ok_or_else(|| format!("field `{field}` missing or not text"))?;
-    positive_id(&raw).map_err(|_| format!("field `{field}` is not a positive id: {raw:?}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::{OrderId, UserId, VoucherId};
 
     fn entry(fields: &[(&str, &str)]) -> Entry {
         Entry {

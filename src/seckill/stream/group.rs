@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use hmdp_lock::Connection as RedisConnection;
 use redis::streams::{
     StreamAutoClaimOptions, StreamAutoClaimReply, StreamInfoConsumersReply,
     StreamPendingCountReply, StreamReadOptions, StreamReadReply,
@@ -16,6 +15,7 @@ use redis::{AsyncCommands, RedisResult};
 use super::entry::Entry;
 use crate::keys::ShardKeys;
 use crate::metrics;
+use crate::redis_handle::RedisConnection;
 use crate::shards::Shard;
 use crate::store::NewOrder;
 

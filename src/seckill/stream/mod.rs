@@ -29,7 +29,7 @@
 //! somebody claimed them.
 
 mod batch;
-pub(super) mod entry;
+mod entry;
 mod group;
 mod replay;
 
@@ -38,13 +38,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use hmdp_lock::Connection as RedisConnection;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::writer::OrderWriter;
+use super::writer::{Blame, OrderWriter};
+use crate::redis_handle::RedisConnection;
 use crate::shards::Shard;
 
 /// A consumer with nothing pending that has not read for this many claim
@@ -52,7 +52,6 @@ use crate::shards::Shard;
 const DEAD_CONSUMER_IDLE: u32 = 10;
 use crate::config::StreamSettings;
 use crate::metrics;
-pub(super) use batch::Blame;
 use entry::Entry;
 use group::OrderStream;
 pub use group::GROUP;

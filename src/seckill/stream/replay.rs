@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use crate::seckill::writer::{OrderWriter, Outcome, NO_STOCK_IN_MYSQL};
+use crate::seckill::writer::{Deferral, OrderWriter, Outcome};
 use crate::seckill::DeadLetter;
 use crate::store::NewOrder;
 
@@ -80,7 +80,7 @@ pub async fn replay(writer: &OrderWriter, letter: &DeadLetter) -> anyhow::Result
             "its unit or its buyer's turn went to a buyer admitted after Redis lost the sale"
                 .to_owned(),
         ),
-        Outcome::Deferred(why) if why == NO_STOCK_IN_MYSQL => {
+        Outcome::Deferred(why @ Deferral::NoStockInMysql) => {
             Replay::Refused(format!("voucher {}: {why}", order.voucher_id))
         }
         Outcome::Deferred(why) => anyhow::bail!("order {} not written now: {why}", order.id),

@@ -89,7 +89,7 @@ pub async fn run(args: BenchDbArgs) -> anyhow::Result<BenchDbResult> {
                             voucher_id,
                         };
                         let locks = Locks::one(user_id, held);
-                        seckill.place_order(order, &locks, None).await.is_ok()
+                        seckill.write_alone(order, &locks, None).await.is_ok()
                     }
                     None => false,
                 }

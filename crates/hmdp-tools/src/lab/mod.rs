@@ -2,17 +2,17 @@
 //! course walks through, each run against a real Redis with the purchase's
 //! own lock implementations, printed as a timeline with a one-line verdict.
 //!
-//! One file per scenario; [`harness`] holds the stage they share,
-//! [`report`] what a run prints (its timeline and verdict), and
-//! [`late_release`] the story `misdelete` and `check-then-delete` both tell.
+//! One file per scenario; `harness.rs` holds the stage they share,
+//! `report.rs` what a run prints (its timeline and verdict), and
+//! `late_release.rs` the story `misdelete` and `check-then-delete` both tell.
 //! The asynchronous purchase's scenarios (`queue-crash`, `stream-crash`,
-//! `redis-restart`) run real nodes on the stage of [`sale`] and judge the
+//! `redis-restart`) run real nodes on the stage of `sale.rs` and judge the
 //! orders: each buyer told success must hold exactly one. The after-sale
 //! scenarios (`pay-vs-close`, `double-close`, `lost-giveback`) set a naive
 //! close of unpaid orders against the project's on the stage of
-//! [`after_sale`], and judge the units: none sold twice, none stranded.
+//! `after_sale.rs`, and judge the units: none sold twice, none stranded.
 //! A scenario is an async function that builds its locks through the
-//! [`Lab`], plays its actors on the lab's clock and explains the outcome; the
+//! `Lab`, plays its actors on the lab's clock and explains the outcome; the
 //! verdict itself comes from who was seen inside the critical section
 //! together.
 

@@ -15,20 +15,24 @@
 //! Redis first and are also counted again in a sale Redis reloaded
 //! meanwhile. Each order written gets its payment deadline (`after_sale`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use hmdp_lock::{DistributedLock, LockError, LockGuard, LockMode};
+use hmdp_lock::{DistributedLock, LockGuard, LockMode};
 
-use super::sale_state::{Readmit, SaleState};
+use super::sale_state::SaleState;
 use crate::after_sale::PayDeadlines;
 use crate::error::{Error, Rejection};
-use crate::ids::{OrderId, UserId, VoucherId};
+use crate::ids::{OrderId, UserId};
 use crate::keys::Keys;
 use crate::metrics;
-use crate::store::{self, NewOrder, Store, Tx};
+use crate::store::{NewOrder, Store, Tx};
+
+mod outcome;
+mod statements;
+pub use outcome::{Blame, Deferral, Ended, Outcome};
 
 /// Where the orders a writer writes come from. Orders admitted in Redis
 /// first are counted again, before their commit, in a sale Redis lost and
@@ -59,70 +63,8 @@ pub struct OrderWriter {
     chaos_hold: Duration,
 }
 
-/// What became of one order of a transaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Inserted, stock taken, committed.
-    Written,
-    /// Already in MySQL as this very order: a redelivery.
-    AlreadyWritten,
-    /// The user already holds another order of the voucher: refused, as
-    /// the synchronous purchase refuses `ALREADY_ORDERED`. An admitted
-    /// order refused so (Redis forgot its buyer and admitted them twice)
-    /// goes to the dead letters: its buyer was told success.
-    DuplicateUser,
-    /// The order id belongs to another order (the id counter in Redis
-    /// started over): it can never be written under this id.
-    IdTaken,
-    /// Admitted before Redis lost the sale, and its unit (or its buyer's
-    /// turn) went to a buyer admitted after the reload, who keeps it: the
-    /// order cannot be written without selling a unit twice.
-    Resold,
-    /// Not written this time (lock busy, no stock left in MySQL, a stale
-    /// fencing token); left pending, to be tried again. Only
-    /// [`NO_STOCK_IN_MYSQL`] ever ends in the dead letters.
-    Deferred(&'static str),
-}
-
-impl Outcome {
-    /// Left pending for a reason not the order's own: another holder has
-    /// the user's lock, the lock could not be asked, or it passed on.
-    pub fn waits_on_others(self) -> bool {
-        matches!(self, Outcome::Deferred(why) if why != NO_STOCK_IN_MYSQL)
-    }
-
-    /// Written in MySQL: the order leaves the pending orders. (An admitted
-    /// order refused for its buyer's other order is no such order: its
-    /// buyer was told success, and it goes to the dead letters.)
-    pub fn settled(self) -> bool {
-        matches!(self, Outcome::Written | Outcome::AlreadyWritten)
-    }
-}
-
-const LOCK_BUSY: &str = "the user's lock is busy";
-const LOCK_UNAVAILABLE: &str = "the user's lock is unavailable";
-/// Why an order whose user's lock passed on while held is left out.
-pub const FENCED_OUT: &str = "a newer lock holder's fencing token wrote";
 /// How often a transaction chosen as a deadlock's victim is run again.
 const DEADLOCK_RETRIES: u32 = 3;
-
-/// Why an order whose user's lock was found lost before its insert (a
-/// lease that ran out, a renewal that found the key taken) is left out.
-pub const LOCK_LOST: &str = "the user's lock was lost while held";
-/// The one deferral that is the order's own: Redis admitted a unit MySQL
-/// does not have (Redis and MySQL disagree), which no retry changes.
-pub const NO_STOCK_IN_MYSQL: &str = "no stock left in MySQL";
-
-/// How one transaction ended.
-pub enum Ended {
-    Committed(Vec<Outcome>),
-    /// Rolled back: a purchase's order id, fresh from the id worker, is
-    /// taken already (the worker's counter in Redis started over).
-    IdTaken,
-    /// Rolled back: these orders' units went to buyers admitted after Redis
-    /// lost the sale.
-    Resold(Vec<OrderId>),
-}
 
 /// The per-user locks of a transaction's users: held, or why not.
 pub struct Locks {
@@ -312,13 +254,15 @@ impl OrderWriter {
                     locks.held.insert(user, held);
                 }
                 Err(Error::Rejected(Rejection::DuplicateRequest)) => {
-                    locks.refused.insert(user, Outcome::Deferred(LOCK_BUSY));
+                    locks
+                        .refused
+                        .insert(user, Outcome::Deferred(Deferral::LockBusy));
                 }
                 Err(error) => {
                     tracing::warn!(error = ?error, %user, "cannot take the user's lock");
                     locks
                         .refused
-                        .insert(user, Outcome::Deferred(LOCK_UNAVAILABLE));
+                        .insert(user, Outcome::Deferred(Deferral::LockUnavailable));
                 }
             }
         }
@@ -437,7 +381,7 @@ impl OrderWriter {
     /// its connection closed, which is known never to commit.
     ///
     /// With a `deadline`, everything before `COMMIT` is given up then (the
-    /// purchase's answer is due; see [`Seckill::place_order`](super::Seckill)),
+    /// purchase's answer is due; see [`Seckill::purchase_sync`](crate::seckill::Seckill)),
     /// the transaction dropped uncommitted and its connection closed. The
     /// `COMMIT` itself is always waited for: given up while in flight, it
     /// might still land after the locks were released, next to a second
@@ -459,7 +403,7 @@ impl OrderWriter {
             Some(deadline) => tokio::time::timeout_at(deadline.into(), statements)
                 .await
                 .map_err(|_| {
-                    super::over_budget("the purchase's statements", self.store.backend_timeout())
+                    Error::over_budget("the purchase's statements", self.store.backend_timeout())
                 })??,
             None => statements.await?,
         };
@@ -476,202 +420,6 @@ impl OrderWriter {
             Ended::IdTaken | Ended::Resold(_) => tx.rollback().await?,
         }
         Ok(ended)
-    }
-
-    /// The statements of the purchase transaction, each run once for all of
-    /// `orders`; the caller ends the transaction.
-    async fn statements(
-        &self,
-        tx: &mut Tx,
-        orders: &[NewOrder],
-        locks: &Locks,
-    ) -> Result<Ended, Error> {
-        let mut outcomes: Vec<Option<Outcome>> = vec![None; orders.len()];
-
-        // Fencing first: a newer holder's token means this user's lock
-        // passed on while we held it, and the fence row orders this user's
-        // transactions by token.
-        let mut stale = HashSet::new();
-        for (user, held) in &locks.held {
-            if let Some(token) = held.fencing_token() {
-                if orders.iter().any(|order| order.user_id == *user)
-                    && !store::record_fence(tx, *user, token).await?
-                {
-                    metrics::FENCING_REJECTIONS.inc();
-                    stale.insert(*user);
-                }
-            }
-        }
-        for (order, outcome) in orders.iter().zip(outcomes.iter_mut()) {
-            if stale.contains(&order.user_id) {
-                *outcome = Some(Outcome::Deferred(FENCED_OUT));
-            }
-        }
-
-        // Idempotency: an admitted order id already written is this order
-        // again (a redelivery, a replay), or (another user, another voucher)
-        // an id the counter handed out twice. A purchase's id is fresh: its
-        // insert finds out, without a statement of its own.
-        if self.source != OrderSource::Purchase {
-            let ids: Vec<_> = orders.iter().map(|order| order.id).collect();
-            let existing = store::orders_by_id(tx, &ids).await?;
-            for (order, outcome) in orders.iter().zip(outcomes.iter_mut()) {
-                if let Some(row) = existing.iter().find(|row| row.id == order.id) {
-                    *outcome = Some(if row == order {
-                        Outcome::AlreadyWritten
-                    } else {
-                        Outcome::IdTaken
-                    });
-                }
-            }
-        }
-
-        // One active order per user: the users who hold an active order of
-        // the voucher already, and a user's second order within the
-        // transaction.
-        let mut by_voucher: BTreeMap<VoucherId, Vec<UserId>> = BTreeMap::new();
-        for (order, _) in undecided(orders, &outcomes) {
-            by_voucher
-                .entry(order.voucher_id)
-                .or_default()
-                .push(order.user_id);
-        }
-        let mut ordered = HashSet::new();
-        for (voucher, users) in &by_voucher {
-            for user in store::users_with_orders(tx, *voucher, users).await? {
-                ordered.insert((user, *voucher));
-            }
-        }
-        for (order, outcome) in orders.iter().zip(outcomes.iter_mut()) {
-            if outcome.is_none() && !ordered.insert((order.user_id, order.voucher_id)) {
-                *outcome = Some(Outcome::DuplicateUser);
-            }
-        }
-
-        if !self.chaos_hold.is_zero() {
-            tokio::time::sleep(self.chaos_hold).await;
-        }
-
-        // A holder that learnt it lost a user's lock leaves that user's
-        // orders out; one that cannot ask (Redis unreachable) writes none.
-        // Asked before the stock rows are locked (with fencing, a Redis
-        // round trip); the fences recorded first keep a newer holder from
-        // committing beside this transaction.
-        let users: BTreeSet<UserId> = (undecided(orders, &outcomes))
-            .map(|(order, _)| order.user_id)
-            .collect();
-        let checks = join_all(users.iter().filter_map(|user| {
-            let held = locks.held.get(user)?;
-            Some(async move { (*user, held.ensure_held().await) })
-        }))
-        .await;
-        let mut lost = HashSet::new();
-        for (user, check) in checks {
-            match check {
-                Ok(()) => {}
-                Err(LockError::Lost(reason)) => {
-                    tracing::warn!(%user, ?reason, "the user's lock was lost while held");
-                    lost.insert(user);
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
-        for (order, outcome) in orders.iter().zip(outcomes.iter_mut()) {
-            if outcome.is_none() && lost.contains(&order.user_id) {
-                *outcome = Some(Outcome::Deferred(LOCK_LOST));
-            }
-        }
-        let new: Vec<NewOrder> = undecided(orders, &outcomes)
-            .map(|(order, _)| *order)
-            .collect();
-        match store::insert_orders(tx, &new).await {
-            Err(sqlx::Error::Database(error))
-                if error.is_unique_violation() && self.source == OrderSource::Purchase =>
-            {
-                return Ok(Ended::IdTaken);
-            }
-            inserted => inserted?,
-        }
-
-        // The stock last: the `UPDATE` locks each voucher's stock row until
-        // the commit, and every purchase of the voucher queues for that lock.
-        // Only the admitted orders' count in a reloaded sale follows it
-        // ([`OrderWriter::counted_again`]: it must see every reload that the
-        // row lock orders before this transaction).
-        let mut units: BTreeMap<VoucherId, u32> = BTreeMap::new();
-        for order in &new {
-            *units.entry(order.voucher_id).or_default() += 1;
-        }
-        let mut unstocked = HashSet::new();
-        for (voucher, units) in units {
-            if store::take_stock_units(tx, voucher, units).await? {
-                continue;
-            }
-            // Fewer units left than orders (the last units of a sale; MySQL
-            // and Redis disagreeing): the first orders take what is left,
-            // in one more statement under the row just read, and the others
-            // are taken out again before the commit.
-            let left = store::stock_left(tx, voucher).await?;
-            let of_voucher = new.iter().filter(|order| order.voucher_id == voucher);
-            let out: Vec<OrderId> = of_voucher
-                .skip(left as usize)
-                .map(|order| order.id)
-                .collect();
-            store::delete_orders(tx, &out).await?;
-            let kept = units - out.len() as u32;
-            if kept > 0 && !store::take_stock_units(tx, voucher, kept).await? {
-                return Err(Error::Internal(anyhow::anyhow!(
-                    "voucher {voucher}'s stock changed under its row lock"
-                )));
-            }
-            unstocked.extend(out);
-        }
-        for (order, outcome) in orders.iter().zip(outcomes.iter_mut()) {
-            if unstocked.contains(&order.id) {
-                *outcome = Some(Outcome::Deferred(NO_STOCK_IN_MYSQL));
-            }
-        }
-        let new: Vec<NewOrder> = new
-            .into_iter()
-            .filter(|order| !unstocked.contains(&order.id))
-            .collect();
-        if self.source != OrderSource::Purchase {
-            let resold = self.counted_again(&new).await?;
-            if !resold.is_empty() {
-                return Ok(Ended::Resold(resold));
-            }
-        }
-
-        Ok(Ended::Committed(
-            outcomes
-                .into_iter()
-                .map(|outcome| outcome.unwrap_or(Outcome::Written))
-                .collect(),
-        ))
-    }
-
-    /// Of `new`, inserted with their stock taken and the stock rows held:
-    /// the orders whose units went to later buyers after Redis lost them.
-    /// The rest are counted again in Redis if it lost them, before the
-    /// commit: a reload of the sale either waited for this transaction (it
-    /// holds the stock row) and counts them from MySQL, or stored the sale
-    /// before this transaction took the row, and they are counted in it here.
-    async fn counted_again(&self, new: &[NewOrder]) -> Result<Vec<OrderId>, Error> {
-        let mut resold = Vec::new();
-        for order in self.sale_state.not_pending(new).await? {
-            let readmit = self
-                .sale_state
-                .readmit(order, self.source == OrderSource::Stream)
-                .await?;
-            if readmit != Readmit::Pending {
-                tracing::warn!(order_id = %order.id, user_id = %order.user_id, ?readmit,
-                    "order admitted before Redis lost it, counted again before its commit");
-            }
-            if !readmit.may_commit() {
-                resold.push(order.id);
-            }
-        }
-        Ok(resold)
     }
 }
 
@@ -692,15 +440,4 @@ fn each_told(error: &Error) -> Error {
         Error::Unavailable(cause) => Error::Unavailable(anyhow::anyhow!("{cause:#}")),
         other => Error::Internal(anyhow::anyhow!("{other:?}")),
     }
-}
-
-/// The orders no check has decided on yet.
-fn undecided<'a>(
-    orders: &'a [NewOrder],
-    outcomes: &'a [Option<Outcome>],
-) -> impl Iterator<Item = (&'a NewOrder, &'a Option<Outcome>)> {
-    orders
-        .iter()
-        .zip(outcomes)
-        .filter(|(_, outcome)| outcome.is_none())
 }
