@@ -4,7 +4,10 @@
 
 use chrono::NaiveDateTime;
 use serde::Serialize;
-use sqlx::{FromRow, MySql, MySqlConnection, QueryBuilder};
+use std::fmt::Display;
+
+use futures::{StreamExt, TryStreamExt};
+use sqlx::{AssertSqlSafe, FromRow, MySqlConnection, RawSql, Row};
 
 use super::order_life::active_order;
 use crate::ids::{OrderId, UserId, VoucherId};
@@ -75,13 +78,11 @@ pub async fn delete_orders(conn: &mut MySqlConnection, ids: &[OrderId]) -> Resul
     if ids.is_empty() {
         return Ok(());
     }
-    let mut query = QueryBuilder::<MySql>::new("DELETE FROM tb_voucher_order WHERE id IN (");
-    let mut list = query.separated(", ");
-    for id in ids {
-        list.push_bind(*id);
-    }
-    query.push(")");
-    query.build().execute(conn).await.map(drop)
+    let ids = listed(ids.iter().map(|id| id.get()));
+    batch_sql(format!("DELETE FROM tb_voucher_order WHERE id IN ({ids})"))
+        .execute(conn)
+        .await
+        .map(drop)
 }
 
 /// The orders among `ids` that exist already, as they were written: a
@@ -94,16 +95,16 @@ pub async fn orders_by_id(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let mut query = QueryBuilder::<MySql>::new(
+    let ids = listed(ids.iter().map(|id| id.get()));
+    let sql = format!(
         "SELECT id, user_id, CAST(voucher_id AS SIGNED) AS voucher_id \
-         FROM tb_voucher_order WHERE id IN (",
+         FROM tb_voucher_order WHERE id IN ({ids})"
     );
-    let mut list = query.separated(", ");
-    for id in ids {
-        list.push_bind(*id);
-    }
-    query.push(")");
-    query.build_query_as().fetch_all(conn).await
+    batch_sql(sql)
+        .fetch(conn)
+        .map(|row| NewOrder::from_row(&row?))
+        .try_collect()
+        .await
 }
 
 /// The users among `users` who already hold an active order of `voucher_id`
@@ -117,18 +118,21 @@ pub async fn users_with_orders(
     if users.is_empty() {
         return Ok(Vec::new());
     }
-    let mut query = QueryBuilder::<MySql>::new(
-        "SELECT DISTINCT user_id FROM tb_voucher_order WHERE voucher_id = ",
+    let users = listed(users.iter().map(|user| user.get()));
+    let sql = format!(
+        concat!(
+            "SELECT DISTINCT user_id FROM tb_voucher_order WHERE voucher_id = {} AND ",
+            active_order!(),
+            " AND user_id IN ({})"
+        ),
+        voucher_id.get(),
+        users
     );
-    query
-        .push_bind(voucher_id)
-        .push(concat!(" AND ", active_order!(), " AND user_id IN ("));
-    let mut list = query.separated(", ");
-    for user in users {
-        list.push_bind(*user);
-    }
-    query.push(")");
-    query.build_query_scalar().fetch_all(conn).await
+    batch_sql(sql)
+        .fetch(conn)
+        .map(|row| row?.try_get::<UserId, _>(0))
+        .try_collect()
+        .await
 }
 
 /// Inserts `orders` in one multi-row `INSERT`: a batch costs one round trip,
@@ -140,14 +144,39 @@ pub async fn insert_orders(
     if orders.is_empty() {
         return Ok(());
     }
-    QueryBuilder::<MySql>::new("INSERT INTO tb_voucher_order (id, user_id, voucher_id) ")
-        .push_values(orders, |mut row, order| {
-            row.push_bind(order.id)
-                .push_bind(order.user_id)
-                .push_bind(order.voucher_id);
-        })
-        .build()
-        .execute(conn)
-        .await
-        .map(drop)
+    let rows = listed(orders.iter().map(|order| {
+        format!(
+            "({}, {}, {})",
+            order.id.get(),
+            order.user_id.get(),
+            order.voucher_id.get()
+        )
+    }));
+    batch_sql(format!(
+        "INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES {rows}"
+    ))
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
+/// A statement whose length follows its batch's, sent as text (`COM_QUERY`)
+/// with its values — integers only — written in, never prepared. Prepared,
+/// each batch size would be a statement of its own in the connection's
+/// statement cache; once the cache is full every new size evicts one, and
+/// sqlx sends that statement's close, a packet MySQL does not answer, right
+/// before the next one. Without `TCP_NODELAY` (sqlx sets none) that next
+/// packet waits for MySQL's delayed ACK: 40 to 200 ms a transaction, on a
+/// node that has seen enough batch sizes (measured: a synchronous sale fell
+/// from about 5,000 to 1,600 orders/s after five sales of 8,000 orders).
+fn batch_sql(sql: String) -> RawSql {
+    sqlx::raw_sql(AssertSqlSafe(sql))
+}
+
+/// `values` separated by commas.
+fn listed<T: Display>(values: impl Iterator<Item = T>) -> String {
+    values
+        .map(|value| value.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }

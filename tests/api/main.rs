@@ -3,6 +3,7 @@
 mod admission;
 mod after_sale;
 mod bad_input;
+mod batch_sql;
 mod concurrency;
 mod disconnects;
 mod faults;
