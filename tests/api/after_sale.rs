@@ -73,15 +73,20 @@ async fn bought(app: &TestApp, address: &str, voucher: VoucherId, token: &str) -
     order
 }
 
-/// `retry` answered with anything but `ORDER_PENDING`.
+/// `retry` answered with anything but `ORDER_PENDING`, within [`WAIT`].
 async fn settled(mut retry: impl AsyncFnMut() -> Value) -> Value {
-    loop {
-        let answer = retry().await;
-        if answer["errorCode"] != "ORDER_PENDING" {
-            return answer;
+    let answered = tokio::time::timeout(WAIT, async {
+        loop {
+            let answer = retry().await;
+            if answer["errorCode"] != "ORDER_PENDING" {
+                return answer;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    });
+    answered
+        .await
+        .unwrap_or_else(|_| panic!("still ORDER_PENDING after {WAIT:?}"))
 }
 
 /// Long enough for a busy machine to pay an order (and see the sale sold
