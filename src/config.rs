@@ -112,7 +112,7 @@ impl StoreSettings {
 /// A Redis connection that reconnects by itself and never waits longer than
 /// `timeout` for a reply, so a dead Redis turns into fast 503s, not hangs.
 pub fn connect_redis(url: &str, timeout: Duration) -> anyhow::Result<RedisConnection> {
-    hmdp_lock::connect(url, timeout)
+    hmdp_lock::connection::connect(url, timeout)
         .with_context(|| format!("invalid REDIS_URL `{}`", redact_url(url)))
 }
 

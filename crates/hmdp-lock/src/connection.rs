@@ -2,10 +2,13 @@
 //! reconnecting [`ConnectionManager`], what a service wants, a plain
 //! [`MultiplexedConnection`], for a caller that already has one, or a Redis
 //! Cluster connection, which routes each command to the master of its key's
-//! slot.
+//! slot. [`connect`] opens the one a URL names, [`connection_manager`] a
+//! reconnecting one to one server, [`cluster_nodes`] reads a Redis Cluster
+//! URL.
 
 #[cfg(feature = "cluster")]
 use std::sync::Arc;
+use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 #[cfg(feature = "cluster")]
@@ -13,13 +16,13 @@ use redis::cluster::ClusterClient;
 #[cfg(feature = "cluster")]
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+use crate::release_events::RedisSource;
 #[cfg(feature = "cluster")]
 use tokio::sync::OnceCell;
 
 /// Where a lock's commands go. Cloning shares the connection, as cloning
 /// each of redis-rs's types does; build one with `.into()` or [`connect`].
-///
-/// [`connect`]: crate::connect
 ///
 /// A `ConnectionManager` reconnects by itself after Redis restarts or a
 /// socket breaks, at the price of a little work per command (it looks up
@@ -49,7 +52,7 @@ pub struct LazyCluster {
 
 #[cfg(feature = "cluster")]
 impl LazyCluster {
-    pub fn new(client: ClusterClient) -> Self {
+    fn new(client: ClusterClient) -> Self {
         LazyCluster {
             shared: Arc::new((client, OnceCell::new())),
         }
@@ -130,4 +133,103 @@ impl ConnectionLike for Connection {
             Connection::Cluster(_) => 0,
         }
     }
+}
+
+/// The scheme of a Redis Cluster URL: `redis+cluster://host:port,host:port`.
+const CLUSTER_SCHEME: &str = "redis+cluster://";
+
+/// The seed nodes of a Redis Cluster URL (`redis+cluster://h1:p1,h2:p2,...`,
+/// each `[user:password@]host:port`) as `redis://` URLs; `None` for a URL of
+/// one server.
+pub fn cluster_nodes(url: &str) -> Option<Vec<String>> {
+    let nodes = url.strip_prefix(CLUSTER_SCHEME)?;
+    Some(
+        nodes
+            .split(',')
+            .map(|node| format!("redis://{}", node.trim().trim_end_matches('/')))
+            .collect(),
+    )
+}
+
+impl RedisSource {
+    /// The Redis at `url`: one server (`redis://host:port/db`) or a Redis
+    /// Cluster (`redis+cluster://host:port,host:port,...`: any of its nodes,
+    /// the rest is discovered).
+    pub fn from_url(url: &str) -> redis::RedisResult<RedisSource> {
+        match cluster_nodes(url) {
+            #[cfg(feature = "cluster")]
+            Some(nodes) => nodes
+                .into_iter()
+                .map(redis::IntoConnectionInfo::into_connection_info)
+                .collect::<redis::RedisResult<_>>()
+                .map(RedisSource::Cluster),
+            #[cfg(not(feature = "cluster"))]
+            Some(_) => Err(no_cluster_support()),
+            None => redis::Client::open(url).map(RedisSource::from),
+        }
+    }
+}
+
+/// A connection to `source` that waits no longer than `timeout` to connect
+/// or for a reply, and connects on first use.
+pub(crate) fn open(source: &RedisSource, timeout: Duration) -> redis::RedisResult<Connection> {
+    match source {
+        #[cfg(feature = "cluster")]
+        RedisSource::Cluster(nodes) => Ok(redis::cluster::ClusterClient::builder(nodes.clone())
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
+            // A failover answers MOVED until the slot map is refreshed, and
+            // a MOVED followed counts as a retry: a few, quickly.
+            .retries(3)
+            .max_retry_wait(200)
+            .build()?
+            .into()),
+        RedisSource::Server(client) => {
+            timed_connection(client.clone(), timeout, 1).map(Connection::from)
+        }
+    }
+}
+
+/// A `redis+cluster://` URL given to a build without the `cluster` feature.
+#[cfg(not(feature = "cluster"))]
+fn no_cluster_support() -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::InvalidClientConfig,
+        "a Redis Cluster URL needs hmdp-lock's `cluster` feature",
+    ))
+}
+
+/// The shared connection to the Redis at `url`: one server
+/// (`redis://host:port/db`, [`connection_manager`]) or a Redis Cluster
+/// (`redis+cluster://host:port,host:port,...`: any of its nodes, the rest is
+/// discovered), never waiting longer than `timeout` to connect or for a
+/// reply. Connects on first use.
+pub fn connect(url: &str, timeout: Duration) -> redis::RedisResult<Connection> {
+    open(&RedisSource::from_url(url)?, timeout)
+}
+
+/// A connection for the locks to share: it reconnects by itself, and never
+/// waits longer than `timeout` to connect or for a reply, so that a dead or
+/// frozen Redis turns into a prompt error for the holder instead of a wait
+/// that outlasts its lease. Connects on first use.
+pub fn connection_manager(
+    url: &str,
+    timeout: Duration,
+) -> redis::RedisResult<redis::aio::ConnectionManager> {
+    timed_connection(redis::Client::open(url)?, timeout, 1)
+}
+
+/// [`connection_manager`] on `client`, retrying a failed command `retries`
+/// times: a quorum round, bounded by its own deadline, retries none.
+pub(crate) fn timed_connection(
+    client: redis::Client,
+    timeout: Duration,
+    retries: usize,
+) -> redis::RedisResult<redis::aio::ConnectionManager> {
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+        .set_number_of_retries(retries)
+        .set_max_delay(Duration::from_millis(200));
+    redis::aio::ConnectionManager::new_lazy_with_config(client, config)
 }

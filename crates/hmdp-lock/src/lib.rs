@@ -113,7 +113,7 @@
 #![deny(missing_docs)]
 
 mod builder;
-mod connection;
+pub mod connection;
 #[cfg(feature = "fault-injection")]
 mod faults;
 mod fencing;
@@ -141,7 +141,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-pub use builder::{cluster_nodes, connect, connection_manager, BuildError, LockBuilder};
+pub use builder::{BuildError, LockBuilder};
 pub use connection::Connection;
 #[cfg(feature = "fault-injection")]
 pub use faults::{Faults, Pause};

@@ -24,7 +24,7 @@ use futures::future::join_all;
 use rand::RngExt;
 use tokio::time::Instant;
 
-use crate::builder::timed_connection;
+use crate::connection::timed_connection;
 use crate::owner;
 use crate::scripts::{GiveBack, Take, Taken};
 use crate::sibling;

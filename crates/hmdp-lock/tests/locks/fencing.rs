@@ -11,7 +11,7 @@ use crate::helpers::{connect, redis_url};
 
 fn fenced() -> Fenced {
     let url = redis_url();
-    let redis = hmdp_lock::connection_manager(&url, Duration::from_secs(10)).unwrap();
+    let redis = hmdp_lock::connection::connection_manager(&url, Duration::from_secs(10)).unwrap();
     let lock = ReentrantLock::new(
         redis::Client::open(url.as_str()).unwrap(),
         redis.clone(),

@@ -32,8 +32,9 @@ pub struct Subject {
 
 impl Subject {
     pub async fn new(mode: LockMode) -> Self {
-        let redis = hmdp_lock::connection_manager(&redis_url(), Duration::from_secs(10))
-            .expect("valid Redis URL");
+        let redis =
+            hmdp_lock::connection::connection_manager(&redis_url(), Duration::from_secs(10))
+                .expect("valid Redis URL");
         let mut nodes = Vec::new();
         if matches!(mode, LockMode::Multi | LockMode::Redlock) {
             for _ in 0..3 {

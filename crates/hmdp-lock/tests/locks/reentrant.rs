@@ -21,7 +21,7 @@ fn lock(options: ReentrantOptions) -> ReentrantLock {
     let url = redis_url();
     ReentrantLock::new(
         redis::Client::open(url.as_str()).unwrap(),
-        hmdp_lock::connection_manager(&url, Duration::from_secs(10)).unwrap(),
+        hmdp_lock::connection::connection_manager(&url, Duration::from_secs(10)).unwrap(),
         options,
     )
 }
@@ -268,7 +268,8 @@ async fn redis_unreachable_past_the_lease_signals_the_lock_lost() {
     let mut server = RedisServer::start().await.unwrap();
     let lock = ReentrantLock::new(
         redis::Client::open(server.url()).unwrap(),
-        hmdp_lock::connection_manager(&server.url(), Duration::from_millis(100)).unwrap(),
+        hmdp_lock::connection::connection_manager(&server.url(), Duration::from_millis(100))
+            .unwrap(),
         watchdog(LEASE, Duration::ZERO),
     );
     let held = lock.acquire(&key("unreachable")).await.unwrap().unwrap();
@@ -291,7 +292,7 @@ async fn all_waiters_share_one_subscription_connection() {
     let server = RedisServer::start().await.unwrap();
     let lock = Arc::new(ReentrantLock::new(
         redis::Client::open(server.url()).unwrap(),
-        hmdp_lock::connection_manager(&server.url(), Duration::from_secs(10)).unwrap(),
+        hmdp_lock::connection::connection_manager(&server.url(), Duration::from_secs(10)).unwrap(),
         watchdog(Duration::from_secs(30), Duration::from_secs(5)),
     ));
     let keys: Vec<String> = (0..5).map(|i| format!("lock:order:{i}")).collect();
@@ -399,7 +400,8 @@ async fn a_release_before_a_late_subscription_confirmation_is_not_slept_through(
     );
     let waiting = Arc::new(ReentrantLock::new(
         redis::Client::open(pubsub.url()).unwrap(),
-        hmdp_lock::connection_manager(&commands.url(), Duration::from_secs(10)).unwrap(),
+        hmdp_lock::connection::connection_manager(&commands.url(), Duration::from_secs(10))
+            .unwrap(),
         watchdog(Duration::from_secs(30), Duration::from_secs(10)),
     ));
     let holding = lock_on(&server);
@@ -466,7 +468,7 @@ async fn held_with_a_waiter(
 ) -> (Box<dyn LockGuard>, JoinHandle<Option<Box<dyn LockGuard>>>) {
     let lock = Arc::new(ReentrantLock::new(
         redis::Client::open(pubsub_url).unwrap(),
-        hmdp_lock::connection_manager(&server.url(), Duration::from_secs(10)).unwrap(),
+        hmdp_lock::connection::connection_manager(&server.url(), Duration::from_secs(10)).unwrap(),
         watchdog(Duration::from_secs(30), Duration::from_secs(10)),
     ));
     let held = lock.acquire("lock:order:1").await.unwrap().unwrap();
@@ -551,7 +553,7 @@ async fn until_scripts_run(redis: &MultiplexedConnection, count: u64, what: &str
 fn lock_on(server: &RedisServer) -> ReentrantLock {
     ReentrantLock::new(
         redis::Client::open(server.url()).unwrap(),
-        hmdp_lock::connection_manager(&server.url(), Duration::from_secs(10)).unwrap(),
+        hmdp_lock::connection::connection_manager(&server.url(), Duration::from_secs(10)).unwrap(),
         watchdog(Duration::from_secs(30), Duration::ZERO),
     )
 }

@@ -208,7 +208,7 @@ pub async fn run(args: BenchLockArgs) -> anyhow::Result<BenchLockResult> {
         ConnectionKind::Reconnecting => redis.clone(),
         ConnectionKind::Multiplexed => {
             anyhow::ensure!(
-                hmdp_lock::cluster_nodes(&args.redis.url).is_none(),
+                hmdp_lock::connection::cluster_nodes(&args.redis.url).is_none(),
                 "--connection multiplexed takes one server's URL; on a Redis Cluster the \
                  cluster connection is the one there is (--connection reconnecting)"
             );
