@@ -1,12 +1,13 @@
-//! `tb_voucher_order`: the purchase transaction's three statements, their
-//! batched forms for the order stream's consumer (one statement per step
-//! for a whole batch). The order's life after the sale is `order_life.rs`.
+//! `tb_voucher_order`: the purchase transaction's statements, one per step
+//! for a whole batch of orders (a shared commit's, a stream consumer's),
+//! those as long as their batch sent as text. The order's life after the
+//! sale is `order_life.rs`.
 
-use chrono::NaiveDateTime;
-use serde::Serialize;
 use std::fmt::Display;
 
+use chrono::NaiveDateTime;
 use futures::{StreamExt, TryStreamExt};
+use serde::Serialize;
 use sqlx::{AssertSqlSafe, FromRow, MySqlConnection, RawSql, Row};
 
 use super::order_life::active_order;
@@ -78,7 +79,7 @@ pub async fn delete_orders(conn: &mut MySqlConnection, ids: &[OrderId]) -> Resul
     if ids.is_empty() {
         return Ok(());
     }
-    let ids = listed(ids.iter().map(|id| id.get()));
+    let ids = listed(ids);
     batch_sql(format!("DELETE FROM tb_voucher_order WHERE id IN ({ids})"))
         .execute(conn)
         .await
@@ -95,7 +96,7 @@ pub async fn orders_by_id(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let ids = listed(ids.iter().map(|id| id.get()));
+    let ids = listed(ids);
     let sql = format!(
         "SELECT id, user_id, CAST(voucher_id AS SIGNED) AS voucher_id \
          FROM tb_voucher_order WHERE id IN ({ids})"
@@ -118,15 +119,14 @@ pub async fn users_with_orders(
     if users.is_empty() {
         return Ok(Vec::new());
     }
-    let users = listed(users.iter().map(|user| user.get()));
+    let users = listed(users);
     let sql = format!(
         concat!(
             "SELECT DISTINCT user_id FROM tb_voucher_order WHERE voucher_id = {} AND ",
             active_order!(),
             " AND user_id IN ({})"
         ),
-        voucher_id.get(),
-        users
+        voucher_id, users
     );
     batch_sql(sql)
         .fetch(conn)
@@ -144,14 +144,11 @@ pub async fn insert_orders(
     if orders.is_empty() {
         return Ok(());
     }
-    let rows = listed(orders.iter().map(|order| {
-        format!(
-            "({}, {}, {})",
-            order.id.get(),
-            order.user_id.get(),
-            order.voucher_id.get()
-        )
-    }));
+    let rows = listed(
+        orders
+            .iter()
+            .map(|order| format!("({}, {}, {})", order.id, order.user_id, order.voucher_id)),
+    );
     batch_sql(format!(
         "INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES {rows}"
     ))
@@ -173,9 +170,10 @@ fn batch_sql(sql: String) -> RawSql {
     sqlx::raw_sql(AssertSqlSafe(sql))
 }
 
-/// `values` separated by commas.
-fn listed<T: Display>(values: impl Iterator<Item = T>) -> String {
+/// `values` separated by commas (ids print as their number).
+fn listed<T: Display>(values: impl IntoIterator<Item = T>) -> String {
     values
+        .into_iter()
         .map(|value| value.to_string())
         .collect::<Vec<_>>()
         .join(", ")

@@ -23,18 +23,28 @@ pub use redis_cluster::RedisCluster;
 pub use redis_keys::{remove_keys_with_prefix, RedisNamespace};
 pub use redis_server::{calls_in, command_calls, is_master, RedisServer};
 
+/// The MySQL server tests create their databases on (`TEST_MYSQL_URL`, no
+/// database in the path).
 pub fn mysql_server_url() -> String {
     std::env::var("TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
 }
 
+/// The shared Redis tests run on (`TEST_REDIS_URL`), each under a prefix of
+/// its own: never flushed.
 pub fn redis_url() -> String {
     std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into())
 }
 
+/// The `i`-th phone number valid for hmdp's pattern: `138` and `i` in eight
+/// digits (13800000000, 13800000001, ...). The users of the tests and of
+/// the load tools log in with these.
 pub fn phone(i: usize) -> String {
     format!("138{i:08}")
 }
 
+/// Polls `condition` every 10 ms until it holds; panics, saying it was
+/// waiting for `what`, if it has not within `within`. For tests that wait for
+/// a state instead of sleeping for as long as it usually takes.
 pub async fn wait_until<F, Fut>(what: &str, within: Duration, mut condition: F)
 where
     F: FnMut() -> Fut,
@@ -47,6 +57,10 @@ where
     .await
 }
 
+/// Polls `attempt` every 10 ms until it yields a value, and returns that
+/// value; panics, saying it was waiting for `what`, if none came within
+/// `within`. [`wait_until`] for a state that is only seen by taking it: a
+/// lock that becomes free, taken by the attempt that finds it so.
 pub async fn wait_for<T, F, Fut>(what: &str, within: Duration, mut attempt: F) -> T
 where
     F: FnMut() -> Fut,
@@ -69,6 +83,10 @@ where
     value.expect("the poll ends once a value came")
 }
 
+/// Polls `condition` every `every` until it holds; an error saying it was
+/// still waiting for `what` if it has not within `within`, or the
+/// condition's own error at once. For a state the servers reach by
+/// themselves (a replica in sync, a failover done).
 pub async fn poll_until<F, Fut>(
     what: &str,
     within: Duration,
@@ -90,6 +108,9 @@ where
     Ok(())
 }
 
+/// Runs `work` to its end on a thread and runtime of its own, for the
+/// clean-up in a `Drop`: `drop` cannot await, and it may run inside another
+/// runtime's task, where blocking on that runtime would panic.
 pub(crate) fn finish_from_drop<T: Send + 'static>(
     work: impl Future<Output = T> + Send + 'static,
 ) -> std::thread::Result<T> {
@@ -103,6 +124,10 @@ pub(crate) fn finish_from_drop<T: Send + 'static>(
     .join()
 }
 
+/// Distinct local ports that were free a moment ago: all are held open until
+/// each is chosen, so the kernel cannot hand out one twice. Another process
+/// may still take one before the caller binds it; nothing can prevent that
+/// short of passing the bound socket on.
 pub fn free_ports<const N: usize>() -> std::io::Result<[u16; N]> {
     let listeners = (0..N)
         .map(|_| TcpListener::bind("127.0.0.1:0"))
