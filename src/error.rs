@@ -145,11 +145,19 @@ impl From<Rejection> for Error {
 /// too many connections (1040), server shutting down (1053), lock wait
 /// timeout (1205), deadlock victim (1213), read-only server (1290), MariaDB's
 /// connection killed (1927), MySQL's disconnected for inactivity (4031).
-const MYSQL_BUSY_ERRORS: [u16; 7] = [1040, 1053, 1205, 1213, 1290, 1927, 4031];
+const MYSQL_BUSY_ERRORS: [u16; 7] = [1040, 1053, 1205, MYSQL_DEADLOCK, 1290, 1927, 4031];
 
 /// MySQL's "Deadlock found when trying to get lock": the server rolled the
 /// whole transaction back, so running it again from its start is safe.
 const MYSQL_DEADLOCK: u16 = 1213;
+
+/// The MySQL server's own error in `error`, with its number, if it is one.
+pub fn mysql_error(error: &sqlx::Error) -> Option<&sqlx::mysql::MySqlDatabaseError> {
+    match error {
+        sqlx::Error::Database(db) => db.try_downcast_ref(),
+        _ => None,
+    }
+}
 
 impl Error {
     /// Whether this is MySQL ending a transaction as a deadlock's victim
@@ -158,9 +166,8 @@ impl Error {
         let Error::Unavailable(cause) = self else {
             return false;
         };
-        matches!(cause.downcast_ref::<sqlx::Error>(), Some(sqlx::Error::Database(db))
-            if db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                .is_some_and(|mysql| mysql.number() == MYSQL_DEADLOCK))
+        (cause.downcast_ref().and_then(mysql_error))
+            .is_some_and(|mysql| mysql.number() == MYSQL_DEADLOCK)
     }
 }
 
@@ -173,10 +180,9 @@ impl From<sqlx::Error> for Error {
             | sqlx::Error::Tls(_)
             | sqlx::Error::Protocol(_)
             | sqlx::Error::WorkerCrashed => true,
-            sqlx::Error::Database(db) => db
-                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                .is_some_and(|mysql| MYSQL_BUSY_ERRORS.contains(&mysql.number())),
-            _ => false,
+            error => {
+                mysql_error(error).is_some_and(|mysql| MYSQL_BUSY_ERRORS.contains(&mysql.number()))
+            }
         };
         if busy {
             Error::Unavailable(error.into())

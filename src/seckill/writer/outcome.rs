@@ -3,6 +3,7 @@
 //! transaction ended ([`Ended`]), and whose a failed write's fault is
 //! ([`Blame`]) — the words every path that writes orders decides with.
 
+use crate::error::mysql_error;
 use crate::ids::OrderId;
 
 /// What became of one order of a transaction.
@@ -103,12 +104,7 @@ impl Blame {
     pub fn of(failure: &anyhow::Error) -> Blame {
         let refused = failure
             .chain()
-            .filter_map(|cause| match cause.downcast_ref::<sqlx::Error>() {
-                Some(sqlx::Error::Database(db)) => {
-                    db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                }
-                _ => None,
-            })
+            .filter_map(|cause| cause.downcast_ref().and_then(mysql_error))
             .find(|mysql| ORDER_VALUE_ERRORS.contains(&mysql.number()));
         match refused {
             Some(mysql) => Blame::Order(format!("MySQL refused the order: {mysql}")),
