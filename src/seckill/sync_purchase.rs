@@ -100,53 +100,70 @@ impl Seckill {
                 return Err(error);
             }
         };
-        let outcome = match (held, id) {
+        let (outcome, held) = match (held, id) {
             (Ok(held), Ok(id)) => {
                 let order = NewOrder {
                     id,
                     user_id,
                     voucher_id,
                 };
-                let (placed, held) = self.write_under_lock(order, held, answer_by).await;
-                if let Some(held) = held {
-                    self.release_awaited_until(held, answer_by).await;
-                }
-                placed
+                self.write_under_lock(order, held, answer_by).await
             }
-            (held, Err(error)) => {
-                self.release_taken(held, answer_by).await;
-                Err(error.into())
-            }
-            (Err(error), Ok(_)) => Err(error),
+            (held, Err(error)) => (Err(error.into()), held.ok()),
+            (Err(error), Ok(_)) => (Err(error), None),
         };
-        if let Some(key) = claimed {
-            let placed = match &outcome {
-                Ok(order_id) => Some(Some(*order_id)),
-                // A refusal wrote nothing: the key may ask again.
-                Err(Error::Rejected(_)) => Some(None),
-                // Anything else may have committed all the same (its
-                // COMMIT's answer lost on the way): the key keeps the
-                // order if MySQL has it, and stays claimed (a minute) if
-                // MySQL cannot say.
-                Err(_) => match drawn {
-                    Some(id) => match self.store.order_of_user(id, user_id).await {
-                        Ok(written) => Some(written.map(|_| id)),
-                        Err(_) => None,
-                    },
-                    None => Some(None),
-                },
-            };
-            if let Some(placed) = placed {
-                let placed = placed.map(|order_id| (voucher_id, order_id));
-                (self.idempotency)
-                    .settle(user_id, key, &claim_id, placed)
+        // The lock's release and the key's answer go to Redis together: on
+        // the shared connection they leave in one write.
+        let release = async {
+            if let Some(held) = held {
+                self.release_awaited_until(held, answer_by).await;
+            }
+        };
+        let settle = async {
+            if let Some(key) = claimed {
+                self.settle_claim(user_id, voucher_id, key, &claim_id, drawn, &outcome)
                     .await;
             }
-        }
+        };
+        tokio::join!(release, settle);
         if matches!(outcome, Err(Error::Rejected(Rejection::SoldOut))) {
             voucher.mark_sold_out();
         }
         outcome.map(|order_id| (order_id, false))
+    }
+
+    /// Ends the claim of the purchase's Idempotency-Key `key` by its
+    /// `outcome`; `drawn`, the order id it drew, if any.
+    async fn settle_claim(
+        &self,
+        user_id: UserId,
+        voucher_id: VoucherId,
+        key: &IdempotencyKey,
+        claim_id: &ClaimId,
+        drawn: Option<OrderId>,
+        outcome: &Result<OrderId, Error>,
+    ) {
+        let placed = match outcome {
+            Ok(order_id) => Some(Some(*order_id)),
+            // A refusal wrote nothing: the key may ask again.
+            Err(Error::Rejected(_)) => Some(None),
+            // Anything else may have committed all the same (its COMMIT's
+            // answer lost on the way): the key keeps the order if MySQL has
+            // it, and stays claimed (a minute) if MySQL cannot say.
+            Err(_) => match drawn {
+                Some(id) => match self.store.order_of_user(id, user_id).await {
+                    Ok(written) => Some(written.map(|_| id)),
+                    Err(_) => None,
+                },
+                None => Some(None),
+            },
+        };
+        if let Some(placed) = placed {
+            let placed = placed.map(|order_id| (voucher_id, order_id));
+            (self.idempotency)
+                .settle(user_id, key, claim_id, placed)
+                .await;
+        }
     }
 
     /// A synchronous purchase's `order` written under its buyer's lock

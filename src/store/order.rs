@@ -3,11 +3,13 @@
 //! those as long as their batch sent as text. The order's life after the
 //! sale is `order_life.rs`.
 
+use std::collections::BTreeMap;
 use std::fmt::Display;
 
 use chrono::NaiveDateTime;
 use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
+use sqlx::mysql::MySqlQueryResult;
 use sqlx::{AssertSqlSafe, FromRow, MySqlConnection, RawSql, Row};
 
 use super::order_life::active_order;
@@ -135,26 +137,51 @@ pub async fn users_with_orders(
         .await
 }
 
-/// Inserts `orders` in one multi-row `INSERT`: a batch costs one round trip,
-/// not one per order.
-pub async fn insert_orders(
+/// Inserts `orders` and takes their units of stock, in one round trip: the
+/// multi-row `INSERT`, then for each voucher, in voucher order, the
+/// `UPDATE` of [`take_stock_units`]: the stock rows are locked last, in
+/// one order for every transaction. The vouchers whose units were NOT
+/// taken (fewer left than orders), with their orders' count; the orders
+/// stay inserted and the rest of the stock taken. An `INSERT` MySQL
+/// refuses runs none of the `UPDATE`s.
+pub async fn insert_orders_taking_stock(
     conn: &mut MySqlConnection,
     orders: &[NewOrder],
-) -> Result<(), sqlx::Error> {
+) -> Result<Vec<(VoucherId, u32)>, sqlx::Error> {
     if orders.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
+    }
+    let mut units: BTreeMap<VoucherId, u32> = BTreeMap::new();
+    for order in orders {
+        *units.entry(order.voucher_id).or_default() += 1;
     }
     let rows = listed(
         orders
             .iter()
             .map(|order| format!("({}, {}, {})", order.id, order.user_id, order.voucher_id)),
     );
-    batch_sql(format!(
-        "INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES {rows}"
-    ))
-    .execute(conn)
-    .await
-    .map(drop)
+    let mut sql = format!("INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES {rows}");
+    for (voucher, units) in &units {
+        sql += &format!(
+            "; UPDATE tb_seckill_voucher SET stock = stock - {units} \
+             WHERE voucher_id = {voucher} AND stock >= {units}"
+        );
+    }
+    let results: Vec<MySqlQueryResult> = batch_sql(sql).execute_many(conn).try_collect().await?;
+    // The first result is the `INSERT`'s, one per `UPDATE` follows.
+    if results.len() != units.len() + 1 {
+        return Err(sqlx::Error::Protocol(format!(
+            "{} results for an INSERT and {} UPDATEs",
+            results.len(),
+            units.len()
+        )));
+    }
+    Ok(units
+        .into_iter()
+        .zip(&results[1..])
+        .filter(|(_, taken)| taken.rows_affected() != 1)
+        .map(|(units, _)| units)
+        .collect())
 }
 
 /// A statement whose length follows its batch's, sent as text (`COM_QUERY`)

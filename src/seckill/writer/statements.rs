@@ -123,29 +123,21 @@ impl OrderWriter {
         let new: Vec<NewOrder> = undecided(orders, &outcomes)
             .map(|(order, _)| *order)
             .collect();
-        match store::insert_orders(tx, &new).await {
+        // The stock last, in the insert's round trip: the `UPDATE` locks each
+        // voucher's stock row until the commit, and every purchase of the
+        // voucher queues for that lock. Only the admitted orders' count in a
+        // reloaded sale follows it ([`OrderWriter::counted_again`]: it must
+        // see every reload that the row lock orders before this transaction).
+        let short = match store::insert_orders_taking_stock(tx, &new).await {
             Err(sqlx::Error::Database(error))
                 if error.is_unique_violation() && self.source == OrderSource::Purchase =>
             {
                 return Ok(Ended::IdTaken);
             }
-            inserted => inserted?,
-        }
-
-        // The stock last: the `UPDATE` locks each voucher's stock row until
-        // the commit, and every purchase of the voucher queues for that lock.
-        // Only the admitted orders' count in a reloaded sale follows it
-        // ([`OrderWriter::counted_again`]: it must see every reload that the
-        // row lock orders before this transaction).
-        let mut units: BTreeMap<VoucherId, u32> = BTreeMap::new();
-        for order in &new {
-            *units.entry(order.voucher_id).or_default() += 1;
-        }
+            short => short?,
+        };
         let mut unstocked = HashSet::new();
-        for (voucher, units) in units {
-            if store::take_stock_units(tx, voucher, units).await? {
-                continue;
-            }
+        for (voucher, units) in short {
             // Fewer units left than orders (the last units of a sale; MySQL
             // and Redis disagreeing): the first orders take what is left,
             // in one more statement under the row just read, and the others
