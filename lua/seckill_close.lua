@@ -1,5 +1,5 @@
 -- Closes one shard of a voucher's sale for a while: a sale about to be
--- loaded again from MySQL (src/seckill/sale_state.rs) admits nobody while
+-- loaded again from MySQL (src/seckill/sale_state/load.rs) admits nobody while
 -- its orders on their way are read, so that no admission comes after that
 -- read and goes uncounted by the load. The load rewrites the shard, its
 -- own opening time with it; a load that dies leaves the shard to open

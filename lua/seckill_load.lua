@@ -1,4 +1,4 @@
--- Writes one shard of a voucher's sale from MySQL (src/seckill/sale_state.rs
+-- Writes one shard of a voucher's sale from MySQL (src/seckill/sale_state/load.rs
 -- decides, while it holds the voucher's stock row, that the sale must be
 -- written: missing, partly missing, of different loads, or another token's).
 -- The shard's hash, buyers and given-back orders are written together or

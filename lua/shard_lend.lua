@@ -1,5 +1,5 @@
 -- Lends units of one shard of a voucher's sale to another shard whose
--- buyer found it empty (src/seckill/stock_moves.rs): the units leave this
+-- buyer found it empty (src/seckill/sale_state/stock_moves.rs): the units leave this
 -- shard's stock and are recorded in transit, under the transfer's id, in
 -- the same call. Whatever becomes of the caller afterwards, the record says
 -- where they go: the receiving shard counts a transfer once by its id

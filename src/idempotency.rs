@@ -62,7 +62,7 @@ impl IdempotencyKey {
 
 /// The answers to purchase requests sent with an `Idempotency-Key`, for
 /// the synchronous purchase (the admission script keeps its own:
-/// `seckill/admission.rs`).
+/// `seckill/sale_state/admission.rs`).
 #[derive(Clone)]
 pub struct Idempotency {
     redis: RedisConnection,

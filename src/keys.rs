@@ -197,7 +197,7 @@ impl ShardKeys<'_> {
     }
 
     /// `{tag}:attempt:<attempt>`: the order id one admission attempt was
-    /// answered with, kept for a while (`seckill/admission.rs`), so that the
+    /// answered with, kept for a while (`seckill/sale_state/admission.rs`), so that the
     /// same attempt sent again (a cluster connection re-sends a request whose
     /// reply it lost) is answered with it.
     pub fn attempt(&self, attempt: u128) -> String {

@@ -13,28 +13,22 @@
 //! In `queue` and `stream` mode ([`SeckillMode`]) the purchase is admitted in
 //! Redis instead and answered at once; MySQL gets the order afterwards:
 //!
-//! - `admission.rs` — `lua/seckill.lua` and its reply
-//! - `stock_moves.rs` — units moved between a sale's shards, and the sold-out answer
-//! - `sale_state.rs` — sales, buyers and pending orders in Redis, loaded from MySQL
-//! - `queue.rs` — `queue` mode's in-process queue and its writer
-//! - `stream/` — `stream` mode's consumer: the order stream written to MySQL in batches
-//! - `in_flight.rs` — admitted orders not yet written, read back for the audit
-//! - `order_fields.rs` — an admitted order's fields, as the admission script writes them
-//! - `reconcile.rs` — every node's comparison of the sales in Redis with MySQL, and their heal
 //! - `sync_purchase.rs` — the synchronous purchase: window, lock, order written, release
+//! - `shared_commits.rs` — the synchronous purchases of a voucher written together, one transaction at a time
 //! - `writer/` — the purchase transaction, under the users' locks, that every path writes with,
 //!   and its vocabulary (`outcome.rs`)
-//! - `shared_commits.rs` — the synchronous purchases of a voucher written together, one transaction at a time
+//! - `sale_state/` — the sale's Redis side: loads, admission, stock moves between shards,
+//!   readmissions, orders in flight and the reconciler
+//! - `queue.rs` — `queue` mode's in-process queue and its writer
+//! - `stream/` — `stream` mode's consumer: the order stream written to MySQL in batches
+//! - `order_fields.rs` — an admitted order's fields, as the admission script writes them
+//! - `catalog.rs` — each node's memory of the vouchers' sales
 
-mod admission;
 mod catalog;
-mod in_flight;
 mod order_fields;
 mod queue;
-mod reconcile;
 mod sale_state;
 mod shared_commits;
-mod stock_moves;
 pub mod stream;
 mod sync_purchase;
 mod writer;
@@ -57,15 +51,14 @@ use crate::metrics;
 use crate::redis_handle::RedisConnection;
 use crate::shards::Shard;
 use crate::store::{NewOrder, Store, VoucherOrder};
-pub use admission::Admission;
 use catalog::{Catalog, SaleInfo};
-pub use in_flight::DeadLetter;
 use queue::OrderQueue;
-pub use reconcile::RECONCILE_EVERY;
-pub use sale_state::{PendingOrder, RedisSale, RedisShard, SaleState};
+pub use sale_state::{
+    Admission, DeadLetter, InTransit, PendingOrder, RedisSale, RedisShard, SaleRef, SaleState,
+    RECONCILE_EVERY, STALE_AFTER, SWEEP_EVERY,
+};
 use shared_commits::SharedCommits;
 pub use shared_commits::Written;
-pub use stock_moves::{InTransit, SaleRef, STALE_AFTER, SWEEP_EVERY};
 pub use writer::{Deferral, Locks, OrderSource, OrderWriter, Outcome};
 
 /// Where an admitted order goes on its way to MySQL.

@@ -31,7 +31,9 @@ use std::time::{Duration, Instant};
 
 use redis::{FromRedisValue, Value};
 
-use super::sale_state::{layout_of, on_their_way, pending_entry, Drift, SaleState};
+use super::in_flight::{on_their_way, pending_entry};
+
+use super::{layout_of, Drift, SaleState};
 use crate::error::Error;
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::shards::{Layout, Shard};

@@ -1,7 +1,4 @@
-//! The asynchronous purchase's state in Redis (keys in `keys.rs`): each
-//! seckill voucher's sale (stock, initial stock, window), its buyers, and
-//! the orders admitted but not yet written, in each of the sale's shards
-//! (`src/shards.rs`).
+//! Loading a sale into Redis from MySQL, as a whole.
 //!
 //! MySQL stays the source a sale is loaded from, as a whole: while the
 //! voucher's stock row is held (no writer commits, no other node loads),
@@ -14,133 +11,27 @@
 //! an earlier voucher of the same id (a database reset or restored while
 //! Redis kept its keys) is replaced, not sold from.
 
-use std::collections::{HashMap, HashSet};
-use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::{Local, NaiveDateTime, TimeZone};
-use futures::future::try_join_all;
 use redis::{AsyncCommands, Script};
-use serde::Serialize;
-use tokio::time::Instant;
+use std::sync::LazyLock;
 
+use super::in_flight::on_their_way;
+use super::{layout_of, Drift, SaleState};
 use crate::error::Error;
 use crate::ids::{OrderId, UserId, VoucherId};
-use crate::keys::{Keys, ShardKeys};
+use crate::keys::Keys;
 use crate::metrics;
 use crate::redis_handle::RedisConnection;
 use crate::shards::{Layout, Shard};
-use crate::store::{NewOrder, SaleSnapshot, Store};
+use crate::store::{NewOrder, SaleSnapshot};
 
 static LOAD: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/seckill_load.lua")));
+    LazyLock::new(|| Script::new(include_str!("../../../lua/seckill_load.lua")));
 static CLOSE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/seckill_close.lua")));
-static READMIT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/seckill_readmit.lua")));
-
-/// What `lua/seckill_readmit.lua` did with an order about to be committed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Readmit {
-    /// Redis had lost it: counted again in the reloaded sale.
-    Counted,
-    /// Redis never lost it.
-    Pending,
-    /// No sale in Redis: the reload, after the commit, counts it.
-    NoSale,
-    /// Its buyer was admitted again after the reload, with another order.
-    UserAgain,
-    /// No unit left: the reloaded sale sold it to a later buyer.
-    NoUnit,
-}
-
-impl Readmit {
-    /// Whether the order may be committed: its unit and buyer are its own
-    /// in Redis, or will be once the sale is reloaded.
-    pub fn may_commit(self) -> bool {
-        matches!(self, Readmit::Counted | Readmit::Pending | Readmit::NoSale)
-    }
-}
-
-/// One shard's counts, as one read finds them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Look {
-    pub(super) stock: i64,
-    pub(super) moves: i64,
-    pub(super) in_transit: i64,
-    /// The load that wrote the shard (`None` for a sale stored before
-    /// epochs existed): shards of one sale that disagree are a sale Redis
-    /// partly forgot.
-    pub(super) epoch: Option<i64>,
-}
-
-/// What a node saw of a sale's shards at one moment.
-#[derive(Debug, Clone)]
-pub(super) struct Seen {
-    pub(super) at: Instant,
-    pub(super) looks: Vec<Look>,
-    /// Proved sold out then.
-    pub(super) sold_out: bool,
-}
-
-/// A voucher's sale as Redis holds it, its shards summed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedisSale {
-    /// Stock when the sale was loaded, orders already written included.
-    pub initial: i64,
-    /// Stock left to admit.
-    pub stock: i64,
-    /// Units lent by one shard and not yet received by another: on their
-    /// way between shards (`stock_moves.rs`).
-    pub in_transit: i64,
-    /// The sale window, Unix epoch milliseconds.
-    pub begin_ms: i64,
-    pub end_ms: i64,
-    /// Users admitted, ascending.
-    pub buyers: Vec<UserId>,
-    /// Each shard, by position.
-    pub shards: Vec<RedisShard>,
-}
-
-/// One shard of a sale as Redis holds it: `stock + buyers = initial +
-/// received - lent`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedisShard {
-    pub shard: Shard,
-    /// Its part of the stock when the sale was loaded, its orders included.
-    pub initial: i64,
-    pub stock: i64,
-    /// Units it lent to other shards, and received from them, since.
-    pub lent: i64,
-    pub received: i64,
-    /// Units of its transfer records not yet settled (received or not).
-    pub recorded_in_transit: i64,
-    /// The load that wrote it: every shard of a sale is of one load.
-    pub epoch: Option<i64>,
-    /// Users admitted in it.
-    pub buyers: i64,
-}
-
-/// An order admitted and not yet written, as `GET /voucher-order/{id}`
-/// shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PendingOrder {
-    pub id: OrderId,
-    pub user_id: UserId,
-    pub voucher_id: VoucherId,
-    /// Always `true`: what tells a client this order is not written yet
-    /// (a written order has no such field).
-    pending: bool,
-}
-
-/// What a sale in Redis holds that MySQL says it should not: the
-/// reconciler's finding (`reconcile.rs`), in words.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Drift(pub String);
-
+    LazyLock::new(|| Script::new(include_str!("../../../lua/seckill_close.lua")));
 /// What Redis holds of a voucher's sale, as a load finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Found {
@@ -158,43 +49,7 @@ enum Found {
     Stale,
 }
 
-/// Sales, buyers and pending orders in Redis.
-pub struct SaleState {
-    pub(super) redis: RedisConnection,
-    pub(super) keys: Keys,
-    pub(super) store: Store,
-    /// Loads of one voucher run one at a time: after a Redis restart every
-    /// purchase of a hot voucher finds it missing at once, and only the
-    /// first should read its buyers from MySQL; the others find it loaded.
-    /// Other vouchers' loads do not wait for it. One entry per voucher that
-    /// exists in MySQL (a load is asked for no other).
-    loading: Mutex<HashMap<VoucherId, Arc<tokio::sync::Mutex<()>>>>,
-    /// Fault injection: milliseconds a move of stock between shards pauses
-    /// after its lend (`stock_moves.rs`); 0 in production.
-    pub(super) move_pause_ms: AtomicU64,
-    /// What this node saw of each sharded sale's shards a moment ago
-    /// (`stock_moves.rs`).
-    pub(super) seen_shards: Mutex<HashMap<VoucherId, Seen>>,
-}
-
 impl SaleState {
-    pub fn new(redis: RedisConnection, keys: Keys, store: Store) -> Self {
-        SaleState {
-            redis,
-            keys,
-            store,
-            loading: Mutex::new(HashMap::new()),
-            move_pause_ms: AtomicU64::new(0),
-            seen_shards: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Fault injection: every move of stock between shards pauses `pause`
-    /// between its lend and its receive.
-    pub fn pause_moves(&self, pause: Duration) {
-        (self.move_pause_ms).store(pause.as_millis() as u64, Ordering::Relaxed);
-    }
-
     /// Loads every seckill voucher of MySQL that Redis lacks (a node
     /// starting in `queue` or `stream` mode); returns how many it loaded.
     pub async fn load_missing(&self) -> Result<usize, Error> {
@@ -450,205 +305,6 @@ impl SaleState {
         .await?;
         Ok(())
     }
-
-    /// The voucher's sale as Redis has it, `None` when MySQL has no such
-    /// seckill voucher or Redis lacks a shard of its sale.
-    pub async fn read(&self, voucher_id: VoucherId) -> Result<Option<RedisSale>, Error> {
-        let Some(layout) = self.layout(voucher_id).await? else {
-            return Ok(None);
-        };
-        let mut sale = RedisSale {
-            initial: 0,
-            stock: 0,
-            in_transit: 0,
-            begin_ms: 0,
-            end_ms: 0,
-            buyers: Vec::new(),
-            shards: Vec::new(),
-        };
-        let shards: Vec<(Vec<Option<i64>>, Vec<u64>)> = self
-            .on_shards(layout.shards(), |mut redis, keys| async move {
-                redis::pipe()
-                    .cmd("HMGET")
-                    .arg(keys.voucher(voucher_id))
-                    .arg(&[
-                        "initial",
-                        "stock",
-                        "begin_ms",
-                        "end_ms",
-                        "lent",
-                        "received",
-                        "in_transit",
-                        "epoch",
-                    ])
-                    .smembers(keys.buyers(voucher_id))
-                    .query_async(&mut redis)
-                    .await
-            })
-            .await?;
-        for (shard, (fields, buyers)) in layout.shards().zip(shards) {
-            let [Some(initial), Some(stock), Some(begin_ms), Some(end_ms), lent, received, recorded, epoch] =
-                fields[..]
-            else {
-                return Ok(None);
-            };
-            let (lent, received) = (lent.unwrap_or(0), received.unwrap_or(0));
-            sale.initial += initial;
-            sale.stock += stock;
-            sale.in_transit += lent - received;
-            (sale.begin_ms, sale.end_ms) = (begin_ms, end_ms);
-            sale.shards.push(RedisShard {
-                shard,
-                initial,
-                stock,
-                lent,
-                received,
-                recorded_in_transit: recorded.unwrap_or(0),
-                epoch,
-                buyers: buyers.len() as i64,
-            });
-            sale.buyers.extend(buyers.into_iter().map(UserId::new));
-        }
-        sale.buyers.sort_unstable();
-        Ok(Some(sale))
-    }
-
-    /// The order if it is admitted, not yet written, and `user_id`'s.
-    pub async fn pending_order(
-        &self,
-        order_id: OrderId,
-        user_id: UserId,
-    ) -> Result<Option<PendingOrder>, Error> {
-        let entry: Option<String> = self
-            .redis
-            .clone()
-            .hget(self.pending_of(order_id), order_id.get())
-            .await?;
-        let Some(entry) = entry else {
-            return Ok(None);
-        };
-        let order = pending_entry(order_id, &entry)?;
-        Ok((order.user_id == user_id).then_some(PendingOrder {
-            id: order_id,
-            user_id,
-            voucher_id: order.voucher_id,
-            pending: true,
-        }))
-    }
-
-    /// Runs `call` on each of `shards` at once, with a connection and the
-    /// shard's keys, and answers in their order: a cluster runs a pipeline
-    /// on one node, and a sale's shards live on several.
-    pub(super) async fn on_shards<'a, T, F, Fut>(
-        &'a self,
-        shards: impl IntoIterator<Item = Shard>,
-        call: F,
-    ) -> Result<Vec<T>, Error>
-    where
-        F: Fn(RedisConnection, ShardKeys<'a>) -> Fut,
-        Fut: Future<Output = redis::RedisResult<T>>,
-    {
-        let calls = shards
-            .into_iter()
-            .map(|shard| call(self.redis.clone(), self.keys.shard(shard)));
-        Ok(try_join_all(calls).await?)
-    }
-
-    /// The pending orders hash of the shard that drew `order_id`.
-    pub(super) fn pending_of(&self, order_id: OrderId) -> String {
-        self.keys.shard(Shard::of_order(order_id)).pending()
-    }
-
-    /// Of `orders`, those not in their shard's pending hash: Redis lost
-    /// them (their writer read them before it restarted empty), or a load
-    /// of their sale took them out (it did not count them).
-    pub async fn not_pending(&self, orders: &[NewOrder]) -> Result<Vec<NewOrder>, Error> {
-        if orders.is_empty() {
-            return Ok(Vec::new());
-        }
-        let ids = by_shard(orders.iter().map(|order| order.id));
-        let found: Vec<Vec<Option<String>>> = self
-            .on_shards(ids.keys().copied(), |mut redis, keys| {
-                let ids = &ids[&keys.shard()];
-                async move {
-                    redis::cmd("HMGET")
-                        .arg(keys.pending())
-                        .arg(ids)
-                        .query_async(&mut redis)
-                        .await
-                }
-            })
-            .await?;
-        let found: HashSet<i64> = (ids.values().zip(found))
-            .flat_map(|(ids, found)| ids.iter().zip(found))
-            .filter_map(|(id, found)| found.map(|_| *id))
-            .collect();
-        Ok(orders
-            .iter()
-            .filter(|order| !found.contains(&order.id.get()))
-            .copied()
-            .collect())
-    }
-
-    /// One call of `lua/seckill_readmit.lua`, in `shard`.
-    pub(super) async fn readmit_in(
-        &self,
-        shard: Shard,
-        order: NewOrder,
-        append_to_stream: bool,
-    ) -> Result<Readmit, Error> {
-        let keys = self.keys.shard(shard);
-        let code: i64 = READMIT
-            .key(keys.voucher(order.voucher_id))
-            .key(keys.buyers(order.voucher_id))
-            .key(keys.pending())
-            .key(keys.orders())
-            .arg(order.id.get())
-            .arg(order.user_id.get())
-            .arg(order.voucher_id.get())
-            .arg(u8::from(append_to_stream))
-            .invoke_async(&mut self.redis.clone())
-            .await?;
-        match code {
-            0 => Ok(Readmit::Counted),
-            1 => Ok(Readmit::Pending),
-            2 => Ok(Readmit::NoSale),
-            3 => Ok(Readmit::UserAgain),
-            4 => Ok(Readmit::NoUnit),
-            other => Err(Error::Internal(anyhow::anyhow!(
-                "lua/seckill_readmit.lua answered {other}"
-            ))),
-        }
-    }
-
-    /// Marks orders as written (or as never to be written): they leave
-    /// their shards' pending hashes.
-    pub async fn forget_pending(&self, order_ids: &[OrderId]) -> Result<(), Error> {
-        let ids = by_shard(order_ids.iter().copied());
-        self.on_shards(ids.keys().copied(), |mut redis, keys| {
-            let ids = &ids[&keys.shard()];
-            async move { redis.hdel::<_, _, ()>(keys.pending(), ids).await }
-        })
-        .await?;
-        Ok(())
-    }
-}
-
-/// Order ids grouped by the shard that drew them.
-fn by_shard(order_ids: impl Iterator<Item = OrderId>) -> HashMap<Shard, Vec<i64>> {
-    let mut shards: HashMap<Shard, Vec<i64>> = HashMap::new();
-    for id in order_ids {
-        shards
-            .entry(Shard::of_order(id))
-            .or_default()
-            .push(id.get());
-    }
-    shards
-}
-
-/// A stored shard count as a layout.
-pub(super) fn layout_of(count: u16) -> Result<Layout, Error> {
-    Layout::new(count.into()).map_err(|bad| Error::Internal(anyhow::Error::new(bad)))
 }
 
 /// A sale time as Redis compares it: the wall-clock time MySQL holds, in
@@ -715,68 +371,4 @@ async fn put(
         load.invoke_async::<()>(&mut redis).await?;
     }
     Ok(())
-}
-
-/// The order the pending orders hash holds under `order_id`, as the
-/// admission script writes it: `<userId>:<voucherId>`.
-pub(super) fn pending_entry(order_id: OrderId, entry: &str) -> Result<NewOrder, Error> {
-    entry
-        .split_once(':')
-        .and_then(|(user, voucher)| Some((user.parse().ok()?, voucher.parse().ok()?)))
-        .map(|(user, voucher)| NewOrder {
-            id: order_id,
-            user_id: UserId::new(user),
-            voucher_id: VoucherId::new(voucher),
-        })
-        .ok_or_else(|| {
-            Error::Internal(anyhow::anyhow!(
-                "pending order {order_id} holds {entry:?}, not userId:voucherId"
-            ))
-        })
-}
-
-/// Of the `pending` orders, those on their way to MySQL: not written, not
-/// dead-lettered, each of a buyer with no active order there (another
-/// order of such a buyer is a dead letter to be).
-pub(super) fn on_their_way(
-    pending: impl Iterator<Item = NewOrder>,
-    written: &HashSet<OrderId>,
-    dead: &HashSet<OrderId>,
-    buyers: &[UserId],
-) -> Vec<NewOrder> {
-    let mut users: HashSet<UserId> = buyers.iter().copied().collect();
-    pending
-        .filter(|order| !written.contains(&order.id) && !dead.contains(&order.id))
-        .filter(|order| users.insert(order.user_id))
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn order(id: i64, user: u64) -> NewOrder {
-        NewOrder {
-            id: OrderId::new(id),
-            user_id: UserId::new(user),
-            voucher_id: VoucherId::new(7),
-        }
-    }
-
-    #[test]
-    fn orders_on_their_way_are_pending_unwritten_not_dead_and_one_per_new_buyer() {
-        let pending = [
-            order(1, 10),
-            order(2, 11), // written: its commit beat its acknowledgement
-            order(3, 12), // dead-lettered
-            order(4, 13), // its buyer holds an order in MySQL
-            order(5, 14),
-            order(6, 14), // the same buyer twice: one counts
-        ];
-        let written = HashSet::from([OrderId::new(2)]);
-        let dead = HashSet::from([OrderId::new(3)]);
-        let buyers = [UserId::new(13)];
-        let on_their_way = on_their_way(pending.into_iter(), &written, &dead, &buyers);
-        assert_eq!(on_their_way, [order(1, 10), order(5, 14)]);
-    }
 }

@@ -8,13 +8,27 @@ use std::collections::HashSet;
 
 use redis::streams::{StreamId, StreamRangeReply};
 use redis::AsyncCommands;
+use serde::Serialize;
 
-use super::order_fields::order_of;
-use super::sale_state::{pending_entry, SaleState};
+use super::{by_shard, SaleState};
 use crate::error::Error;
-use crate::ids::{OrderId, VoucherId};
+use crate::ids::{OrderId, UserId, VoucherId};
+use crate::seckill::order_fields::order_of;
 use crate::shards::{Layout, Shard};
 use crate::store::NewOrder;
+
+/// An order admitted and not yet written, as `GET /voucher-order/{id}`
+/// shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingOrder {
+    pub id: OrderId,
+    pub user_id: UserId,
+    pub voucher_id: VoucherId,
+    /// Always `true`: what tells a client this order is not written yet
+    /// (a written order has no such field).
+    pending: bool,
+}
 
 /// Entries read per `XRANGE` / `HSCAN` round trip.
 const PAGE: usize = 1000;
@@ -66,6 +80,41 @@ impl DeadLetter {
 }
 
 impl SaleState {
+    /// The order if it is admitted, not yet written, and `user_id`'s.
+    pub async fn pending_order(
+        &self,
+        order_id: OrderId,
+        user_id: UserId,
+    ) -> Result<Option<PendingOrder>, Error> {
+        let entry: Option<String> = self
+            .redis
+            .clone()
+            .hget(self.pending_of(order_id), order_id.get())
+            .await?;
+        let Some(entry) = entry else {
+            return Ok(None);
+        };
+        let order = pending_entry(order_id, &entry)?;
+        Ok((order.user_id == user_id).then_some(PendingOrder {
+            id: order_id,
+            user_id,
+            voucher_id: order.voucher_id,
+            pending: true,
+        }))
+    }
+
+    /// Marks orders as written (or as never to be written): they leave
+    /// their shards' pending hashes.
+    pub async fn forget_pending(&self, order_ids: &[OrderId]) -> Result<(), Error> {
+        let ids = by_shard(order_ids.iter().copied());
+        self.on_shards(ids.keys().copied(), |mut redis, keys| {
+            let ids = &ids[&keys.shard()];
+            async move { redis.hdel::<_, _, ()>(keys.pending(), ids).await }
+        })
+        .await?;
+        Ok(())
+    }
+
     /// How many orders of every voucher are pending, and how many entries
     /// the order streams hold, over every shard in use: two `O(1)` reads a
     /// shard, for polling.
@@ -257,5 +306,69 @@ fn letter_id(id: &str) -> Option<(Shard, &str)> {
     match id.split_once('/') {
         None => Some((Shard::SINGLE, id)),
         Some((tag, entry)) => Shard::from_tag(tag).map(|shard| (shard, entry)),
+    }
+}
+
+/// The order the pending orders hash holds under `order_id`, as the
+/// admission script writes it: `<userId>:<voucherId>`.
+pub(super) fn pending_entry(order_id: OrderId, entry: &str) -> Result<NewOrder, Error> {
+    entry
+        .split_once(':')
+        .and_then(|(user, voucher)| Some((user.parse().ok()?, voucher.parse().ok()?)))
+        .map(|(user, voucher)| NewOrder {
+            id: order_id,
+            user_id: UserId::new(user),
+            voucher_id: VoucherId::new(voucher),
+        })
+        .ok_or_else(|| {
+            Error::Internal(anyhow::anyhow!(
+                "pending order {order_id} holds {entry:?}, not userId:voucherId"
+            ))
+        })
+}
+
+/// Of the `pending` orders, those on their way to MySQL: not written, not
+/// dead-lettered, each of a buyer with no active order there (another
+/// order of such a buyer is a dead letter to be).
+pub(super) fn on_their_way(
+    pending: impl Iterator<Item = NewOrder>,
+    written: &HashSet<OrderId>,
+    dead: &HashSet<OrderId>,
+    buyers: &[UserId],
+) -> Vec<NewOrder> {
+    let mut users: HashSet<UserId> = buyers.iter().copied().collect();
+    pending
+        .filter(|order| !written.contains(&order.id) && !dead.contains(&order.id))
+        .filter(|order| users.insert(order.user_id))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn order(id: i64, user: u64) -> NewOrder {
+        NewOrder {
+            id: OrderId::new(id),
+            user_id: UserId::new(user),
+            voucher_id: VoucherId::new(7),
+        }
+    }
+
+    #[test]
+    fn orders_on_their_way_are_pending_unwritten_not_dead_and_one_per_new_buyer() {
+        let pending = [
+            order(1, 10),
+            order(2, 11), // written: its commit beat its acknowledgement
+            order(3, 12), // dead-lettered
+            order(4, 13), // its buyer holds an order in MySQL
+            order(5, 14),
+            order(6, 14), // the same buyer twice: one counts
+        ];
+        let written = HashSet::from([OrderId::new(2)]);
+        let dead = HashSet::from([OrderId::new(3)]);
+        let buyers = [UserId::new(13)];
+        let on_their_way = on_their_way(pending.into_iter(), &written, &dead, &buyers);
+        assert_eq!(on_their_way, [order(1, 10), order(5, 14)]);
     }
 }

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use redis::{AsyncCommands, Script};
 
-use super::sale_state::SaleState;
 use super::stock_moves::{Refill, SaleRef};
+use super::SaleState;
 use crate::error::{Error, Rejection};
 use crate::idempotency::{IdempotencyKey, ANSWER_KEPT};
 use crate::ids::{OrderId, UserId};
@@ -30,7 +30,7 @@ use crate::redis_handle::RedisConnection;
 use crate::shards::{Shard, SEQUENCE_BITS};
 
 static ADMIT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/seckill.lua")));
+    LazyLock::new(|| Script::new(include_str!("../../../lua/seckill.lua")));
 
 /// The refusals `lua/seckill.lua` answers, at the index of their code.
 const REFUSALS: [Option<Rejection>; 6] = [

@@ -39,19 +39,18 @@ use redis::Script;
 use std::sync::LazyLock;
 use tokio::time::Instant;
 
-use super::sale_state::{layout_of, Look, Readmit, SaleState, Seen};
+use super::SaleState;
 use crate::error::Error;
 use crate::ids::VoucherId;
 use crate::metrics;
 use crate::shards::{Layout, Shard};
-use crate::store::NewOrder;
 
 static LEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/shard_lend.lua")));
+    LazyLock::new(|| Script::new(include_str!("../../../lua/shard_lend.lua")));
 static RECEIVE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/shard_receive.lua")));
+    LazyLock::new(|| Script::new(include_str!("../../../lua/shard_receive.lua")));
 static SETTLE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/shard_settle.lua")));
+    LazyLock::new(|| Script::new(include_str!("../../../lua/shard_settle.lua")));
 
 /// At most this many units move in one transfer: enough that a shard all
 /// buyers hash to borrows a few times, not once a purchase.
@@ -66,6 +65,27 @@ pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// How long a buyer waits before looking again while units are in transit.
 const IN_TRANSIT_PAUSE: Duration = Duration::from_millis(10);
+
+/// One shard's counts, as one read finds them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Look {
+    pub(super) stock: i64,
+    pub(super) moves: i64,
+    pub(super) in_transit: i64,
+    /// The load that wrote the shard (`None` for a sale stored before
+    /// epochs existed): shards of one sale that disagree are a sale Redis
+    /// partly forgot.
+    pub(super) epoch: Option<i64>,
+}
+
+/// What a node saw of a sale's shards at one moment.
+#[derive(Debug, Clone)]
+pub(super) struct Seen {
+    pub(super) at: Instant,
+    pub(super) looks: Vec<Look>,
+    /// Proved sold out then.
+    pub(super) sold_out: bool,
+}
 
 /// A sale as a mover needs it.
 #[derive(Debug, Clone, Copy)]
@@ -194,37 +214,6 @@ impl SaleState {
             }
         }
         Ok(transfers)
-    }
-
-    /// Counts `order`, which Redis lost, again in its shard of the sale
-    /// (see `lua/seckill_readmit.lua`); run while its writer holds the
-    /// stock row. A shard with no unit left borrows from the sale's other
-    /// shards first (`stock_moves.rs`).
-    pub async fn readmit(&self, order: NewOrder, append_to_stream: bool) -> Result<Readmit, Error> {
-        let shard = Shard::of_order(order.id);
-        let readmit = self.readmit_in(shard, order, append_to_stream).await?;
-        if readmit != Readmit::NoUnit {
-            return Ok(readmit);
-        }
-        let Some(row) = self.store.seckill_voucher(order.voucher_id).await? else {
-            return Ok(readmit);
-        };
-        let sale = SaleRef {
-            voucher_id: order.voucher_id,
-            token: row.sale_token,
-            layout: layout_of(row.shards)?,
-        };
-        let Some(position) = sale.layout.shards().position(|of| of == shard) else {
-            return Ok(readmit);
-        };
-        let deadline = tokio::time::Instant::now() + self.store.backend_timeout();
-        match self.refill(&sale, position as u16, deadline).await? {
-            Refill::Moved => self.readmit_in(shard, order, append_to_stream).await,
-            Refill::SoldOut => Ok(readmit),
-            // The sale is to be loaded again, which waits for the stock row
-            // this writer holds, and then counts its order from MySQL.
-            Refill::Missing => Ok(Readmit::NoSale),
-        }
     }
 
     /// Fills shard `position` of `sale`, found empty by a buyer, from the
