@@ -235,7 +235,6 @@ impl LockSettings {
     /// What the lock crate builds from these settings (without an observer).
     pub fn builder(&self) -> hmdp_lock::LockBuilder {
         let mut builder = hmdp_lock::LockBuilder::new(self.mode)
-            .watchdog_lease(Duration::from_millis(self.lock_watchdog_ms))
             .wait(self.wait())
             .nodes(self.lock_nodes.iter().cloned())
             .fencing(self.fencing)
@@ -243,11 +242,17 @@ impl LockSettings {
                 self.lock_sync_replicas,
                 Duration::from_millis(self.lock_sync_timeout_ms),
             );
-        if let Some(lease) = self.lock_lease_ms {
-            builder = builder.lease(Duration::from_millis(lease));
-        }
-        if self.lock_max_hold_ms > 0 {
-            builder = builder.max_hold(Duration::from_millis(self.lock_max_hold_ms));
+        match self.lock_lease_ms {
+            Some(lease) => builder = builder.lease(Duration::from_millis(lease)),
+            // The watchdog's settings, whose defaults apply to `reentrant`
+            // alone (the builder refuses a setting its mode ignores).
+            None if self.mode == LockMode::Reentrant => {
+                builder = builder.watchdog_lease(Duration::from_millis(self.lock_watchdog_ms));
+                if self.lock_max_hold_ms > 0 {
+                    builder = builder.max_hold(Duration::from_millis(self.lock_max_hold_ms));
+                }
+            }
+            None => {}
         }
         builder
     }

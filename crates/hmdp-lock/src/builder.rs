@@ -5,23 +5,27 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::connection::open;
+use crate::connection::RedisSource;
+use crate::connection::{open, Connection};
+#[cfg(feature = "fault-injection")]
+use crate::faults::Faults;
+use crate::fencing::Fenced;
+#[cfg(feature = "teaching")]
+use crate::local::LocalLock;
+use crate::lock::{BuildError, DistributedLock};
+use crate::mode::LockMode;
+#[cfg(feature = "teaching")]
+use crate::none::NoLock;
+use crate::observer::{Observer, Unobserved};
+use crate::quorum::QuorumLock;
 use crate::redis_lua::{LuaUnlock, RedisLuaLock};
 #[cfg(feature = "teaching")]
 use crate::redis_naive::{DelUnlock, RedisNaiveLock};
 #[cfg(feature = "teaching")]
 use crate::redis_owner::{GetThenDelUnlock, RedisOwnerLock};
-use crate::release_events::RedisSource;
+use crate::reentrant::{ReentrantLock, ReentrantOptions};
+use crate::replicated::SyncReplicas;
 use crate::set_nx::SetNx;
-#[cfg(feature = "teaching")]
-use crate::teaching::{LocalLock, NoLock};
-use crate::Connection;
-#[cfg(feature = "fault-injection")]
-use crate::Faults;
-use crate::{
-    DistributedLock, Fenced, LockMode, Observer, QuorumLock, ReentrantLock, ReentrantOptions,
-    SyncReplicas, Unobserved,
-};
 
 /// How to make a lock: its mode, then what applies to it, one method each;
 /// [`build`](Self::build) makes it on a Redis (a `redis::Client`, or a Redis
@@ -51,7 +55,7 @@ use crate::{
 pub struct LockBuilder {
     mode: LockMode,
     lease: Option<Duration>,
-    watchdog_lease: Duration,
+    watchdog_lease: Option<Duration>,
     max_hold: Option<Duration>,
     wait: Duration,
     nodes: Vec<String>,
@@ -81,7 +85,7 @@ impl LockBuilder {
         LockBuilder {
             mode,
             lease: None,
-            watchdog_lease: Self::DEFAULT_WATCHDOG_LEASE,
+            watchdog_lease: None,
             max_hold: None,
             wait: Duration::ZERO,
             nodes: Vec::new(),
@@ -139,14 +143,15 @@ impl LockBuilder {
     }
 
     /// `reentrant` without an explicit lease: the lease the watchdog keeps
-    /// renewing, every third of it, while the hold lives.
+    /// renewing, every third of it, while the hold lives
+    /// ([`DEFAULT_WATCHDOG_LEASE`](Self::DEFAULT_WATCHDOG_LEASE) by default).
     pub fn watchdog_lease(mut self, lease: Duration) -> Self {
-        self.watchdog_lease = lease;
+        self.watchdog_lease = Some(lease);
         self
     }
 
-    /// `reentrant`: the watchdog stops renewing after a hold has lasted this
-    /// long, so a stuck holder cannot keep a key locked forever.
+    /// `reentrant` without an explicit lease: the watchdog stops renewing
+    /// after a hold has lasted this long, so a stuck holder cannot keep a key locked forever.
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
         self
@@ -200,7 +205,7 @@ impl LockBuilder {
     fn reentrant_options(&self) -> ReentrantOptions {
         ReentrantOptions {
             lease: self.lease,
-            watchdog_lease: self.watchdog_lease,
+            watchdog_lease: self.watchdog_lease.unwrap_or(Self::DEFAULT_WATCHDOG_LEASE),
             max_hold: self.max_hold,
             wait: self.wait,
         }
@@ -237,6 +242,7 @@ impl LockBuilder {
         connection: impl Into<Connection>,
         redis: impl Into<RedisSource>,
     ) -> Result<Arc<dyn DistributedLock>, BuildError> {
+        self.ensure_used()?;
         let source = redis.into();
         let redis = if self.sync_replicas > 0 && self.mode.uses_main_redis() {
             // A command queued behind a `WAIT` waits for it: its reply may
@@ -302,6 +308,29 @@ impl LockBuilder {
     }
 }
 
+impl LockBuilder {
+    /// Refuses a setting the mode would ignore: a lock built with one is
+    /// not the lock its caller described.
+    fn ensure_used(&self) -> Result<(), BuildError> {
+        let mode = self.mode;
+        let watchdog = mode == LockMode::Reentrant && self.lease.is_none();
+        let quorum = matches!(mode, LockMode::Multi | LockMode::Redlock);
+        let ignored = [
+            ("nodes", !self.nodes.is_empty() && !quorum),
+            ("watchdog_lease", self.watchdog_lease.is_some() && !watchdog),
+            ("max_hold", self.max_hold.is_some() && !watchdog),
+            (
+                "lease",
+                self.lease.is_some() && !mode.uses_main_redis() && !quorum,
+            ),
+        ];
+        match ignored.into_iter().find(|(_, ignored)| *ignored) {
+            Some((setting, _)) => Err(BuildError::Ignored { mode, setting }),
+            None => Ok(()),
+        }
+    }
+}
+
 impl std::fmt::Debug for LockBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockBuilder")
@@ -319,20 +348,51 @@ impl std::fmt::Debug for LockBuilder {
     }
 }
 
-/// Why a lock could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum BuildError {
-    /// `multi` and `redlock` need at least one node.
-    #[error("lock mode {0} needs independent Redis servers (LockBuilder::nodes), none given")]
-    NoNodes(LockMode),
-    /// Waiting for replicas is for a lock kept on one (replicated) Redis.
-    #[error("lock mode {0} keeps no lock on a replicated Redis: it cannot wait for replicas")]
-    NoReplicas(LockMode),
-    /// A Redis URL did not parse.
-    #[error("invalid Redis URL")]
-    Redis(#[from] redis::RedisError),
-}
-
 /// What a reply on the connection of a lock that waits for replicas may
 /// take beyond the `WAIT`'s own timeout.
 const SYNC_REPLY_MARGIN: Duration = Duration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SOON: Duration = Duration::from_millis(500);
+
+    #[tokio::test]
+    async fn a_setting_the_mode_ignores_is_refused() {
+        // Nothing connects while building: no server need listen here.
+        let redis = || redis::Client::open("redis://127.0.0.1:1/").unwrap();
+        let node = ["redis://127.0.0.1:1/"];
+        let refused = [
+            (LockBuilder::redis_lua().max_hold(SOON), "max_hold"),
+            (
+                LockBuilder::redis_lua().watchdog_lease(SOON),
+                "watchdog_lease",
+            ),
+            (
+                LockBuilder::reentrant().lease(SOON).max_hold(SOON),
+                "max_hold",
+            ),
+            (LockBuilder::reentrant().nodes(node), "nodes"),
+            (
+                LockBuilder::multi(node).watchdog_lease(SOON),
+                "watchdog_lease",
+            ),
+        ];
+        for (builder, ignored) in refused {
+            match builder.build(redis()).err() {
+                Some(BuildError::Ignored { setting, .. }) => assert_eq!(setting, ignored),
+                other => panic!("{builder:?}: {other:?}, not {ignored} refused"),
+            }
+        }
+        let used = [
+            LockBuilder::reentrant().watchdog_lease(SOON).max_hold(SOON),
+            LockBuilder::reentrant().lease(SOON),
+            LockBuilder::redis_lua().lease(SOON),
+            LockBuilder::redlock(node).lease(SOON),
+        ];
+        for builder in used {
+            assert!(builder.build(redis()).is_ok(), "{builder:?}");
+        }
+    }
+}

@@ -17,7 +17,6 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-use crate::release_events::RedisSource;
 #[cfg(feature = "cluster")]
 use tokio::sync::OnceCell;
 
@@ -149,6 +148,43 @@ pub fn cluster_nodes(url: &str) -> Option<Vec<String>> {
             .map(|node| format!("redis://{}", node.trim().trim_end_matches('/')))
             .collect(),
     )
+}
+
+/// The Redis a lock runs on: one server, or the seed nodes of a Redis
+/// Cluster. [`LockBuilder::build`](crate::LockBuilder::build) connects to it,
+/// and `reentrant`'s release subscription too.
+#[derive(Clone)]
+pub enum RedisSource {
+    /// One server: classic pub/sub for the release notices.
+    Server(redis::Client),
+    /// A Redis Cluster (any of its nodes; the rest is discovered): sharded
+    /// pub/sub for the release notices (feature `cluster`).
+    #[cfg(feature = "cluster")]
+    Cluster(Vec<redis::ConnectionInfo>),
+}
+
+impl RedisSource {
+    /// The source that hears what the release script announces on
+    /// `commands`: a cluster connection's releases are `SPUBLISH`ed, which
+    /// only a sharded subscription hears, so a server's client given for
+    /// one becomes a seed node of a sharded subscription. (The other way
+    /// round, a sharded subscription cannot be opened on one server, and
+    /// waiters poll.)
+    pub(crate) fn matching(self, commands: &Connection) -> RedisSource {
+        match (self, commands) {
+            #[cfg(feature = "cluster")]
+            (RedisSource::Server(client), Connection::Cluster(_)) => {
+                RedisSource::Cluster(vec![client.get_connection_info().clone()])
+            }
+            (source, _) => source,
+        }
+    }
+}
+
+impl From<redis::Client> for RedisSource {
+    fn from(client: redis::Client) -> Self {
+        RedisSource::Server(client)
+    }
 }
 
 impl RedisSource {

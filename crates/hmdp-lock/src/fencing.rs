@@ -14,15 +14,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::Connection;
+use crate::connection::Connection;
 use async_trait::async_trait;
 use redis::AsyncCommands;
 
+use crate::keys::sibling;
+use crate::lock::{refuse, DistributedLock, LockError, LockGuard, Release};
+use crate::mode::LockMode;
+use crate::observer::{LockEvent, LostReason, Observer, Unobserved};
+use crate::owner::Holder;
 use crate::scripts::{MintFencingToken, Minted};
-use crate::sibling;
-use crate::LockMode;
-use crate::{refuse, DistributedLock, Holder, LockError, LockGuard, Release};
-use crate::{LockEvent, LostReason, Observer, Unobserved};
 
 /// How long a key's counter outlives its last acquisition. Far longer than
 /// any lease, short enough that idle users' counters go away; tokens stay
@@ -122,6 +123,8 @@ struct FencedHold {
     token: u64,
     observer: Arc<dyn Observer>,
 }
+
+impl crate::lock::sealed::InKey for FencedHold {}
 
 #[async_trait]
 impl LockGuard for FencedHold {

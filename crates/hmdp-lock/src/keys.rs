@@ -41,7 +41,7 @@ pub(crate) fn sibling_of(key: &str, suffix: &[&str]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::sibling;
+    use crate::keys::sibling;
 
     #[test]
     fn sibling_shares_the_hash_slot() {

@@ -11,8 +11,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
-use crate::LockMode;
-use crate::{DistributedLock, Holder, LockError, LockGuard, Release};
+use crate::lock::{DistributedLock, LockError, LockGuard, Release};
+use crate::mode::LockMode;
+use crate::owner::Holder;
 
 type KeyMutex = AsyncMutex<()>;
 
@@ -96,6 +97,8 @@ impl DistributedLock for LocalLock {
         Ok(guard.map(|guard| Box::new(LocalHold { _guard: guard }) as Box<dyn LockGuard>))
     }
 }
+
+impl crate::lock::sealed::InKey for LocalHold {}
 
 #[async_trait]
 impl LockGuard for LocalHold {

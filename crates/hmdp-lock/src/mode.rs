@@ -69,6 +69,12 @@ impl LockMode {
         }
     }
 
+    /// Whether the mode's locks run out on a lease: every mode kept in
+    /// Redis (not `none` and `local`).
+    pub fn leased(self) -> bool {
+        self.uses_main_redis() || matches!(self, LockMode::Multi | LockMode::Redlock)
+    }
+
     /// Whether the mode keeps its lock on the one Redis the connection goes
     /// to (replicated or not): not `none` and `local` (no Redis), nor
     /// `multi` and `redlock` (independent servers of their own).
@@ -92,7 +98,7 @@ impl std::fmt::Display for LockMode {
 
 #[cfg(test)]
 mod tests {
-    use crate::LockMode;
+    use crate::mode::LockMode;
 
     #[cfg(feature = "clap")]
     #[test]

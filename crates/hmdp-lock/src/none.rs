@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::LockMode;
-use crate::{DistributedLock, Holder, LockError, LockGuard, Release};
+use crate::lock::{DistributedLock, LockError, LockGuard, Release};
+use crate::mode::LockMode;
+use crate::owner::Holder;
 
 /// The absent lock.
 pub struct NoLock;
@@ -33,6 +34,8 @@ impl DistributedLock for NoLock {
         Ok(Some(Box::new(NoHold)))
     }
 }
+
+impl crate::lock::sealed::InKey for NoHold {}
 
 #[async_trait]
 impl LockGuard for NoHold {

@@ -18,18 +18,21 @@
 
 use std::time::Duration;
 
-use crate::Connection;
+use crate::connection::Connection;
 use async_trait::async_trait;
 use futures::future::join_all;
 use rand::RngExt;
 use tokio::time::Instant;
 
 use crate::connection::timed_connection;
+use crate::keys::sibling;
+use crate::lock::BuildError;
+use crate::lock::{release_dropped, DistributedLock, LockError, LockGuard, Release};
+use crate::mode::LockMode;
+use crate::observer::LostReason;
 use crate::owner;
+use crate::owner::Holder;
 use crate::scripts::{GiveBack, Take, Taken};
-use crate::sibling;
-use crate::{release_dropped, DistributedLock, Holder, LockError, LockGuard, LostReason, Release};
-use crate::{BuildError, LockMode};
 
 struct Node {
     /// `host:port`, for reports and logs.
@@ -233,6 +236,8 @@ struct QuorumHold {
     quorum: usize,
     valid_until: Instant,
 }
+
+impl crate::lock::sealed::InKey for QuorumHold {}
 
 #[async_trait]
 impl LockGuard for QuorumHold {

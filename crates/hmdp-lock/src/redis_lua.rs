@@ -7,10 +7,10 @@
 
 use async_trait::async_trait;
 
+use crate::lock::{LockError, Release};
+use crate::mode::LockMode;
 use crate::scripts::{compare_and_delete, CompareAndDelete};
 use crate::set_nx::{SetNxLock, Taken, Unlock};
-use crate::LockMode;
-use crate::{LockError, Release};
 
 /// Lock v3.
 pub(crate) type RedisLuaLock = SetNxLock<LuaUnlock>;

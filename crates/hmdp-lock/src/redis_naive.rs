@@ -8,9 +8,9 @@
 
 use async_trait::async_trait;
 
+use crate::lock::{LockError, Release};
+use crate::mode::LockMode;
 use crate::set_nx::{SetNxLock, Taken, Unlock};
-use crate::LockMode;
-use crate::{LockError, Release};
 
 /// Lock v1.
 pub(crate) type RedisNaiveLock = SetNxLock<DelUnlock>;

@@ -9,9 +9,9 @@
 use async_trait::async_trait;
 use redis::AsyncCommands;
 
+use crate::lock::{LockError, Release};
+use crate::mode::LockMode;
 use crate::set_nx::{SetNxLock, Taken, Unlock};
-use crate::LockMode;
-use crate::{LockError, Release};
 
 /// Lock v2.
 pub(crate) type RedisOwnerLock = SetNxLock<GetThenDelUnlock>;

@@ -45,6 +45,8 @@ use redis::{PushInfo, PushKind};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
+use crate::connection::RedisSource;
+
 /// How long to wait before reconnecting a dropped subscription connection;
 /// doubled after each attempt that fails again (a server that refuses the
 /// subscription for good, such as `SSUBSCRIBE` before Redis 7), up to
@@ -61,43 +63,6 @@ const KEEPALIVE_EVERY: Duration = Duration::from_secs(1);
 /// connection is given up as dead. Generous: a false alarm only costs a
 /// reconnect, with waiters polling meanwhile.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The Redis a lock runs on: one server, or the seed nodes of a Redis
-/// Cluster. [`LockBuilder::build`](crate::LockBuilder::build) connects to it,
-/// and `reentrant`'s release subscription too.
-#[derive(Clone)]
-pub enum RedisSource {
-    /// One server: classic pub/sub for the release notices.
-    Server(redis::Client),
-    /// A Redis Cluster (any of its nodes; the rest is discovered): sharded
-    /// pub/sub for the release notices (feature `cluster`).
-    #[cfg(feature = "cluster")]
-    Cluster(Vec<redis::ConnectionInfo>),
-}
-
-impl RedisSource {
-    /// The source that hears what the release script announces on
-    /// `commands`: a cluster connection's releases are `SPUBLISH`ed, which
-    /// only a sharded subscription hears, so a server's client given for
-    /// one becomes a seed node of a sharded subscription. (The other way
-    /// round, a sharded subscription cannot be opened on one server, and
-    /// waiters poll.)
-    pub(crate) fn matching(self, commands: &crate::Connection) -> RedisSource {
-        match (self, commands) {
-            #[cfg(feature = "cluster")]
-            (RedisSource::Server(client), crate::Connection::Cluster(_)) => {
-                RedisSource::Cluster(vec![client.get_connection_info().clone()])
-            }
-            (source, _) => source,
-        }
-    }
-}
-
-impl From<redis::Client> for RedisSource {
-    fn from(client: redis::Client) -> Self {
-        RedisSource::Server(client)
-    }
-}
 
 /// The process's subscription to lock release channels.
 pub(crate) struct ReleaseEvents {

@@ -21,8 +21,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::Connection;
-use crate::{refuse, DistributedLock, Holder, LockError, LockGuard, LockMode};
+use crate::connection::Connection;
+use crate::lock::{refuse, DistributedLock, LockError, LockGuard};
+use crate::mode::LockMode;
+use crate::owner::Holder;
 
 /// Any single-Redis lock whose holds are replicated before they are handed out.
 pub struct SyncReplicas {

@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use crate::Connection;
+use crate::connection::Connection;
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
 
+use crate::keys::sibling;
 use crate::keys::sibling_of;
-use crate::{sibling, LockError, Release};
+use crate::lock::{LockError, Release};
 
 static COMPARE_AND_DELETE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/unlock.lua")));

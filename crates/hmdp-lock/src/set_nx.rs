@@ -4,15 +4,16 @@
 
 use std::time::Duration;
 
-use crate::Connection;
+use crate::connection::Connection;
 use async_trait::async_trait;
 use rand::RngExt;
 use tokio::time::Instant;
 
 #[cfg(feature = "fault-injection")]
-use crate::Faults;
-use crate::LockMode;
-use crate::{release_dropped, DistributedLock, Holder, LockError, LockGuard, Release};
+use crate::faults::Faults;
+use crate::lock::{release_dropped, DistributedLock, LockError, LockGuard, Release};
+use crate::mode::LockMode;
+use crate::owner::Holder;
 
 /// How a `SET NX` lock gives its key back: the one step in which lock v1,
 /// v2 and v3 differ.
@@ -76,7 +77,9 @@ impl<U: Unlock> LockGuard for SetNxHold<U> {
         let taken = self.taken.take().expect("a hold is released once");
         self.unlock.unlock(taken).await
     }
+}
 
+impl<U: Unlock> crate::lock::sealed::InKey for SetNxHold<U> {
     fn owner_in_key(&self) -> Option<&str> {
         self.taken.as_ref().map(|taken| taken.token.as_str())
     }

@@ -4,18 +4,21 @@
 //! without taking a second hold away.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::time::Instant;
 
+use super::lease::Lease;
 use super::watchdog::Watching;
+use crate::connection::Connection;
+use crate::lock::{release_dropped, LockError, LockGuard, Release};
+use crate::observer::LostReason;
 use crate::owner;
+use crate::owner::Holder;
 use crate::scripts::GiveBack;
-use crate::Connection;
-use crate::{release_dropped, Holder, LockError, LockGuard, LostReason, Release};
 
 /// Sent at most this many times per release; the latch outlives them all
 /// ([`RELEASE_LATCH`](crate::scripts::RELEASE_LATCH)).
@@ -88,20 +91,10 @@ pub(super) type Registry = Mutex<HashMap<(String, Holder), Weak<Hold>>>;
 
 /// One holder's hold on one key, shared by all of its reentrant guards.
 pub(super) struct Hold {
-    pub(super) key: String,
+    pub(super) lease: Arc<Lease>,
     holder: Holder,
-    pub(super) owner: String,
-    pub(super) lease: Duration,
     /// Guards of this hold not yet giving their hold back.
     guards: AtomicUsize,
-    /// Set when the last guard starts giving back the last hold: a renewal
-    /// that finds the key gone from now on saw the release, not a loss.
-    pub(super) releasing: AtomicBool,
-    /// Set when a renewal found the key taken or gone.
-    pub(super) lost: AtomicBool,
-    /// Until when Redis keeps the key for us, by our clock: counted from
-    /// when the command that set the lease was sent, so never too late.
-    pub(super) valid_until: Mutex<Instant>,
     /// The watchdog's renewals of this hold, stopped when dropped.
     renewal: Mutex<Option<Watching>>,
     /// The registry this hold is entered in, if any (see [`Landed`]).
@@ -109,18 +102,11 @@ pub(super) struct Hold {
 }
 
 impl Hold {
-    /// Whether the key is surely still ours: no renewal found it gone and
-    /// the lease has not run out by our (conservative) clock.
-    fn lease_running(&self) -> bool {
-        !self.lost.load(Ordering::SeqCst)
-            && Instant::now() < *self.valid_until.lock().expect("hold poisoned")
-    }
-
     /// One guard starts giving its hold back; the last one stops the
     /// watchdog first, so that no renewal reports the key it deletes as lost.
     fn guard_leaves(&self) {
         if self.guards.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.releasing.store(true, Ordering::SeqCst);
+            self.lease.releasing.store(true, Ordering::SeqCst);
             let renewal = self.renewal.lock().expect("hold poisoned").take();
             drop(renewal);
         }
@@ -135,7 +121,7 @@ impl Drop for Hold {
             return;
         };
         let mut holds = registry.lock().expect("registry poisoned");
-        let entry = (std::mem::take(&mut self.key), self.holder);
+        let entry = (self.lease.key.clone(), self.holder);
         if holds
             .get(&entry)
             .is_some_and(|hold| hold.strong_count() == 0)
@@ -152,7 +138,7 @@ pub(super) fn guard(
     registry: &Arc<Registry>,
     redis: &Connection,
     landed: Landed,
-    watchdog: impl FnOnce(&Arc<Hold>) -> Option<Watching>,
+    watchdog: impl FnOnce(&Arc<Lease>) -> Option<Watching>,
 ) -> Box<dyn LockGuard> {
     let Landed {
         key,
@@ -171,24 +157,19 @@ pub(super) fn guard(
     let hold = match existing {
         Some(hold) if count > 1 => {
             // The re-entry reset the lease.
-            *hold.valid_until.lock().expect("hold poisoned") = sent + lease;
+            hold.lease.renewed(sent);
             hold.guards.fetch_add(1, Ordering::SeqCst);
             hold
         }
         _ => {
             let hold = Arc::new(Hold {
-                key: key.to_owned(),
+                lease: Arc::new(Lease::new(key.to_owned(), owner, lease, sent)),
                 holder,
-                owner,
-                lease,
                 guards: AtomicUsize::new(1),
-                releasing: AtomicBool::new(false),
-                lost: AtomicBool::new(false),
-                valid_until: Mutex::new(sent + lease),
                 renewal: Mutex::new(None),
                 registry: reenterable.then(|| registry.clone()),
             });
-            *hold.renewal.lock().expect("hold poisoned") = watchdog(&hold);
+            *hold.renewal.lock().expect("hold poisoned") = watchdog(&hold.lease);
             if let Some(holds) = &mut holds {
                 holds.insert(entry, Arc::downgrade(&hold));
             }
@@ -198,7 +179,7 @@ pub(super) fn guard(
     drop(holds);
     Box::new(ReentrantHold {
         redis: redis.clone(),
-        release_id: owner::unique_name(&hold.owner),
+        release_id: owner::unique_name(&hold.lease.owner),
         hold,
         progress: ReleaseProgress::default(),
         released: false,
@@ -239,26 +220,28 @@ async fn give_back(
     progress: &mut ReleaseProgress,
 ) -> Result<Release, LockError> {
     if progress.sent == 0 {
-        progress.lease_running = hold.lease_running();
+        progress.lease_running = hold.lease.running();
         hold.guard_leaves();
     }
     release(
         redis,
-        &hold.key,
-        &hold.owner,
-        hold.lease,
+        &hold.lease.key,
+        &hold.lease.owner,
+        hold.lease.length,
         release_id,
         progress,
     )
     .await
 }
 
+impl crate::lock::sealed::InKey for ReentrantHold {
+    fn owner_in_key(&self) -> Option<&str> {
+        Some(&self.hold.lease.owner)
+    }
+}
+
 #[async_trait]
 impl LockGuard for ReentrantHold {
-    fn owner_in_key(&self) -> Option<&str> {
-        Some(&self.hold.owner)
-    }
-
     async fn release(mut self: Box<Self>) -> Result<Release, LockError> {
         let this = &mut *self;
         let outcome = give_back(
@@ -275,10 +258,10 @@ impl LockGuard for ReentrantHold {
     }
 
     async fn ensure_held(&self) -> Result<(), LockError> {
-        if self.hold.lost.load(Ordering::SeqCst) {
+        if self.hold.lease.lost.load(Ordering::SeqCst) {
             return Err(LockError::Lost(LostReason::TakenOrGone));
         }
-        if Instant::now() >= *self.hold.valid_until.lock().expect("hold poisoned") {
+        if Instant::now() >= self.hold.lease.valid_until() {
             return Err(LockError::Lost(LostReason::LeaseExpired));
         }
         Ok(())
@@ -294,7 +277,7 @@ impl Drop for ReentrantHold {
         let hold = self.hold.clone();
         let release_id = std::mem::take(&mut self.release_id);
         let mut progress = std::mem::take(&mut self.progress);
-        release_dropped(hold.key.clone(), async move {
+        release_dropped(hold.lease.key.clone(), async move {
             give_back(&redis, &hold, &release_id, &mut progress).await
         });
     }

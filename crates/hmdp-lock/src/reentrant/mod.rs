@@ -25,20 +25,25 @@
 //! and `release_events` is `LockPubSub`.
 
 mod hold;
+mod lease;
 mod watchdog;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::Connection;
+use crate::connection::Connection;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::release_events::{RedisSource, ReleaseEvents};
+use crate::connection::RedisSource;
+use crate::keys::sibling;
+use crate::lock::{DistributedLock, LockError, LockGuard};
+use crate::mode::LockMode;
+use crate::observer::{Observer, Unobserved};
+use crate::owner::Holder;
+use crate::release_events::ReleaseEvents;
 use crate::scripts::{Take, Taken};
-use crate::sibling;
-use crate::{DistributedLock, Holder, LockError, LockGuard, LockMode, Observer, Unobserved};
 use hold::{is_transient, Registry, Undo};
 use watchdog::Watchdogs;
 

@@ -18,10 +18,10 @@ use std::time::Duration;
 use futures::future::join_all;
 use tokio::time::Instant;
 
-use super::hold::Hold;
+use super::lease::Lease;
+use crate::connection::Connection;
+use crate::observer::{LockEvent, LostReason, Observer};
 use crate::scripts;
-use crate::Connection;
-use crate::{LockEvent, LostReason, Observer};
 
 /// A failed renewal is retried this often until the lease runs out.
 const RENEW_RETRY: Duration = Duration::from_millis(500);
@@ -47,7 +47,7 @@ struct Watched {
 
 /// One hold's renewal schedule.
 struct Watch {
-    hold: Weak<Hold>,
+    lease: Weak<Lease>,
     /// When its lease is next renewed.
     due: Instant,
     /// The maximum hold: no renewal after it.
@@ -80,11 +80,11 @@ impl Watchdogs {
 
     /// Marks `hold` lost, unless its release has begun: a renewal that
     /// crossed the release finds the key gone because it was given back.
-    fn declare_lost(&self, hold: &Hold, reason: LostReason) -> bool {
-        if hold.releasing.load(Ordering::SeqCst) {
+    fn declare_lost(&self, lease: &Lease, reason: LostReason) -> bool {
+        if lease.releasing.load(Ordering::SeqCst) {
             return false;
         }
-        hold.lost.store(true, Ordering::SeqCst);
+        lease.lost.store(true, Ordering::SeqCst);
         self.lost.fetch_add(1, Ordering::SeqCst);
         self.observer.observe(LockEvent::HoldLost(reason));
         true
@@ -103,11 +103,11 @@ impl Drop for Watching {
     }
 }
 
-/// Starts renewing `hold`'s lease, a third of it from now, until the
+/// Starts renewing `lease`, a third of it from now, until the
 /// returned [`Watching`] is dropped or `stop_at` (the maximum hold) passes.
 pub(super) fn watch(
     watchdogs: &Arc<Watchdogs>,
-    hold: &Arc<Hold>,
+    lease: &Arc<Lease>,
     stop_at: Option<Instant>,
 ) -> Watching {
     let mut watched = watchdogs.watched();
@@ -116,8 +116,8 @@ pub(super) fn watch(
     watched.watches.insert(
         number,
         Watch {
-            hold: Arc::downgrade(hold),
-            due: Instant::now() + hold.lease / 3,
+            lease: Arc::downgrade(lease),
+            due: Instant::now() + lease.length / 3,
             stop_at,
         },
     );
@@ -137,7 +137,7 @@ pub(super) fn watch(
 /// A watch due now, taken out of the map's lock to be renewed.
 struct Due {
     number: u64,
-    hold: Arc<Hold>,
+    lease: Arc<Lease>,
 }
 
 /// The renewal task: sleeps until the earliest watch is due, renews every
@@ -180,9 +180,9 @@ fn take_due(watchdogs: &Watchdogs) -> Vec<Due> {
             tracing::warn!("lock held past its maximum hold time; no longer renewing its lease");
             return false;
         }
-        match watch.hold.upgrade() {
-            Some(hold) => {
-                due.push(Due { number, hold });
+        match watch.lease.upgrade() {
+            Some(lease) => {
+                due.push(Due { number, lease });
                 true
             }
             None => false,
@@ -192,16 +192,16 @@ fn take_due(watchdogs: &Watchdogs) -> Vec<Due> {
 }
 
 /// Renews one due hold and schedules its next renewal, or ends its watch.
-async fn renew(watchdogs: &Watchdogs, Due { number, hold }: Due) {
-    let every = hold.lease / 3;
+async fn renew(watchdogs: &Watchdogs, Due { number, lease }: Due) {
+    let every = lease.length / 3;
     let sent = Instant::now();
     let renewed = tokio::time::timeout(
         every,
         scripts::renew(
             &mut watchdogs.redis.clone(),
-            &hold.key,
-            &hold.owner,
-            hold.lease,
+            &lease.key,
+            &lease.owner,
+            lease.length,
         ),
     )
     .await;
@@ -213,21 +213,21 @@ async fn renew(watchdogs: &Watchdogs, Due { number, hold }: Due) {
     match renewed {
         Ok(Ok(true)) => {
             watchdogs.observer.observe(LockEvent::LeaseRenewed);
-            *hold.valid_until.lock().expect("hold poisoned") = sent + hold.lease;
+            lease.renewed(sent);
             watch.due = sent + every;
         }
         Ok(Ok(false)) => {
             watched.watches.remove(&number);
-            if watchdogs.declare_lost(&hold, LostReason::TakenOrGone) {
-                tracing::warn!(key = %hold.key, "lock lost: the watchdog found it taken or gone");
+            if watchdogs.declare_lost(&lease, LostReason::TakenOrGone) {
+                tracing::warn!(key = %lease.key, "lock lost: the watchdog found it taken or gone");
             }
         }
         Ok(Err(_)) | Err(_) => {
             let now = Instant::now();
-            if now >= *hold.valid_until.lock().expect("hold poisoned") {
+            if now >= lease.valid_until() {
                 watched.watches.remove(&number);
-                if watchdogs.declare_lost(&hold, LostReason::RedisUnreachable) {
-                    tracing::warn!(key = %hold.key, "lock lost: Redis unreachable until the lease ran out");
+                if watchdogs.declare_lost(&lease, LostReason::RedisUnreachable) {
+                    tracing::warn!(key = %lease.key, "lock lost: Redis unreachable until the lease ran out");
                 }
             } else {
                 watch.due = now + RENEW_RETRY.min(every);

@@ -51,10 +51,13 @@ impl Subject {
 
     /// A lock of this mode, as `--lock-lease-ms` and `--lock-wait-ms` would build it.
     pub fn lock(&self, lease: Duration, wait: Duration) -> Arc<dyn DistributedLock> {
-        LockBuilder::new(self.mode)
-            .lease(lease)
+        let mut builder = LockBuilder::new(self.mode)
             .wait(wait)
-            .nodes(self.nodes.iter().map(RedisServer::url))
+            .nodes(self.nodes.iter().map(RedisServer::url));
+        if self.mode.leased() {
+            builder = builder.lease(lease);
+        }
+        builder
             .build_sharing(
                 self.redis.clone(),
                 RedisSource::from_url(&redis_url()).expect("a Redis URL"),

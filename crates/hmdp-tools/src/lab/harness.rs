@@ -207,7 +207,7 @@ impl Lab {
         let settings = LockSettings {
             mode: self.mode,
             lock_nodes: nodes.to_vec(),
-            lock_lease_ms: (!watchdog).then_some(lease.as_millis() as u64),
+            lock_lease_ms: (!watchdog && self.mode.leased()).then_some(lease.as_millis() as u64),
             lock_wait_ms: wait.as_millis() as u64,
             lock_watchdog_ms: lease.as_millis() as u64,
             lock_max_hold_ms: 0,
