@@ -96,7 +96,7 @@ pub(crate) struct Listener {
 }
 
 impl ReleaseEvents {
-    pub fn new(source: RedisSource) -> Self {
+    pub(crate) fn new(source: RedisSource) -> Self {
         let (changed, receiver) = mpsc::unbounded_channel();
         ReleaseEvents {
             shared: Arc::new(Shared {
@@ -111,7 +111,7 @@ impl ReleaseEvents {
     /// Registers interest in `channel` and waits (until `patience` at most)
     /// for Redis to confirm the subscription, so that a release published
     /// after this returns is sure to be delivered.
-    pub async fn listen(&self, channel: &str, patience: Instant) -> Listener {
+    pub(crate) async fn listen(&self, channel: &str, patience: Instant) -> Listener {
         self.dispatcher.call_once(|| {
             let (source, receiver) = self
                 .pending
@@ -151,18 +151,18 @@ impl ReleaseEvents {
 
 impl Listener {
     /// Completes on the next release this listener is woken for.
-    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+    pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
         self.channel.wake.notified()
     }
 
     /// Whether releases are being delivered right now; when not, the waiter
     /// has to poll.
-    pub fn is_live(&self) -> bool {
+    pub(crate) fn is_live(&self) -> bool {
         *self.channel.subscribed.borrow()
     }
 
     /// Completes once releases are being delivered (at once if they are).
-    pub async fn live(&self) {
+    pub(crate) async fn live(&self) {
         // The sender lives in the channel this listener holds, so the wait
         // can only end with the subscription confirmed.
         let _ = self.channel.subscribed.subscribe().wait_for(|on| *on).await;

@@ -115,7 +115,7 @@ pub(crate) enum Minted {
 }
 
 impl MintFencingToken<'_> {
-    pub async fn run(&self, redis: &mut Connection) -> Result<Minted, LockError> {
+    pub(crate) async fn run(&self, redis: &mut Connection) -> Result<Minted, LockError> {
         let mut call = evalsha(
             &MINT_FENCING_TOKEN,
             &[self.counter, self.lock_key],
@@ -154,7 +154,7 @@ pub(crate) enum Taken {
 }
 
 impl Take<'_> {
-    pub async fn run(&self, redis: &mut Connection) -> redis::RedisResult<Taken> {
+    pub(crate) async fn run(&self, redis: &mut Connection) -> redis::RedisResult<Taken> {
         let mut call = match self.marker {
             Some(marker) => evalsha(&TAKE, &[self.key, marker], 2, 20 + self.owner.len()),
             None => evalsha(&TAKE, &[self.key], 2, 20 + self.owner.len()),
@@ -222,7 +222,7 @@ pub(crate) enum GaveBack {
 }
 
 impl GiveBack<'_> {
-    pub async fn run(&self, redis: &mut Connection) -> Result<GaveBack, LockError> {
+    pub(crate) async fn run(&self, redis: &mut Connection) -> Result<GaveBack, LockError> {
         let released = sibling(self.key, "released");
         let latch = sibling_of(self.key, &["release:", self.release_id]);
         let args_len = self.owner.len() + 3 * 20 + "spublish".len();
@@ -259,7 +259,7 @@ impl GaveBack {
     /// our hold (short of Redis losing the key), so a key found gone or
     /// someone else's means the first attempt released it and only its
     /// reply was lost.
-    pub fn release(self, retried_in_lease: bool) -> Release {
+    pub(crate) fn release(self, retried_in_lease: bool) -> Release {
         match self {
             GaveBack::Gone | GaveBack::OtherOwner if retried_in_lease => Release::Released,
             GaveBack::Gone => Release::Expired,

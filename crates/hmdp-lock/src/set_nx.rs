@@ -119,7 +119,7 @@ pub(crate) struct Taken {
 }
 
 impl SetNx {
-    pub fn new(
+    pub(crate) fn new(
         redis: Connection,
         lease: Duration,
         wait: Duration,
@@ -137,7 +137,7 @@ impl SetNx {
     /// Sets `key` to a fresh owner token (a new holder's: these locks do not
     /// re-enter) unless somebody holds it, retrying
     /// for `wait`; `None` when it stayed busy throughout.
-    pub async fn take(&self, key: &str, wait: Duration) -> Result<Option<Taken>, LockError> {
+    pub(crate) async fn take(&self, key: &str, wait: Duration) -> Result<Option<Taken>, LockError> {
         let token = Holder::new().owner();
         // PX 0 is an error in Redis; a sub-millisecond lease rounds up.
         let lease_ms = self.lease.as_millis().max(1) as u64;
@@ -175,7 +175,7 @@ impl Taken {
     /// `DEL` without any check: `Released` when a key was removed (whoever's
     /// it was: this step cannot tell), `Expired` when none was there.
     #[cfg(feature = "teaching")]
-    pub async fn delete(&mut self) -> Result<Release, LockError> {
+    pub(crate) async fn delete(&mut self) -> Result<Release, LockError> {
         let deleted: u64 = redis::AsyncCommands::del(&mut self.redis, &self.key).await?;
         Ok(if deleted == 1 {
             Release::Released
@@ -185,7 +185,7 @@ impl Taken {
     }
 
     /// Runs the fault injected before the deleting command, if any.
-    pub async fn before_delete(&self) {
+    pub(crate) async fn before_delete(&self) {
         #[cfg(feature = "fault-injection")]
         if let Some(pause) = &self.faults.before_delete {
             pause().await;

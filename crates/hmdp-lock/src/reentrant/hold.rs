@@ -137,7 +137,7 @@ impl Drop for Hold {
 pub(super) fn guard(
     registry: &Arc<Registry>,
     redis: &Connection,
-    landed: Landed,
+    landed: Landed<'_>,
     watchdog: impl FnOnce(&Arc<Lease>) -> Option<Watching>,
 ) -> Box<dyn LockGuard> {
     let Landed {
