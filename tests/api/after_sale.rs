@@ -89,9 +89,9 @@ async fn settled(mut retry: impl AsyncFnMut() -> Value) -> Value {
         .unwrap_or_else(|_| panic!("still ORDER_PENDING after {WAIT:?}"))
 }
 
-/// Long enough for a busy machine to pay an order (and see the sale sold
-/// out) before the deadline closes it.
-const PAY_TIMEOUT_SECS: u64 = 8;
+/// Far longer than the test takes: an order closes at its deadline only
+/// once the test moves it past it ([`TestApp::make_overdue`]).
+const PAY_TIMEOUT_SECS: u64 = 900;
 
 async fn order_life_on_two_nodes(mode: SeckillMode) {
     let app = spawn_app(|s| {
@@ -170,6 +170,7 @@ async fn order_life_on_two_nodes(mode: SeckillMode) {
     assert_eq!(buy_at(two, voucher, rebuyer).await["errorCode"], "SOLD_OUT");
     for order in [&again, &timed_out] {
         let token = if order == &again { canceller } else { late };
+        app.make_overdue(order).await;
         wait_until("the unpaid order closed at its deadline", WAIT, || async {
             order_at(two, order, token).await["data"]["status"] == 4
         })
@@ -430,9 +431,9 @@ async fn due_times_lost_with_a_redis_restart_are_closed_by_the_sweep() {
     let mut redis = RedisServer::start().await.unwrap();
     let app = spawn_app(|s| {
         s.store.redis.url = redis.url();
-        // Far longer than buying and a restart take, even on a machine busy
-        // with every other test: the due time is lost before it comes.
-        s.after_sale.pay_timeout_secs = 20;
+        // Far longer than the test: the order is overdue only once the
+        // test moves it past its deadline, after its due time is lost.
+        s.after_sale.pay_timeout_secs = 900;
         s.after_sale.pay_sweep_secs = 1;
     })
     .await;
@@ -460,6 +461,7 @@ async fn due_times_lost_with_a_redis_restart_are_closed_by_the_sweep() {
         .await
         .unwrap();
     assert_eq!(status, 1, "still unpaid when Redis lost its due time");
+    app.make_overdue(&order).await;
     wait_until("the order closed by the sweep", WAIT, || async {
         let status: u8 = sqlx::query_scalar("SELECT status FROM tb_voucher_order WHERE id = ?")
             .bind(order.parse::<i64>().unwrap())

@@ -18,8 +18,8 @@ use hmdp::startup::Application;
 use hmdp::store::{Store, VoucherAudit};
 pub use hmdp_test_support::phone;
 use hmdp_test_support::{
-    free_ports, mysql_server_url, poll_until, redis_url, ChildProcess, NodeCommand, Probe,
-    RedisNamespace, RedisServer, Stdout, TestDatabase,
+    free_ports, mysql_server_url, poll_until, redis_url, wait_for, ChildProcess, NodeCommand,
+    Probe, RedisNamespace, RedisServer, Stdout, TestDatabase,
 };
 use redis::AsyncCommands;
 use serde_json::{json, Value};
@@ -326,7 +326,44 @@ impl TestApp {
     pub async fn audit(&self, voucher_id: VoucherId) -> VoucherAudit {
         self.store.audit_voucher(voucher_id).await.unwrap()
     }
+
+    /// Moves the unpaid order `order_id` past its payment deadline at once,
+    /// instead of waiting for it: created [`OVERDUE_BY`] ago in MySQL (past
+    /// any pay timeout a test sets, and the sweep's grace), due now in Redis
+    /// if Redis has its due time. The nodes' closers then close it within a
+    /// tick, or their sweep does.
+    pub async fn make_overdue(&self, order_id: &str) {
+        let order_id: i64 = order_id.parse().expect("an order id");
+        sqlx::query(
+            "UPDATE tb_voucher_order SET create_time = create_time - INTERVAL ? SECOND \
+             WHERE id = ? AND status = 1",
+        )
+        .bind(OVERDUE_BY.as_secs())
+        .bind(order_id)
+        .execute(self.store.pool())
+        .await
+        .unwrap();
+        // A connection a Redis restart broke reconnects on a later command.
+        let moved = || async {
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64;
+            redis::cmd("ZADD")
+                .arg(self.keys().pay_deadlines())
+                .arg("XX")
+                .arg(now_ms)
+                .arg(order_id)
+                .query_async::<i64>(&mut self.redis.clone())
+                .await
+                .ok()
+        };
+        wait_for("Redis to answer", Duration::from_secs(30), moved).await;
+    }
 }
+
+/// How far [`TestApp::make_overdue`] moves an order into the past.
+pub const OVERDUE_BY: Duration = Duration::from_secs(3600);
 
 /// The window of the tests' open sale: begun long ago, ending years ahead.
 const OPEN_SINCE: &str = "2020-01-01T00:00:00";
