@@ -11,6 +11,7 @@
 
 use super::entry::Entry;
 use super::group::OrderStream;
+use crate::error::Error;
 use crate::metrics;
 use crate::seckill::writer::{Blame, Deferral, OrderWriter, Outcome};
 use crate::store::NewOrder;
@@ -106,7 +107,7 @@ async fn last_chance(
         },
         Err(failed) => match Blame::of(&failed) {
             Blame::Order(why) => why,
-            Blame::Surroundings => return Err(failed),
+            Blame::Surroundings => return Err(failed.into()),
         },
     };
     let reason = format!(
@@ -121,11 +122,11 @@ async fn settle_orders(
     writer: &OrderWriter,
     stream: &OrderStream,
     orders: &[(Entry, NewOrder)],
-) -> anyhow::Result<Vec<Outcome>> {
+) -> Result<Vec<Outcome>, Error> {
     let new: Vec<NewOrder> = orders.iter().map(|(_, order)| *order).collect();
     let outcomes = writer
         .write_under_locks(&new, async |outcomes: &[Outcome]| {
-            acknowledge(stream, orders, outcomes).await
+            (acknowledge(stream, orders, outcomes).await).map_err(Error::Internal)
         })
         .await?;
     let written = outcomes.iter().filter(|o| **o == Outcome::Written).count();

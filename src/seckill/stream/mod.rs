@@ -373,7 +373,7 @@ impl Inner {
                         }
                     }
                 }
-                Err(error) if Blame::of(&error) == Blame::Surroundings => error,
+                Err(error) if Blame::of(error.as_ref()) == Blame::Surroundings => error,
                 Err(error) => return Err(error),
             };
             failures_in_a_row += 1;

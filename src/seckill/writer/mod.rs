@@ -198,8 +198,8 @@ impl OrderWriter {
     pub async fn write_under_locks(
         &self,
         orders: &[NewOrder],
-        after_commit: impl AsyncFnOnce(&[Outcome]) -> anyhow::Result<()>,
-    ) -> anyhow::Result<Vec<Outcome>> {
+        after_commit: impl AsyncFnOnce(&[Outcome]) -> Result<(), Error>,
+    ) -> Result<Vec<Outcome>, Error> {
         let locks = self.lock_users(orders).await;
         let written = async {
             let mut outcomes: Vec<Option<Outcome>> = orders

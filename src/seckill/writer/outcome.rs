@@ -101,9 +101,8 @@ pub enum Blame {
 const ORDER_VALUE_ERRORS: [u16; 7] = [1048, 1264, 1366, 1406, 1452, 3819, 4025];
 
 impl Blame {
-    pub fn of(failure: &anyhow::Error) -> Blame {
-        let refused = failure
-            .chain()
+    pub fn of(failure: &(dyn std::error::Error + 'static)) -> Blame {
+        let refused = std::iter::successors(Some(failure), |cause| cause.source())
             .filter_map(|cause| cause.downcast_ref().and_then(mysql_error))
             .find(|mysql| ORDER_VALUE_ERRORS.contains(&mysql.number()));
         match refused {
