@@ -30,6 +30,7 @@ use hmdp::config::{RedisSettings, SeckillMode, StoreSettings};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
 use hmdp::seckill::SaleState;
+use hmdp::store::Store;
 use hmdp_test_support::RedisCluster;
 use report_html::{LatencyCurve, Occasion};
 
@@ -326,6 +327,16 @@ pub async fn run(settings: DemoSettings) -> anyhow::Result<()> {
     outcome
 }
 
+/// What every run of the demo shares: two nodes and nginx, the users
+/// logged in, the database and the sales' Redis side.
+struct Stage {
+    cluster: Cluster,
+    client: reqwest::Client,
+    tokens: Vec<String>,
+    store: Store,
+    sales: SaleState,
+}
+
 async fn demo(
     settings: &DemoSettings,
     exe: PathBuf,
@@ -338,112 +349,16 @@ async fn demo(
     let Some(&(first_seckill, first_mode, first_shards)) = combinations.first() else {
         bail!("no lock modes or no purchase paths given");
     };
-    let spec = ClusterSpec::in_sandbox(exe, sandbox);
-    eprintln!(
-        "starting two nodes and nginx (database {}, Redis prefix {})",
-        sandbox.database.url, sandbox.redis.prefix
-    );
-    let mut cluster = Cluster::start(
-        spec.clone(),
-        &settings.node_flags(first_mode, first_seckill, first_shards),
-    )
-    .await?;
-    let client = loadtest::http_client(settings.concurrency)?;
-    let redis =
-        hmdp::config::connect_redis(&sandbox.redis.redis_url, settings.store.backend_timeout())?;
-    let keys = Keys::new(sandbox.redis.prefix.clone());
-    // Sessions live in Redis, so one login serves every mode's nodes.
-    eprintln!("logging {} users in through nginx", settings.users);
-    let tokens = Login::new(client.clone(), &cluster.url(), redis.clone(), keys.clone())
-        .users(0, settings.users, 32)
-        .await?;
-    // The after-sale phase samples the orders' states while it audits.
-    let store = sandbox.store(4)?;
-    // hmdp's sample shops: each run's voucher is sold by shop 1, which then
-    // exists, and the front end pointed at the demo shows a real shop.
-    crate::seed::seed(&store).await?;
-    let sales = SaleState::new(redis, keys, store.clone());
-
+    let first = settings.node_flags(first_mode, first_seckill, first_shards);
+    let mut stage = stage(settings, exe, sandbox, &first).await?;
     let mut runs = Vec::new();
     for (i, &(seckill, mode, shards)) in combinations.iter().enumerate() {
         let flags = settings.node_flags(mode, seckill, shards);
         let result = async {
             if i > 0 {
-                cluster.restart_nodes(&flags).await?;
+                stage.cluster.restart_nodes(&flags).await?;
             }
-            eprintln!(
-                "{mode}, {seckill}, {shards} shard(s): {} users x {} purchases",
-                tokens.len(),
-                settings.per_user
-            );
-            let plan = sale_plan(&cluster, settings, &client, &tokens).await?;
-            let voucher = plan.voucher;
-            let before = match redis_cluster {
-                Some(redis) => Some(masters::sample_idle(redis, &cluster.node_urls()).await?),
-                None => None,
-            };
-            let measured = loadtest::run(&plan).await?;
-            let voucher = VoucherId::new(voucher);
-            let drained = match seckill {
-                SeckillMode::Sync => None,
-                SeckillMode::Queue | SeckillMode::Stream => {
-                    Some(loadtest::drain(&sales, voucher, DRAIN_DEADLINE).await?)
-                }
-            };
-            let masters = match (redis_cluster, &before) {
-                (Some(redis), Some(before)) if seckill != SeckillMode::Sync => {
-                    let after = masters::sample(redis, &cluster.node_urls()).await?;
-                    Some(masters::spread(before, &after))
-                }
-                _ => None,
-            };
-            let audit = store.audit_voucher(voucher).await?;
-            let mut report = Report::new(&plan, &measured);
-            report.add_audit(settings.stock.into(), &audit, false);
-            let drain = match drained {
-                Some(drain) => {
-                    report.add_drain(&drain, DRAIN_DEADLINE);
-                    match drain {
-                        Drain::Drained(took) => Some(took),
-                        Drain::Stuck(_) => None,
-                    }
-                }
-                None => None,
-            };
-            let after_sale = match settings.payers {
-                Some(payers) => {
-                    let sale = Sale {
-                        client: &client,
-                        target: &plan.target,
-                        tokens: &tokens,
-                        voucher,
-                        seckill,
-                        store: &store,
-                        sales: &sales,
-                        initial_stock: settings.stock.into(),
-                        one_order_per_user: !expected_to_fail(mode, seckill),
-                        per_user: settings.per_user,
-                        concurrency: settings.concurrency,
-                        pay_timeout: Duration::from_secs(settings.pay_timeout_secs),
-                    };
-                    let after = after_sale::run(&sale, &measured.told, payers).await?;
-                    report.violations.extend(
-                        after
-                            .violations
-                            .iter()
-                            .map(|broken| format!("after the sale: {broken}")),
-                    );
-                    Some(after)
-                }
-                None => None,
-            };
-            anyhow::Ok(Run {
-                report,
-                drain,
-                latency: LatencyCurve::of(&measured.latency_us),
-                after_sale,
-                masters,
-            })
+            sale(&stage, settings, redis_cluster, (seckill, mode, shards)).await
         }
         .await
         .map_err(|error| format!("{error:#}"));
@@ -463,11 +378,145 @@ async fn demo(
     let unshared = match sync_run {
         Some(run) => {
             let flags = settings.node_flags(run.mode, SeckillMode::Sync, 1);
-            Some(unshared_orders_per_s(&mut cluster, &flags, settings, &client, &tokens).await)
+            let (cluster, client, tokens) = (&mut stage.cluster, &stage.client, &stage.tokens);
+            Some(unshared_orders_per_s(cluster, &flags, settings, client, tokens).await)
         }
         None => None,
     };
+    report(settings, &runs, sync_run.zip(unshared))?;
+    judge(&runs)
+}
 
+/// Starts the nodes and nginx with `flags`, logs the users in and seeds
+/// hmdp's sample shops.
+async fn stage(
+    settings: &DemoSettings,
+    exe: PathBuf,
+    sandbox: &Sandbox,
+    flags: &[String],
+) -> anyhow::Result<Stage> {
+    let spec = ClusterSpec::in_sandbox(exe, sandbox);
+    eprintln!(
+        "starting two nodes and nginx (database {}, Redis prefix {})",
+        sandbox.database.url, sandbox.redis.prefix
+    );
+    let cluster = Cluster::start(spec.clone(), flags).await?;
+    let client = loadtest::http_client(settings.concurrency)?;
+    let redis =
+        hmdp::config::connect_redis(&sandbox.redis.redis_url, settings.store.backend_timeout())?;
+    let keys = Keys::new(sandbox.redis.prefix.clone());
+    // Sessions live in Redis, so one login serves every mode's nodes.
+    eprintln!("logging {} users in through nginx", settings.users);
+    let tokens = Login::new(client.clone(), &cluster.url(), redis.clone(), keys.clone())
+        .users(0, settings.users, 32)
+        .await?;
+    // The after-sale phase samples the orders' states while it audits.
+    let store = sandbox.store(4)?;
+    // hmdp's sample shops: each run's voucher is sold by shop 1, which then
+    // exists, and the front end pointed at the demo shows a real shop.
+    crate::seed::seed(&store).await?;
+    let sales = SaleState::new(redis, keys, store.clone());
+    Ok(Stage {
+        cluster,
+        client,
+        tokens,
+        store,
+        sales,
+    })
+}
+
+/// One sale on the nodes as they run: the load, the drain, the audit and,
+/// when asked, the order's life after the sale.
+async fn sale(
+    stage: &Stage,
+    settings: &DemoSettings,
+    redis_cluster: Option<&RedisCluster>,
+    (seckill, mode, shards): (SeckillMode, LockMode, u16),
+) -> anyhow::Result<Run> {
+    eprintln!(
+        "{mode}, {seckill}, {shards} shard(s): {} users x {} purchases",
+        stage.tokens.len(),
+        settings.per_user
+    );
+    let plan = sale_plan(&stage.cluster, settings, &stage.client, &stage.tokens).await?;
+    let voucher = plan.voucher;
+    let before = match redis_cluster {
+        Some(redis) => Some(masters::sample_idle(redis, &stage.cluster.node_urls()).await?),
+        None => None,
+    };
+    let measured = loadtest::run(&plan).await?;
+    let voucher = VoucherId::new(voucher);
+    let drained = match seckill {
+        SeckillMode::Sync => None,
+        SeckillMode::Queue | SeckillMode::Stream => {
+            Some(loadtest::drain(&stage.sales, voucher, DRAIN_DEADLINE).await?)
+        }
+    };
+    let masters = match (redis_cluster, &before) {
+        (Some(redis), Some(before)) if seckill != SeckillMode::Sync => {
+            let after = masters::sample(redis, &stage.cluster.node_urls()).await?;
+            Some(masters::spread(before, &after))
+        }
+        _ => None,
+    };
+    let audit = stage.store.audit_voucher(voucher).await?;
+    let mut report = Report::new(&plan, &measured);
+    report.add_audit(settings.stock.into(), &audit, false);
+    let drain = match drained {
+        Some(drain) => {
+            report.add_drain(&drain, DRAIN_DEADLINE);
+            match drain {
+                Drain::Drained(took) => Some(took),
+                Drain::Stuck(_) => None,
+            }
+        }
+        None => None,
+    };
+    let after_sale = match settings.payers {
+        Some(payers) => {
+            let sale = Sale {
+                client: &stage.client,
+                target: &plan.target,
+                tokens: &stage.tokens,
+                voucher,
+                seckill,
+                store: &stage.store,
+                sales: &stage.sales,
+                initial_stock: settings.stock.into(),
+                one_order_per_user: !expected_to_fail(mode, seckill),
+                per_user: settings.per_user,
+                concurrency: settings.concurrency,
+                pay_timeout: Duration::from_secs(settings.pay_timeout_secs),
+            };
+            let after = after_sale::run(&sale, &measured.told, payers).await?;
+            report.violations.extend(
+                after
+                    .violations
+                    .iter()
+                    .map(|broken| format!("after the sale: {broken}")),
+            );
+            Some(after)
+        }
+        None => None,
+    };
+    Ok(Run {
+        report,
+        drain,
+        latency: LatencyCurve::of(&measured.latency_us),
+        after_sale,
+        masters,
+    })
+}
+
+/// Prints the runs' table, the line of the synchronous path's orders/s
+/// with its commits shared and not (`sync`: that run and the unshared
+/// rate), the masters' shares and the after-sale table, then the verdicts;
+/// writes the JSON and HTML reports asked for.
+fn report(
+    settings: &DemoSettings,
+    runs: &[ModeRun],
+    sync: Option<(&ModeRun, anyhow::Result<f64>)>,
+) -> anyhow::Result<()> {
     println!();
     println!(
         "two nodes behind nginx{} · {} users x {} purchases at once · stock {} · chaos hold {} ms",
@@ -484,9 +533,9 @@ async fn demo(
     println!();
     print!(
         "{}",
-        table(&runs, settings.with_paths(), settings.with_shards())
+        table(runs, settings.with_paths(), settings.with_shards())
     );
-    if let (Some(run), Some(unshared)) = (sync_run, unshared) {
+    if let Some((run, unshared)) = sync {
         if let Ok(shared) = &run.result {
             println!(
                 "{} + sync orders/s: {:.0} with shared commits (--sync-batch-max {}), {} with \
@@ -528,19 +577,24 @@ async fn demo(
             settings.pay_timeout_secs
         );
         println!();
-        print!("{}", after_sale_table(&runs));
+        print!("{}", after_sale_table(runs));
         println!();
     }
-    for run in &runs {
+    for run in runs {
         println!("{}", run.verdict());
     }
     if let Some(path) = &settings.json {
-        write_json(path, settings, &runs)?;
+        write_json(path, settings, runs)?;
     }
     if let Some(path) = &settings.report {
-        let page = report_html::render(settings, &runs, &Occasion::now());
+        let page = report_html::render(settings, runs, &Occasion::now());
         std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;
     }
+    Ok(())
+}
+
+/// Fails the demo when a run did not show what its lock mode should.
+fn judge(runs: &[ModeRun]) -> anyhow::Result<()> {
     let unexpected: Vec<String> = runs
         .iter()
         .filter(|run| !run.as_expected())
