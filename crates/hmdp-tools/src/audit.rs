@@ -18,7 +18,7 @@ use hmdp::id_worker::minted_at;
 use hmdp::ids::OrderId;
 use hmdp::ids::{UserId, VoucherId};
 use hmdp::keys::Keys;
-use hmdp::seckill::{InTransit, RedisSale, SaleState, STALE_AFTER, SWEEP_EVERY};
+use hmdp::seckill::{DeadLetter, InTransit, RedisSale, SaleState, STALE_AFTER, SWEEP_EVERY};
 use hmdp::shards::{slot, Layout, Shard};
 use hmdp::store::{Giveback, NewOrder, Store, VoucherAudit};
 
@@ -384,41 +384,25 @@ pub async fn audit(
     voucher_id: VoucherId,
     options: AuditOptions,
 ) -> anyhow::Result<Audit> {
-    let initial_stock = options.initial_stock;
-    let mysql = store
-        .audit_voucher(voucher_id)
-        .await
-        .with_context(|| format!("reading seckill voucher {voucher_id} from MySQL"))?;
-    let orders_per_user = store
-        .orders_per_user(voucher_id)
-        .await
-        .context("reading the voucher's orders")?;
-    let owed = store
-        .givebacks_owed_of(voucher_id)
-        .await
-        .context("reading the give-backs owed to Redis")?;
-    let sale = sale_state
-        .read(voucher_id)
-        .await
-        .context("reading the sale from Redis")?;
-    let initial = initial_stock.or(sale.as_ref().map(|sale| sale.initial));
-
-    let mut checks = Vec::new();
+    let read = Readings::of(store, sale_state, voucher_id).await?;
+    let initial = options
+        .initial_stock
+        .or(read.sale.as_ref().map(|sale| sale.initial));
     let mut audit = Audit {
         voucher: voucher_id.get(),
         initial_stock: initial,
-        redis_checked: sale.is_some(),
-        orders: mysql.active_orders,
-        closed_orders: mysql.closed_orders,
-        givebacks_owed: owed.len(),
-        mysql_stock: mysql.stock_left,
-        redis_stock: sale.as_ref().map(|sale| sale.stock),
-        buyers: sale.as_ref().map(|sale| sale.buyers.len()),
-        pending: 0,
-        in_stream: 0,
+        redis_checked: read.sale.is_some(),
+        orders: read.mysql.active_orders,
+        closed_orders: read.mysql.closed_orders,
+        givebacks_owed: read.owed.len(),
+        mysql_stock: read.mysql.stock_left,
+        redis_stock: read.sale.as_ref().map(|sale| sale.stock),
+        buyers: read.sale.as_ref().map(|sale| sale.buyers.len()),
+        pending: read.in_flight.as_ref().map_or(0, |on| on.pending.len()),
+        in_stream: read.in_flight.as_ref().map_or(0, |on| on.streamed.len()),
         pending_lost: 0,
-        in_transit: sale.as_ref().map(|sale| sale.in_transit),
-        shards: (sale.iter().flat_map(|sale| &sale.shards))
+        in_transit: read.sale.as_ref().map(|sale| sale.in_transit),
+        shards: (read.sale.iter().flat_map(|sale| &sale.shards))
             .map(|shard| ShardRow {
                 tag: shard.shard.tag(),
                 slot: slot(shard.shard.tag()),
@@ -433,157 +417,234 @@ pub async fn audit(
         allow_unchecked: options.allow_unchecked,
     };
     let no_sale = "Redis holds no sale for the voucher";
-    match &sale {
-        Some(sale) => {
-            let buyers = sale.buyers.len() as i64;
-            let held = sale.stock + buyers + sale.in_transit;
-            let mut differences = Vec::new();
-            if held != sale.initial {
-                differences.push(format!(
-                    "stock + buyers + in transit is {held}, {} than the initial stock",
-                    more_or_fewer(held - sale.initial)
-                ));
-            }
-            if sale.stock < 0 {
-                differences.push(format!("stock is negative: {}", sale.stock));
-            }
-            if sale.in_transit < 0 {
-                differences.push(format!(
-                    "more units received than lent between shards: {}",
-                    -sale.in_transit
-                ));
-            }
-            for shard in audit.shards.iter().filter(|_| audit.shards.len() > 1) {
-                if shard.stock + shard.buyers != shard.expected() || shard.stock < 0 {
-                    differences.push(format!(
-                        "shard {}: stock {} + {} buyers, where initial {} + received {} - \
-                         lent {} = {}",
-                        shard.tag,
-                        shard.stock,
-                        shard.buyers,
-                        shard.initial,
-                        shard.received,
-                        shard.lent,
-                        shard.expected()
-                    ));
-                }
-            }
-            let transit = match sale.in_transit {
-                0 => String::new(),
-                units => format!(" + {units} in transit"),
-            };
-            checks.push(Check::judged(
-                "redis-stock",
-                format!(
-                    "stock {} + {buyers} buyers{transit} = {held} (initial {})",
-                    sale.stock, sale.initial
-                ),
-                differences,
-            ));
-        }
-        None => checks.push(Check::not_checked("redis-stock", no_sale)),
-    }
-    checks.push(mysql_stock(&mysql, initial));
-
-    match &sale {
-        Some(sale) => {
-            let pending = sale_state.pending_orders_of(voucher_id).await?;
-            let streamed = sale_state.streamed_orders_of(voucher_id).await?;
-            let dead = sale_state.dead_letters_of(voucher_id).await?;
-            audit.pending = pending.len();
-            audit.in_stream = streamed.len();
-            // A pending order is on its way while the stream holds its
-            // entry (a consumer will write it, however long MySQL stalls)
-            // or while it is young (a `queue` node's writer has it in
-            // memory); past the bound with no entry, nothing will write it.
-            let lost_before = Utc::now() - options.pending_within;
-            let streamed_ids: BTreeSet<_> = streamed.iter().map(|order| order.id).collect();
-            let (lost, waiting): (Vec<_>, Vec<_>) = pending.iter().partition(|order| {
-                !streamed_ids.contains(&order.id)
-                    && minted_at(order.id.get()).is_some_and(|at| at < lost_before)
-            });
-            audit.pending_lost = lost.len();
-            let on_the_way: BTreeSet<UserId> = waiting
-                .into_iter()
-                .chain(&streamed)
-                .map(|order| order.user_id)
-                .collect();
-            let ordered: BTreeSet<UserId> = orders_per_user.iter().map(|(user, _)| *user).collect();
-            let returning: BTreeSet<UserId> =
-                owed.iter().map(|(giveback, _)| giveback.user_id).collect();
-            let mut buyers = buyers_match(&sale.buyers, &ordered, &on_the_way, &returning);
-            if !lost.is_empty() {
-                let users: Vec<UserId> = lost.iter().map(|order| order.user_id).collect();
-                buyers.status = Status::Broken;
-                buyers.differences.push(format!(
-                    "{} order(s) pending for more than {:?} with no order stream entry \
-                     (nothing will write them): users {}",
-                    lost.len(),
-                    options.pending_within,
-                    listed(&users)
-                ));
-            }
+    let mut checks = Vec::new();
+    match (&read.sale, &read.in_flight) {
+        (Some(sale), Some(in_flight)) => {
+            checks.push(redis_stock(sale, &audit.shards));
+            checks.push(mysql_stock(&read.mysql, initial));
+            let (buyers, lost) = buyers(sale, in_flight, &read, &options);
+            audit.pending_lost = lost;
             checks.push(buyers);
-            let written: BTreeSet<OrderId> = (store.order_ids_of(voucher_id).await)
-                .context("reading the voucher's order ids")?
-                .into_iter()
-                .collect();
-            let given_back: BTreeSet<OrderId> = (sale_state.given_back_of(voucher_id).await?)
-                .into_iter()
-                .collect();
-            let truth = Truth {
-                mysql_stock: mysql.stock_left,
-                on_their_way: (pending.iter())
-                    .filter(|order| !written.contains(&order.id))
-                    .copied()
-                    .collect(),
-                streamed: streamed.clone(),
-                owed: (owed.iter())
-                    .filter(|(giveback, _)| !given_back.contains(&giveback.order_id))
-                    .map(|(giveback, _)| giveback.user_id)
-                    .collect(),
-                ordered: ordered.clone(),
-            };
-            checks.push(redis_against_mysql(sale, &truth));
-            let transfers = match sale.shards.len() {
-                1 => Vec::new(),
-                count => {
-                    let layout = Layout::new(count as i64)?;
-                    sale_state.transfers_of(voucher_id, layout).await?
-                }
-            };
-            checks.push(transit(sale, &transfers, options.transit_within));
-            checks.push(one_order_per_user(&orders_per_user));
-            checks.push(paid_and_closed(&mysql));
-            checks.push(givebacks(&owed, options.pending_within));
-            let letters = dead
-                .iter()
-                .filter_map(|letter| {
-                    let order = letter.order.as_ref().ok()?;
-                    Some(format!(
-                        "order {} of user {}: {} (delivered {} times; dead letter {})",
-                        order.id, order.user_id, letter.reason, letter.deliveries, letter.id
-                    ))
-                })
-                .collect::<Vec<_>>();
-            checks.push(Check::judged(
-                "dead-letters",
-                format!("{} order(s) of the voucher dead-lettered", letters.len()),
-                letters,
-            ));
+            checks.push(redis_against_mysql(sale, &Truth::of(&read, in_flight)));
+            checks.push(transit(sale, &in_flight.transfers, options.transit_within));
+            checks.extend(mysql_checks(&read, &options));
+            checks.push(dead_letters(&in_flight.dead));
         }
-        None => {
+        _ => {
+            checks.push(Check::not_checked("redis-stock", no_sale));
+            checks.push(mysql_stock(&read.mysql, initial));
             checks.push(Check::not_checked("buyers", no_sale));
             checks.push(Check::not_checked("redis-mysql", no_sale));
             checks.push(Check::not_checked("transit", no_sale));
-            checks.push(one_order_per_user(&orders_per_user));
-            checks.push(paid_and_closed(&mysql));
-            checks.push(givebacks(&owed, options.pending_within));
+            checks.extend(mysql_checks(&read, &options));
             checks.push(Check::not_checked("dead-letters", no_sale));
         }
     }
     audit.checks = checks;
     Ok(audit)
+}
+
+/// What an audit reads of a voucher, in MySQL and in Redis.
+struct Readings {
+    mysql: VoucherAudit,
+    orders_per_user: Vec<(UserId, i64)>,
+    owed: Vec<(Giveback, i64)>,
+    sale: Option<RedisSale>,
+    /// The orders between the stores, read when Redis holds the sale.
+    in_flight: Option<InFlight>,
+}
+
+/// A sale's orders between admission and MySQL, and its stock in transit.
+struct InFlight {
+    pending: Vec<NewOrder>,
+    streamed: Vec<NewOrder>,
+    dead: Vec<DeadLetter>,
+    written: BTreeSet<OrderId>,
+    given_back: BTreeSet<OrderId>,
+    transfers: Vec<InTransit>,
+}
+
+impl Readings {
+    async fn of(
+        store: &Store,
+        sale_state: &SaleState,
+        voucher_id: VoucherId,
+    ) -> anyhow::Result<Readings> {
+        let mysql = store
+            .audit_voucher(voucher_id)
+            .await
+            .with_context(|| format!("reading seckill voucher {voucher_id} from MySQL"))?;
+        let orders_per_user = store
+            .orders_per_user(voucher_id)
+            .await
+            .context("reading the voucher's orders")?;
+        let owed = store
+            .givebacks_owed_of(voucher_id)
+            .await
+            .context("reading the give-backs owed to Redis")?;
+        let sale = sale_state
+            .read(voucher_id)
+            .await
+            .context("reading the sale from Redis")?;
+        let in_flight = match &sale {
+            Some(sale) => Some(InFlight {
+                pending: sale_state.pending_orders_of(voucher_id).await?,
+                streamed: sale_state.streamed_orders_of(voucher_id).await?,
+                dead: sale_state.dead_letters_of(voucher_id).await?,
+                written: (store.order_ids_of(voucher_id).await)
+                    .context("reading the voucher's order ids")?
+                    .into_iter()
+                    .collect(),
+                given_back: (sale_state.given_back_of(voucher_id).await?)
+                    .into_iter()
+                    .collect(),
+                transfers: match sale.shards.len() {
+                    1 => Vec::new(),
+                    count => {
+                        let layout = Layout::new(count as i64)?;
+                        sale_state.transfers_of(voucher_id, layout).await?
+                    }
+                },
+            }),
+            None => None,
+        };
+        Ok(Readings {
+            mysql,
+            orders_per_user,
+            owed,
+            sale,
+            in_flight,
+        })
+    }
+
+    /// The users with an order in MySQL.
+    fn ordered(&self) -> BTreeSet<UserId> {
+        self.orders_per_user.iter().map(|(user, _)| *user).collect()
+    }
+}
+
+/// Redis's own sums: stock, buyers and units in transit against the
+/// initial stock, in the sale and in each shard.
+fn redis_stock(sale: &RedisSale, shards: &[ShardRow]) -> Check {
+    let buyers = sale.buyers.len() as i64;
+    let held = sale.stock + buyers + sale.in_transit;
+    let mut differences = Vec::new();
+    if held != sale.initial {
+        differences.push(format!(
+            "stock + buyers + in transit is {held}, {} than the initial stock",
+            more_or_fewer(held - sale.initial)
+        ));
+    }
+    if sale.stock < 0 {
+        differences.push(format!("stock is negative: {}", sale.stock));
+    }
+    if sale.in_transit < 0 {
+        differences.push(format!(
+            "more units received than lent between shards: {}",
+            -sale.in_transit
+        ));
+    }
+    for shard in shards.iter().filter(|_| shards.len() > 1) {
+        if shard.stock + shard.buyers != shard.expected() || shard.stock < 0 {
+            differences.push(format!(
+                "shard {}: stock {} + {} buyers, where initial {} + received {} - \
+                 lent {} = {}",
+                shard.tag,
+                shard.stock,
+                shard.buyers,
+                shard.initial,
+                shard.received,
+                shard.lent,
+                shard.expected()
+            ));
+        }
+    }
+    let transit = match sale.in_transit {
+        0 => String::new(),
+        units => format!(" + {units} in transit"),
+    };
+    Check::judged(
+        "redis-stock",
+        format!(
+            "stock {} + {buyers} buyers{transit} = {held} (initial {})",
+            sale.stock, sale.initial
+        ),
+        differences,
+    )
+}
+
+/// Redis's buyers against the users with an order in MySQL or on its way,
+/// and the pending orders nothing will write: the check, and how many
+/// such orders.
+fn buyers(
+    sale: &RedisSale,
+    in_flight: &InFlight,
+    read: &Readings,
+    options: &AuditOptions,
+) -> (Check, usize) {
+    // A pending order is on its way while the stream holds its entry (a
+    // consumer will write it, however long MySQL stalls) or while it is
+    // young (a `queue` node's writer has it in memory); past the bound with
+    // no entry, nothing will write it.
+    let lost_before = Utc::now() - options.pending_within;
+    let streamed_ids: BTreeSet<_> = in_flight.streamed.iter().map(|order| order.id).collect();
+    let (lost, waiting): (Vec<_>, Vec<_>) = in_flight.pending.iter().partition(|order| {
+        !streamed_ids.contains(&order.id)
+            && minted_at(order.id.get()).is_some_and(|at| at < lost_before)
+    });
+    let on_the_way: BTreeSet<UserId> = waiting
+        .into_iter()
+        .chain(&in_flight.streamed)
+        .map(|order| order.user_id)
+        .collect();
+    let returning: BTreeSet<UserId> = read
+        .owed
+        .iter()
+        .map(|(giveback, _)| giveback.user_id)
+        .collect();
+    let mut buyers = buyers_match(&sale.buyers, &read.ordered(), &on_the_way, &returning);
+    if !lost.is_empty() {
+        let users: Vec<UserId> = lost.iter().map(|order| order.user_id).collect();
+        buyers.status = Status::Broken;
+        buyers.differences.push(format!(
+            "{} order(s) pending for more than {:?} with no order stream entry \
+             (nothing will write them): users {}",
+            lost.len(),
+            options.pending_within,
+            listed(&users)
+        ));
+    }
+    (buyers, lost.len())
+}
+
+/// The checks of MySQL alone: one order per user, the paid and closed
+/// orders, the give-backs owed.
+fn mysql_checks(read: &Readings, options: &AuditOptions) -> [Check; 3] {
+    [
+        one_order_per_user(&read.orders_per_user),
+        paid_and_closed(&read.mysql),
+        givebacks(&read.owed, options.pending_within),
+    ]
+}
+
+/// The voucher's dead letters: each one an order a buyer was told
+/// "success" for that MySQL does not have.
+fn dead_letters(dead: &[DeadLetter]) -> Check {
+    let letters = dead
+        .iter()
+        .filter_map(|letter| {
+            let order = letter.order.as_ref().ok()?;
+            Some(format!(
+                "order {} of user {}: {} (delivered {} times; dead letter {})",
+                order.id, order.user_id, letter.reason, letter.deliveries, letter.id
+            ))
+        })
+        .collect::<Vec<_>>();
+    Check::judged(
+        "dead-letters",
+        format!("{} order(s) of the voucher dead-lettered", letters.len()),
+        letters,
+    )
 }
 
 /// What MySQL and the orders between the stores say Redis should hold.
@@ -597,6 +658,24 @@ struct Truth {
     owed: Vec<UserId>,
     /// Users with an active order in MySQL.
     ordered: BTreeSet<UserId>,
+}
+
+impl Truth {
+    fn of(read: &Readings, in_flight: &InFlight) -> Truth {
+        Truth {
+            mysql_stock: read.mysql.stock_left,
+            on_their_way: (in_flight.pending.iter())
+                .filter(|order| !in_flight.written.contains(&order.id))
+                .copied()
+                .collect(),
+            streamed: in_flight.streamed.clone(),
+            owed: (read.owed.iter())
+                .filter(|(giveback, _)| !in_flight.given_back.contains(&giveback.order_id))
+                .map(|(giveback, _)| giveback.user_id)
+                .collect(),
+            ordered: read.ordered(),
+        }
+    }
 }
 
 /// Redis against MySQL: the stock in total, the buyers shard by shard.
