@@ -274,18 +274,7 @@ async fn soak(
     sandbox: &Sandbox,
     servers: &mut Servers,
 ) -> anyhow::Result<()> {
-    let mut flags = node_flags(settings.lock, settings.seckill, settings.chaos_hold_ms);
-    // Every round logs its users in again: Redis restarts drop the sessions.
-    flags.push("--code-interval-secs=0".into());
-    // A stall outlasts the claim time and the delivery limit many times.
-    flags.push("--stream-claim-idle-ms=2000".into());
-    flags.push("--stream-max-deliveries=3".into());
-    flags.push(format!("--pay-timeout-secs={}", settings.pay_timeout_secs));
-    flags.push("--pay-sweep-secs=5".into());
-    flags.push(format!("--seckill-shards={}", settings.seckill_shards));
-    if settings.fencing {
-        flags.push("--fencing".into());
-    }
+    let flags = soak_flags(settings);
     // The nodes connect as a user of their own, without READ ONLY ADMIN,
     // so that `read_only` stops their writes as it stops an application's.
     let node_user = NodeUser::create(&sandbox.database.url).await?;
@@ -333,84 +322,18 @@ async fn soak(
     while next + Duration::from_secs(5) < until {
         tokio::time::sleep_until(next.into()).await;
         let at = started.elapsed().as_secs();
-        let fault = match cycle[faults.log.len() % cycle.len()] {
-            Fault::KillNode(index) => {
-                cluster.kill_node(index).await;
-                let killed = Instant::now();
-                tokio::time::sleep(Duration::from_secs(3)).await;
-                cluster.start_node(index, &flags).await?;
-                let what = format!("t={at}s SIGKILL {} (restarted 3 s later)", NODE_IDS[index]);
-                tally.lock().await.history.push(Event::Fault {
-                    kind: FaultKind::NodeKill,
-                    node: Some(NODE_IDS[index].to_owned()),
-                    what: what.clone(),
-                    at_ms: history::unix_ms(killed),
-                });
-                what
-            }
-            Fault::ForgetRedis => {
-                let (forgot, when) = servers
-                    .redis
-                    .forget(settings.seckill_shards, Duration::from_secs(2))
-                    .await?;
-                let what = match &settings.redis_appendfsync {
-                    Some(every) => format!("t={at}s {forgot} (AOF, appendfsync {every})"),
-                    None => format!("t={at}s {forgot} (no persistence)"),
-                };
-                tally.lock().await.history.push(Event::Fault {
-                    kind: FaultKind::RedisRestart,
-                    node: None,
-                    what: what.clone(),
-                    at_ms: history::unix_ms(when),
-                });
-                what
-            }
-            Fault::ReadOnly => {
-                let read_only = ReadOnly::on(&sandbox.database.url).await?;
-                tokio::time::sleep(stall).await;
-                drop(read_only);
-                format!("t={at}s MySQL read_only for {stall:?} (a failover's old primary)")
-            }
-            Fault::CrashMySql => {
-                let down = Instant::now();
-                servers.mysql.crash_and_restart().await?;
-                format!(
-                    "t={at}s MySQL SIGKILLed and restarted (back after {:.1?})",
-                    down.elapsed()
-                )
-            }
-            Fault::HoldStockRow => {
-                let voucher = tally.lock().await.current;
-                match voucher {
-                    Some(voucher) => {
-                        hold_stock_row(&sandbox.database.url, voucher, stall).await?;
-                        format!("t={at}s voucher {voucher}'s stock row held by another session for {stall:?}")
-                    }
-                    None => format!("t={at}s no sale running: no MySQL stall"),
-                }
-            }
-            Fault::ForgetShard => {
-                let voucher = tally.lock().await.current;
-                match voucher {
-                    Some(voucher) => {
-                        let layout = Layout::new(settings.seckill_shards.into())?;
-                        let keys = Keys::new(sandbox.redis.prefix.clone());
-                        let shard = keys.shard(layout.shard(0)).voucher(VoucherId::new(voucher));
-                        let mut redis = hmdp::config::connect_redis(
-                            &sandbox.redis.redis_url,
-                            Duration::from_secs(2),
-                        )?;
-                        let _: () = redis::AsyncCommands::del(&mut redis, &shard).await?;
-                        format!(
-                            "t={at}s voucher {voucher}'s shard {} forgotten by Redis while \
-                             stock moves",
-                            layout.shard(0).tag()
-                        )
-                    }
-                    None => format!("t={at}s no sale running: no shard forgotten"),
-                }
-            }
-        };
+        let fault = cycle[faults.log.len() % cycle.len()];
+        let fault = Injector {
+            settings,
+            sandbox,
+            flags: &flags,
+            stall,
+            cluster: &mut cluster,
+            servers: &mut *servers,
+            tally: &tally,
+        }
+        .inject(fault, at)
+        .await?;
         eprintln!("soak: {fault}");
         faults.log.push(fault);
         next += every;
@@ -443,6 +366,125 @@ async fn soak(
         drained,
         started.elapsed(),
     )
+}
+
+/// The nodes' flags in a soak.
+fn soak_flags(settings: &SoakSettings) -> Vec<String> {
+    let mut flags = node_flags(settings.lock, settings.seckill, settings.chaos_hold_ms);
+    // Every round logs its users in again: Redis restarts drop the sessions.
+    flags.push("--code-interval-secs=0".into());
+    // A stall outlasts the claim time and the delivery limit many times.
+    flags.push("--stream-claim-idle-ms=2000".into());
+    flags.push("--stream-max-deliveries=3".into());
+    flags.push(format!("--pay-timeout-secs={}", settings.pay_timeout_secs));
+    flags.push("--pay-sweep-secs=5".into());
+    flags.push(format!("--seckill-shards={}", settings.seckill_shards));
+    if settings.fencing {
+        flags.push("--fencing".into());
+    }
+    flags
+}
+
+/// What a fault is made with: the soak's settings and servers, the nodes.
+struct Injector<'a> {
+    settings: &'a SoakSettings,
+    sandbox: &'a Sandbox,
+    flags: &'a [String],
+    stall: Duration,
+    cluster: &'a mut Cluster,
+    servers: &'a mut Servers,
+    tally: &'a Mutex<Tally>,
+}
+
+impl Injector<'_> {
+    /// Makes `fault` happen, `at` seconds into the soak; says what it did.
+    async fn inject(self, fault: Fault, at: u64) -> anyhow::Result<String> {
+        Ok(match fault {
+            Fault::KillNode(index) => {
+                self.cluster.kill_node(index).await;
+                let killed = Instant::now();
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                self.cluster.start_node(index, self.flags).await?;
+                let what = format!("t={at}s SIGKILL {} (restarted 3 s later)", NODE_IDS[index]);
+                self.tally.lock().await.history.push(Event::Fault {
+                    kind: FaultKind::NodeKill,
+                    node: Some(NODE_IDS[index].to_owned()),
+                    what: what.clone(),
+                    at_ms: history::unix_ms(killed),
+                });
+                what
+            }
+            Fault::ForgetRedis => {
+                let (forgot, when) = self
+                    .servers
+                    .redis
+                    .forget(self.settings.seckill_shards, Duration::from_secs(2))
+                    .await?;
+                let what = match &self.settings.redis_appendfsync {
+                    Some(every) => format!("t={at}s {forgot} (AOF, appendfsync {every})"),
+                    None => format!("t={at}s {forgot} (no persistence)"),
+                };
+                self.tally.lock().await.history.push(Event::Fault {
+                    kind: FaultKind::RedisRestart,
+                    node: None,
+                    what: what.clone(),
+                    at_ms: history::unix_ms(when),
+                });
+                what
+            }
+            Fault::ReadOnly => {
+                let read_only = ReadOnly::on(&self.sandbox.database.url).await?;
+                tokio::time::sleep(self.stall).await;
+                drop(read_only);
+                format!(
+                    "t={at}s MySQL read_only for {:?} (a failover's old primary)",
+                    self.stall
+                )
+            }
+            Fault::CrashMySql => {
+                let down = Instant::now();
+                self.servers.mysql.crash_and_restart().await?;
+                format!(
+                    "t={at}s MySQL SIGKILLed and restarted (back after {:.1?})",
+                    down.elapsed()
+                )
+            }
+            Fault::HoldStockRow => {
+                let voucher = self.tally.lock().await.current;
+                match voucher {
+                    Some(voucher) => {
+                        hold_stock_row(&self.sandbox.database.url, voucher, self.stall).await?;
+                        format!(
+                            "t={at}s voucher {voucher}'s stock row held by another session for {:?}",
+                            self.stall
+                        )
+                    }
+                    None => format!("t={at}s no sale running: no MySQL stall"),
+                }
+            }
+            Fault::ForgetShard => {
+                let voucher = self.tally.lock().await.current;
+                match voucher {
+                    Some(voucher) => {
+                        let layout = Layout::new(self.settings.seckill_shards.into())?;
+                        let keys = Keys::new(self.sandbox.redis.prefix.clone());
+                        let shard = keys.shard(layout.shard(0)).voucher(VoucherId::new(voucher));
+                        let mut redis = hmdp::config::connect_redis(
+                            &self.sandbox.redis.redis_url,
+                            Duration::from_secs(2),
+                        )?;
+                        let _: () = redis::AsyncCommands::del(&mut redis, &shard).await?;
+                        format!(
+                            "t={at}s voucher {voucher}'s shard {} forgotten by Redis while \
+                         stock moves",
+                            layout.shard(0).tag()
+                        )
+                    }
+                    None => format!("t={at}s no sale running: no shard forgotten"),
+                }
+            }
+        })
+    }
 }
 
 /// How long the orders on their way must stay as they are before the rest
