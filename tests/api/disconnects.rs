@@ -246,7 +246,7 @@ const REPLY_DELAY: Duration = Duration::from_millis(4);
 #[tokio::test]
 async fn an_admin_write_reset_around_begin_leaves_no_open_transaction() {
     let direct = spawn_app(|_| {}).await;
-    let proxy = DelayedReplies::start("127.0.0.1:3306", REPLY_DELAY).await;
+    let proxy = DelayedReplies::start(3306, REPLY_DELAY).await;
     let app = spawn_app(|s| {
         s.store.database.url = proxy.url(&direct.database_url());
         s.store.redis.prefix = direct.prefix.clone();
@@ -300,7 +300,7 @@ async fn an_admin_write_reset_around_begin_leaves_no_open_transaction() {
 #[tokio::test]
 async fn a_transaction_cancelled_at_any_moment_never_returns_to_the_pool_open() {
     let direct = spawn_app(|_| {}).await;
-    let proxy = DelayedReplies::start("127.0.0.1:3306", REPLY_DELAY).await;
+    let proxy = DelayedReplies::start(3306, REPLY_DELAY).await;
     let store = Store::connect_lazy(
         &proxy.url(&direct.database_url()),
         1,

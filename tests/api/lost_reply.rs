@@ -9,16 +9,16 @@
 //! through the proxy; the proxy, once armed, forwards a script call and then
 //! closes the connection instead of passing its reply on.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hmdp::config::SeckillMode;
 use hmdp_lock::LockMode;
 use hmdp_test_support::redis_cluster::cluster_state;
-use hmdp_test_support::{free_ports, wait_until, RedisServer};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use hmdp_test_support::{
+    free_ports, wait_until, Direction, Faults, RedisServer, TcpProxy, Verdict,
+};
 
 use crate::helpers::spawn_app;
 
@@ -34,8 +34,8 @@ struct OneMasterBehindProxy {
 
 impl OneMasterBehindProxy {
     async fn start() -> OneMasterBehindProxy {
-        let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let proxy_port = proxy.local_addr().unwrap().port();
+        let proxy = TcpProxy::listen().await.unwrap();
+        let proxy_port = proxy.port();
         let [bus] = free_ports().unwrap();
         let (proxy_port_arg, bus_arg) = (proxy_port.to_string(), bus.to_string());
         let master = RedisServer::start_with(&[
@@ -64,7 +64,11 @@ impl OneMasterBehindProxy {
         )
         .await;
         let countdown = Arc::new(AtomicU32::new(0));
-        tokio::spawn(run_proxy(proxy, master.port(), countdown.clone()));
+        let faults = LoseOneScriptReply {
+            countdown: countdown.clone(),
+            doomed: Mutex::new(None),
+        };
+        let _relaying = proxy.relay_to(master.port(), Arc::new(faults));
         OneMasterBehindProxy {
             proxy_port,
             countdown,
@@ -134,60 +138,33 @@ async fn a_buyer_whose_admission_reply_was_lost_is_told_the_order_the_retry_find
     assert!(audit.stock_balances(5), "{audit:?}");
 }
 
-/// Forwards every connection to the Redis at `upstream`. While `countdown`
-/// is above 0, each script call (`EVAL`, `EVALSHA`) counts it down, and the
-/// connection of the call that brings it to 0 is closed as soon as a reply
-/// comes back on it.
-async fn run_proxy(listener: TcpListener, upstream: u16, countdown: Arc<AtomicU32>) {
-    loop {
-        let Ok((client, _)) = listener.accept().await else {
-            return;
-        };
-        let countdown = countdown.clone();
-        tokio::spawn(async move {
-            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
-                return;
-            };
-            let (mut client_read, mut client_write) = client.into_split();
-            let (mut server_read, mut server_write) = server.into_split();
-            let doomed = Arc::new(AtomicBool::new(false));
-            let requests = {
-                let doomed = doomed.clone();
-                async move {
-                    let mut buffer = vec![0; 64 * 1024];
-                    while let Ok(read @ 1..) = client_read.read(&mut buffer).await {
-                        let chunk = &buffer[..read];
-                        if chunk.windows(4).any(|window| window == b"EVAL")
-                            && countdown.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
-                                left.checked_sub(1)
-                            }) == Ok(1)
-                        {
-                            doomed.store(true, Ordering::SeqCst);
-                        }
-                        if server_write.write_all(chunk).await.is_err() {
-                            return;
-                        }
-                    }
+/// The proxy's faults: while `countdown` is above 0, each script call
+/// (`EVAL`, `EVALSHA`) counts it down, and the connection of the call that
+/// brings it to 0 is closed as soon as a reply comes back on it.
+struct LoseOneScriptReply {
+    countdown: Arc<AtomicU32>,
+    /// The connection whose next reply is lost.
+    doomed: Mutex<Option<u64>>,
+}
+
+impl Faults for LoseOneScriptReply {
+    async fn chunk(&self, connection: u64, direction: Direction, chunk: &[u8]) -> Verdict {
+        let mut doomed = self.doomed.lock().expect("doomed poisoned");
+        match direction {
+            Direction::Requests => {
+                if chunk.windows(4).any(|window| window == b"EVAL")
+                    && (self.countdown).fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                        left.checked_sub(1)
+                    }) == Ok(1)
+                {
+                    *doomed = Some(connection);
                 }
-            };
-            let replies = async move {
-                let mut buffer = vec![0; 64 * 1024];
-                while let Ok(read @ 1..) = server_read.read(&mut buffer).await {
-                    if doomed.load(Ordering::SeqCst) {
-                        // The reply is lost with the connection.
-                        return;
-                    }
-                    if client_write.write_all(&buffer[..read]).await.is_err() {
-                        return;
-                    }
-                }
-            };
-            // Either direction ending closes both.
-            tokio::select! {
-                () = requests => {}
-                () = replies => {}
+                Verdict::Pass
             }
-        });
+            // The reply is lost with the connection.
+            Direction::Replies if *doomed == Some(connection) => Verdict::Close,
+            Direction::Replies => Verdict::Pass,
+        }
     }
 }
 

@@ -5,11 +5,10 @@
 //! that delivers every reply of the machine's MySQL a few milliseconds late
 //! (a statement such as `BEGIN` then stays in flight that long).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use hmdp_test_support::MariaDbServer;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use hmdp_test_support::{Direction, Faults, MariaDbServer, TcpProxy, Verdict};
 
 /// How long the server holds each commit back.
 pub const COMMIT_DELAY: Duration = Duration::from_millis(20);
@@ -58,57 +57,35 @@ impl SlowCommitMariaDb {
     }
 }
 
-/// A TCP proxy in front of a MySQL server that holds back every chunk of
-/// the server's replies for `delay`; requests pass at once. Stops with the
-/// test's runtime.
-pub struct DelayedReplies {
-    port: u16,
+/// A TCP proxy in front of a MySQL server on this machine that holds back
+/// every chunk of the server's replies for a delay; requests pass at once.
+/// Stops with the test's runtime.
+pub struct DelayedReplies(TcpProxy);
+
+/// The proxy's faults: each reply chunk late by this much.
+struct ReplyDelay(Duration);
+
+impl Faults for ReplyDelay {
+    async fn chunk(&self, _connection: u64, direction: Direction, _chunk: &[u8]) -> Verdict {
+        if direction == Direction::Replies {
+            tokio::time::sleep(self.0).await;
+        }
+        Verdict::Pass
+    }
 }
 
 impl DelayedReplies {
-    /// Proxies to `upstream` (`host:port`).
-    pub async fn start(upstream: &str, delay: Duration) -> DelayedReplies {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let upstream = upstream.to_owned();
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let Ok(server) = TcpStream::connect(&upstream).await else {
-                    continue;
-                };
-                tokio::spawn(relay(client, server, delay));
-            }
-        });
-        DelayedReplies { port }
+    /// Proxies to the server listening on `upstream_port`.
+    pub async fn start(upstream_port: u16, delay: Duration) -> DelayedReplies {
+        let proxy = TcpProxy::start(upstream_port, Arc::new(ReplyDelay(delay)));
+        DelayedReplies(proxy.await.expect("the proxy listens"))
     }
 
     /// `url` (a `mysql://` URL of the upstream server) pointed at the proxy.
     pub fn url(&self, url: &str) -> String {
         let mut url = reqwest::Url::parse(url).expect("a MySQL URL");
-        url.set_port(Some(self.port))
+        url.set_port(Some(self.0.port()))
             .expect("a host to set a port on");
         url.to_string()
-    }
-}
-
-async fn relay(client: TcpStream, server: TcpStream, delay: Duration) {
-    let (mut client_reads, mut client_writes) = client.into_split();
-    let (mut server_reads, mut server_writes) = server.into_split();
-    let requests = tokio::io::copy(&mut client_reads, &mut server_writes);
-    let replies = async {
-        let mut buffer = vec![0; 64 * 1024];
-        loop {
-            let read = server_reads.read(&mut buffer).await?;
-            if read == 0 {
-                return Ok::<_, std::io::Error>(());
-            }
-            tokio::time::sleep(delay).await;
-            client_writes.write_all(&buffer[..read]).await?;
-        }
-    };
-    // Either side closing ends the relay; dropping the halves closes both.
-    tokio::select! {
-        _ = requests => {}
-        _ = replies => {}
     }
 }

@@ -14,6 +14,7 @@ pub mod process;
 pub mod redis_cluster;
 pub mod redis_keys;
 pub mod redis_server;
+pub mod tcp_proxy;
 
 pub use database::TestDatabase;
 pub use mariadb_server::MariaDbServer;
@@ -22,6 +23,7 @@ pub use process::{ChildProcess, Stdout};
 pub use redis_cluster::RedisCluster;
 pub use redis_keys::{remove_keys_with_prefix, RedisNamespace};
 pub use redis_server::{calls_in, command_calls, is_master, RedisServer};
+pub use tcp_proxy::{Direction, Faults, Listening, TcpProxy, Verdict};
 
 /// The MySQL server tests create their databases on (`TEST_MYSQL_URL`, no
 /// database in the path).

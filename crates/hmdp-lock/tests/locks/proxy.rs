@@ -2,23 +2,55 @@
 //! one direction at a time, without closing any connection: a slow link, a
 //! late reply, or (both directions held) a peer gone silent.
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+
+use hmdp_test_support::{Direction, Faults, TcpProxy, Verdict};
 use tokio::sync::watch;
 
 /// Proxies every connection it accepts to one upstream; stops with the
 /// test's runtime.
 pub struct Proxy {
-    port: u16,
+    proxy: TcpProxy,
+    gates: Arc<Gates>,
+}
+
+/// The proxy's faults: a gate each way.
+struct Gates {
     /// Client to server.
     requests: Gate,
     /// Server to client.
     replies: Gate,
 }
 
+impl Gates {
+    fn of(&self, direction: Direction) -> &Gate {
+        match direction {
+            Direction::Requests => &self.requests,
+            Direction::Replies => &self.replies,
+        }
+    }
+}
+
+impl Faults for Gates {
+    /// Counts the chunk in, then holds it while its gate is closed.
+    async fn chunk(&self, _connection: u64, direction: Direction, _chunk: &[u8]) -> Verdict {
+        let gate = self.of(direction);
+        let mut open = gate.open.subscribe();
+        gate.arrived.send_modify(|arrived| *arrived += 1);
+        let opened = open.wait_for(|&open| open).await.is_ok();
+        if opened {
+            Verdict::Pass
+        } else {
+            Verdict::Close
+        }
+    }
+
+    fn passed(&self, _connection: u64, direction: Direction) {
+        (self.of(direction).passed).send_modify(|passed| *passed += 1);
+    }
+}
+
 /// One direction of every connection through the proxy.
-#[derive(Clone)]
 pub struct Gate {
     open: watch::Sender<bool>,
     /// Chunks that reached the proxy so far, held or not, all connections
@@ -31,40 +63,24 @@ pub struct Gate {
 impl Proxy {
     /// Proxies to the server listening on `upstream_port` on this machine.
     pub async fn start(upstream_port: u16) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let (requests, replies) = (Gate::new(), Gate::new());
-        tokio::spawn({
-            let (requests, replies) = (requests.clone(), replies.clone());
-            async move {
-                while let Ok((client, _)) = listener.accept().await {
-                    let Ok(server) = TcpStream::connect(("127.0.0.1", upstream_port)).await else {
-                        continue;
-                    };
-                    let (client_reads, client_writes) = client.into_split();
-                    let (server_reads, server_writes) = server.into_split();
-                    tokio::spawn(requests.clone().pump(client_reads, server_writes));
-                    tokio::spawn(replies.clone().pump(server_reads, client_writes));
-                }
-            }
+        let gates = Arc::new(Gates {
+            requests: Gate::new(),
+            replies: Gate::new(),
         });
-        Proxy {
-            port,
-            requests,
-            replies,
-        }
+        let proxy = TcpProxy::start(upstream_port, gates.clone()).await.unwrap();
+        Proxy { proxy, gates }
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        format!("redis://127.0.0.1:{}/0", self.proxy.port())
     }
 
     pub fn requests(&self) -> &Gate {
-        &self.requests
+        &self.gates.requests
     }
 
     pub fn replies(&self) -> &Gate {
-        &self.replies
+        &self.gates.replies
     }
 }
 
@@ -104,26 +120,6 @@ impl Gate {
     /// Waits until more than `count` chunks went through.
     pub async fn passed_more_than(&self, count: u64) {
         more_than(&self.passed, count).await;
-    }
-
-    /// Forwards `from` to `to`, holding each chunk while the gate is closed.
-    /// Either side closing ends it; dropping the halves closes the other.
-    async fn pump(self, mut from: OwnedReadHalf, mut to: OwnedWriteHalf) {
-        let mut buffer = vec![0; 64 * 1024];
-        let mut open = self.open.subscribe();
-        loop {
-            let read = match from.read(&mut buffer).await {
-                Ok(0) | Err(_) => return,
-                Ok(read) => read,
-            };
-            self.arrived.send_modify(|arrived| *arrived += 1);
-            if open.wait_for(|&open| open).await.is_err()
-                || to.write_all(&buffer[..read]).await.is_err()
-            {
-                return;
-            }
-            self.passed.send_modify(|passed| *passed += 1);
-        }
     }
 }
 
