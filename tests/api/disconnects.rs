@@ -336,8 +336,8 @@ fn hmdp_voucher() -> (NewVoucher, NewSeckillVoucher) {
     };
     let seckill = NewSeckillVoucher {
         stock: 10,
-        begin_time: time("2020-01-01T00:00:00"),
-        end_time: time("2037-12-31T00:00:00"),
+        begin_time: time(hmdp_test_support::OPEN_SALE.0),
+        end_time: time(hmdp_test_support::OPEN_SALE.1),
         shards: 1,
     };
     (voucher, seckill)

@@ -366,8 +366,8 @@ impl TestApp {
 pub const OVERDUE_BY: Duration = Duration::from_secs(3600);
 
 /// The window of the tests' open sale: begun long ago, ending years ahead.
-const OPEN_SINCE: &str = "2020-01-01T00:00:00";
-const OPEN_UNTIL: &str = "2037-12-31T00:00:00";
+const OPEN_SINCE: &str = hmdp_test_support::OPEN_SALE.0;
+const OPEN_UNTIL: &str = hmdp_test_support::OPEN_SALE.1;
 
 /// The body that creates [`TestApp::create_open_seckill`]'s voucher, for a
 /// test that sends it itself.

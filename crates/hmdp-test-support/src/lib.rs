@@ -25,6 +25,10 @@ pub use redis_keys::{remove_keys_with_prefix, RedisNamespace};
 pub use redis_server::{calls_in, command_calls, is_master, RedisServer};
 pub use tcp_proxy::{Direction, Faults, Listening, TcpProxy, Verdict};
 
+/// The window of a sale open whenever a test or a load runs: begun long
+/// ago, ending years ahead (`yyyy-MM-ddTHH:mm:ss`, as hmdp's API takes it).
+pub const OPEN_SALE: (&str, &str) = ("2020-01-01T00:00:00", "2037-12-31T00:00:00");
+
 /// The MySQL server tests create their databases on (`TEST_MYSQL_URL`, no
 /// database in the path).
 pub fn mysql_server_url() -> String {

@@ -417,8 +417,8 @@ pub async fn create_voucher(
             "actualValue": 10000,
             "type": 1,
             "stock": stock,
-            "beginTime": "2020-01-01T00:00:00",
-            "endTime": "2037-12-31T23:59:59",
+            "beginTime": hmdp_test_support::OPEN_SALE.0,
+            "endTime": hmdp_test_support::OPEN_SALE.1,
         }))
         .send()
         .await?
