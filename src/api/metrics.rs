@@ -11,12 +11,9 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 
 async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     // Pool gauges are read at scrape time: they are a state, not events.
-    let pool = state.store.pool();
-    let idle = pool.num_idle() as i64;
-    DB_POOL.with_label_values(&["idle"]).set(idle);
-    DB_POOL
-        .with_label_values(&["in_use"])
-        .set(i64::from(pool.size()) - idle);
+    let (in_use, idle) = state.store.connections();
+    DB_POOL.with_label_values(&["idle"]).set(idle as i64);
+    DB_POOL.with_label_values(&["in_use"]).set(i64::from(in_use));
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(render())

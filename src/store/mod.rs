@@ -126,6 +126,17 @@ impl Store {
         &self.pool
     }
 
+    /// The pool's connections: `(in use, idle)`, read at scrape time.
+    pub fn connections(&self) -> (u32, usize) {
+        let idle = self.pool.num_idle();
+        (self.pool.size().saturating_sub(idle as u32), idle)
+    }
+
+    /// Closes every connection of the pool, waiting for those in use.
+    pub async fn disconnect(&self) {
+        self.pool.close().await;
+    }
+
     /// The longest wait for a connection (the pool's acquire timeout), and,
     /// once it has one, for the statements of a purchase before its
     /// `COMMIT`.

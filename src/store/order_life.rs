@@ -383,4 +383,29 @@ impl Store {
         .fetch_all(&self.pool)
         .await
     }
+
+    /// How many of `voucher_id`'s orders are in each status.
+    pub async fn orders_of_voucher_by_status(
+        &self,
+        voucher_id: VoucherId,
+    ) -> Result<Vec<(u8, i64)>, sqlx::Error> {
+        sqlx::query_as(
+            "SELECT status, CAST(COUNT(*) AS SIGNED) FROM tb_voucher_order \
+             WHERE voucher_id = ? GROUP BY status",
+        )
+        .bind(voucher_id)
+        .fetch_all(&self.pool)
+        .await
+    }
+
+    /// Every order of `voucher_id` with its status, by id.
+    pub async fn order_statuses_of(
+        &self,
+        voucher_id: VoucherId,
+    ) -> Result<Vec<(OrderId, u8)>, sqlx::Error> {
+        sqlx::query_as("SELECT id, status FROM tb_voucher_order WHERE voucher_id = ?")
+            .bind(voucher_id)
+            .fetch_all(&self.pool)
+            .await
+    }
 }

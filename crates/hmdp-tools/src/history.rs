@@ -360,17 +360,11 @@ pub async fn check(store: &Store, events: &[Event], allowed: &[Loss]) -> anyhow:
     }
     verdict.sales = stock.len();
     for (&voucher, &initial) in &stock {
-        let rows: BTreeMap<i64, Row> = sqlx::query_as::<_, (i64, i64, u8)>(
-            "SELECT id, CAST(voucher_id AS SIGNED), status FROM tb_voucher_order \
-             WHERE voucher_id = ?",
-        )
-        .bind(voucher)
-        .fetch_all(store.pool())
-        .await
-        .with_context(|| format!("reading voucher {voucher}'s orders"))?
-        .into_iter()
-        .map(|(id, voucher, status)| (id, Row { voucher, status }))
-        .collect();
+        let rows: BTreeMap<i64, Row> = (store.order_statuses_of(VoucherId::new(voucher)).await)
+            .with_context(|| format!("reading voucher {voucher}'s orders"))?
+            .into_iter()
+            .map(|(id, status)| (id.get(), Row { voucher, status }))
+            .collect();
         let of_sale = |event: &&Event| match event {
             Event::Ok { voucher: v, .. }
             | Event::Fail(Failure { voucher: v, .. })

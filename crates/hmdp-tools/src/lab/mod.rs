@@ -408,7 +408,7 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
     };
     if let Some((database, store)) = database {
         // Its connections closed first, then the database is dropped.
-        store.pool().close().await;
+        store.disconnect().await;
         drop(database);
     }
     let cleaned = lab.clean_up().await;

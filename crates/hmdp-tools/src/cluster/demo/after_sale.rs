@@ -74,13 +74,7 @@ pub(super) struct States {
 
 impl States {
     async fn of(store: &Store, voucher: VoucherId) -> Result<States, sqlx::Error> {
-        let rows: Vec<(u8, i64)> = sqlx::query_as(
-            "SELECT status, CAST(COUNT(*) AS SIGNED) FROM tb_voucher_order \
-             WHERE voucher_id = ? GROUP BY status",
-        )
-        .bind(voucher)
-        .fetch_all(store.pool())
-        .await?;
+        let rows = store.orders_of_voucher_by_status(voucher).await?;
         let mut states = States::default();
         for (status, n) in rows {
             match OrderState::from_status(status) {
