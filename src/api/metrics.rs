@@ -13,7 +13,9 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     // Pool gauges are read at scrape time: they are a state, not events.
     let (in_use, idle) = state.store.connections();
     DB_POOL.with_label_values(&["idle"]).set(idle as i64);
-    DB_POOL.with_label_values(&["in_use"]).set(i64::from(in_use));
+    DB_POOL
+        .with_label_values(&["in_use"])
+        .set(i64::from(in_use));
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(render())
