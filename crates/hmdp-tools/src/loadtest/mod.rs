@@ -27,6 +27,7 @@ use hmdp::config::StoreSettings;
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
 use hmdp::seckill::SaleState;
+use hmdp::store::{Store, VoucherAudit};
 
 use crate::audit;
 use crate::history::{self, Call, Event, Failure};
@@ -489,51 +490,12 @@ pub fn read_tokens(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
 /// `hmdp loadtest`.
 pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
     let client = http_client(settings.concurrency)?;
-    let tokens = match &settings.tokens {
-        Some(path) => {
-            let mut tokens = read_tokens(path)?;
-            if tokens.len() < settings.users {
-                bail!(
-                    "{} holds {} tokens, fewer than --users {}",
-                    path.display(),
-                    tokens.len(),
-                    settings.users
-                );
-            }
-            tokens.truncate(settings.users);
-            tokens
-        }
-        None => {
-            let redis = hmdp::config::connect_redis(
-                &settings.store.redis.url,
-                settings.store.backend_timeout(),
-            )?;
-            let keys = Keys::new(settings.store.redis.prefix.clone());
-            Login::new(client.clone(), &settings.target, redis, keys)
-                .users(0, settings.users, 32)
-                .await?
-        }
-    };
+    let tokens = tokens(&settings, &client).await?;
     let per_user = match settings.workload {
         Some(Workload::Sale) => 1,
         _ => settings.per_user,
     };
-    let voucher = match (settings.voucher, settings.workload) {
-        (Some(voucher), _) => voucher,
-        (None, None) => bail!("give --voucher or --workload"),
-        (None, Some(workload)) => {
-            let token = settings
-                .admin_token
-                .as_deref()
-                .context("--workload creates a voucher: give --admin-token (HMDP_ADMIN_TOKEN)")?;
-            let stock = match settings.stock {
-                Some(stock) => stock,
-                None => i32::try_from(workload.stock(tokens.len()))
-                    .context("too many users for one voucher")?,
-            };
-            create_voucher(&client, &settings.target, token, stock).await?
-        }
-    };
+    let voucher = voucher(&settings, &client, tokens.len()).await?;
     let voucher_id = VoucherId::new(voucher);
     // The history names the stock the sale began with: read, as --verify
     // reads it, before the run.
@@ -574,9 +536,90 @@ pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
         history::Recorder::create(path)?.record_all(events)?;
     }
 
-    let mut report = Report::new(&plan, &measured);
     let verified = before.filter(|_| settings.verify);
-    if let (Some((store, sale_state)), Some((before, admitted_in_redis))) = (&stores, verified) {
+    let report = judge(&settings, &plan, &measured, stores.as_ref().zip(verified)).await?;
+    print!("{}", report.table());
+    if let Some(path) = &settings.json {
+        report.write_json(path)?;
+    }
+    if !report.violations.is_empty() {
+        bail!("invariants broken: {}", report.violations.join("; "));
+    }
+    Ok(())
+}
+
+/// The users' tokens: read from `--tokens`, or logged in through the API.
+async fn tokens(
+    settings: &LoadtestSettings,
+    client: &reqwest::Client,
+) -> anyhow::Result<Vec<String>> {
+    Ok(match &settings.tokens {
+        Some(path) => {
+            let mut tokens = read_tokens(path)?;
+            if tokens.len() < settings.users {
+                bail!(
+                    "{} holds {} tokens, fewer than --users {}",
+                    path.display(),
+                    tokens.len(),
+                    settings.users
+                );
+            }
+            tokens.truncate(settings.users);
+            tokens
+        }
+        None => {
+            let redis = hmdp::config::connect_redis(
+                &settings.store.redis.url,
+                settings.store.backend_timeout(),
+            )?;
+            let keys = Keys::new(settings.store.redis.prefix.clone());
+            Login::new(client.clone(), &settings.target, redis, keys)
+                .users(0, settings.users, 32)
+                .await?
+        }
+    })
+}
+
+/// The voucher to buy: `--voucher`, or one the workload creates.
+async fn voucher(
+    settings: &LoadtestSettings,
+    client: &reqwest::Client,
+    users: usize,
+) -> anyhow::Result<i64> {
+    Ok(match (settings.voucher, settings.workload) {
+        (Some(voucher), _) => voucher,
+        (None, None) => bail!("give --voucher or --workload"),
+        (None, Some(workload)) => {
+            let token = settings
+                .admin_token
+                .as_deref()
+                .context("--workload creates a voucher: give --admin-token (HMDP_ADMIN_TOKEN)")?;
+            let stock = match settings.stock {
+                Some(stock) => stock,
+                None => i32::try_from(workload.stock(users))
+                    .context("too many users for one voucher")?,
+            };
+            create_voucher(client, &settings.target, token, stock).await?
+        }
+    })
+}
+
+/// The voucher before the run: MySQL's audit of it, and whether Redis
+/// holds its sale (the vouchers `queue` and `stream` admit).
+type Before = (VoucherAudit, bool);
+
+/// The run's report; with `--verify` (`verified`: the stores and what they
+/// held before), the drain, the audit of MySQL and, for a sale admitted in
+/// Redis, the reconciliation.
+async fn judge(
+    settings: &LoadtestSettings,
+    plan: &Plan,
+    measured: &Measured,
+    verified: Option<(&(Store, SaleState), Before)>,
+) -> anyhow::Result<Report> {
+    let voucher_id = VoucherId::new(plan.voucher);
+    let mut report = Report::new(plan, measured);
+    if let Some(((store, sale_state), (before, admitted_in_redis))) = verified {
         if admitted_in_redis {
             let deadline = Duration::from_secs(settings.drain_timeout_secs);
             let drain = drain(sale_state, voucher_id, deadline).await?;
@@ -595,12 +638,5 @@ pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
             report.add_reconciliation(audit::audit(store, sale_state, voucher_id, options).await?);
         }
     }
-    print!("{}", report.table());
-    if let Some(path) = &settings.json {
-        report.write_json(path)?;
-    }
-    if !report.violations.is_empty() {
-        bail!("invariants broken: {}", report.violations.join("; "));
-    }
-    Ok(())
+    Ok(report)
 }
