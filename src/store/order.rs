@@ -48,15 +48,18 @@ pub async fn take_stock_units(
     voucher_id: VoucherId,
     units: u32,
 ) -> Result<bool, sqlx::Error> {
-    let result = sqlx::query(
-        "UPDATE tb_seckill_voucher SET stock = stock - ? WHERE voucher_id = ? AND stock >= ?",
+    let taken = batch_sql(take_stock(voucher_id, units))
+        .execute(conn)
+        .await?;
+    Ok(taken.rows_affected() == 1)
+}
+
+/// The `UPDATE` of [`take_stock_units`], its integers written in.
+fn take_stock(voucher_id: VoucherId, units: u32) -> String {
+    format!(
+        "UPDATE tb_seckill_voucher SET stock = stock - {units} \
+         WHERE voucher_id = {voucher_id} AND stock >= {units}"
     )
-    .bind(units)
-    .bind(voucher_id)
-    .bind(units)
-    .execute(conn)
-    .await?;
-    Ok(result.rows_affected() == 1)
 }
 
 /// The voucher's stock left, its row held until the transaction ends: read
@@ -162,10 +165,8 @@ pub async fn insert_orders_taking_stock(
     );
     let mut sql = format!("INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES {rows}");
     for (voucher, units) in &units {
-        sql += &format!(
-            "; UPDATE tb_seckill_voucher SET stock = stock - {units} \
-             WHERE voucher_id = {voucher} AND stock >= {units}"
-        );
+        sql += "; ";
+        sql += &take_stock(*voucher, *units);
     }
     let results: Vec<MySqlQueryResult> = batch_sql(sql).execute_many(conn).try_collect().await?;
     // The first result is the `INSERT`'s, one per `UPDATE` follows.
