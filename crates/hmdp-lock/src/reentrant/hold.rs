@@ -121,7 +121,13 @@ impl Drop for Hold {
             return;
         };
         let mut holds = registry.lock().expect("registry poisoned");
-        let entry = (self.lease.key.clone(), self.holder);
+        // The watchdog's watch went with the renewal: the lease is usually
+        // this hold's alone now, and its key moves out instead of a copy.
+        let key = match Arc::get_mut(&mut self.lease) {
+            Some(lease) => std::mem::take(&mut lease.key),
+            None => self.lease.key.clone(),
+        };
+        let entry = (key, self.holder);
         if holds
             .get(&entry)
             .is_some_and(|hold| hold.strong_count() == 0)
