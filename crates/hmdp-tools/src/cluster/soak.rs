@@ -28,8 +28,8 @@ use tokio::sync::Mutex;
 use super::{node_flags, until_signal};
 use super::{Cluster, ClusterSpec, Sandbox, NODE_IDS};
 use crate::history::{self, Event, Failure, FaultKind, Loss, Verdict};
-use crate::loadtest::{self, tokens::Login, Plan};
-use crate::payers::{self, Act, Answered};
+use crate::loadtest::{self, tokens::Login, Measured, Plan};
+use crate::payers::{self, Act, Acted, Answered};
 use hmdp::config::{RedisSettings, SeckillMode};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
@@ -155,6 +155,17 @@ struct Tally {
     /// Rounds that could not run (a login or a voucher creation failed
     /// during a fault); they are retried, not hidden.
     failed_rounds: Vec<String>,
+}
+
+impl Tally {
+    /// A completed sale, summed into the run's.
+    fn add(&mut self, measured: Measured, events: Vec<Event>) {
+        self.requests += measured.requests;
+        add_counts(&mut self.outcomes, measured.outcomes);
+        add_counts(&mut self.served_by, measured.served_by);
+        self.sales += 1;
+        self.history.extend(events);
+    }
 }
 
 pub async fn run(settings: SoakSettings) -> anyhow::Result<()> {
@@ -687,101 +698,10 @@ async fn load_loop(
     until: Instant,
     tally: Arc<Mutex<Tally>>,
 ) -> anyhow::Result<()> {
-    let client = loadtest::http_client(settings.concurrency)?;
-    let redis = hmdp::config::connect_redis(&door.redis_url, Duration::from_secs(2))?;
-    let login = Login::new(client.clone(), &door.url, redis, door.keys.clone());
-    let sale_state = sale_state_of(&door.redis_url, door.keys, door.store)?;
-    let target = door.url;
+    let load = LoadSide::connect(settings, door)?;
     while Instant::now() < until {
-        let round = async {
-            let tokens = login.users(0, settings.users, 32).await?;
-            let voucher =
-                loadtest::create_voucher(&client, &target, &door.admin_token, settings.stock)
-                    .await?;
-            tally.lock().await.current = Some(voucher);
-            let mut events = vec![Event::Sale {
-                voucher,
-                stock: settings.stock.into(),
-                at_ms: history::unix_ms(Instant::now()),
-            }];
-            let plan = Plan {
-                target: target.clone(),
-                voucher,
-                tokens,
-                per_user: settings.per_user,
-                concurrency: settings.concurrency,
-                progress: loadtest::progress_bar(0),
-            };
-            let mut measured = loadtest::run(&plan).await?;
-            events.append(&mut measured.history);
-            // The buyers' second half; those who cancelled buy again, each
-            // once, for the units their cancels gave back.
-            let shares = (settings.payers, settings.cancellers);
-            let acted = payers::act_all(
-                &client,
-                &target,
-                &plan.tokens,
-                &measured.told,
-                shares,
-                settings.concurrency,
-            )
-            .await;
-            events.extend(acted.iter().flat_map(|acted| acted.history(voucher)));
-            let again = Plan {
-                tokens: plan.tokens.clone(),
-                per_user: 1,
-                ..plan
-            };
-            let rebuys: Vec<usize> = acted
-                .iter()
-                .filter(|acted| acted.act == Act::Cancel && acted.answered == Answered::Done)
-                .map(|acted| acted.user)
-                .collect();
-            let second = loadtest::run(&Plan {
-                tokens: rebuys
-                    .iter()
-                    .map(|user| again.tokens[*user].clone())
-                    .collect(),
-                ..again
-            })
-            .await?;
-            measured.requests += second.requests;
-            for (outcome, count) in second.outcomes {
-                *measured.outcomes.entry(outcome).or_default() += count;
-            }
-            // The second run's clients are the rebuyers: back to the
-            // sale's own.
-            events.extend(second.history.into_iter().map(|mut event| {
-                if let Event::Invoke { client, .. }
-                | Event::Ok { client, .. }
-                | Event::Fail(Failure { client, .. })
-                | Event::Unknown(Failure { client, .. }) = &mut event
-                {
-                    *client = rebuys[*client];
-                }
-                event
-            }));
-            // The next sale once this one's orders are written (or stuck):
-            // a `queue` node writes one order at a time, far slower than
-            // Redis admits them, and an unpaced soak would judge a backlog.
-            if settings.seckill != SeckillMode::Sync {
-                settle_down(&sale_state, Duration::from_secs(1), Duration::from_secs(30)).await;
-            }
-            anyhow::Ok((measured, events))
-        };
-        match round.await {
-            Ok((measured, events)) => {
-                let mut tally = tally.lock().await;
-                tally.requests += measured.requests;
-                for (outcome, count) in measured.outcomes {
-                    *tally.outcomes.entry(outcome).or_default() += count;
-                }
-                for (node, count) in measured.served_by {
-                    *tally.served_by.entry(node).or_default() += count;
-                }
-                tally.sales += 1;
-                tally.history.extend(events);
-            }
+        match load.sale(&tally).await {
+            Ok((measured, events)) => tally.lock().await.add(measured, events),
             Err(error) => {
                 tally.lock().await.failed_rounds.push(format!("{error:#}"));
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -789,6 +709,134 @@ async fn load_loop(
         }
     }
     Ok(())
+}
+
+/// The load side, connected through the front door.
+struct LoadSide {
+    settings: SoakSettings,
+    client: reqwest::Client,
+    /// nginx.
+    target: String,
+    admin_token: String,
+    login: Login,
+    sale_state: SaleState,
+}
+
+impl LoadSide {
+    fn connect(settings: SoakSettings, door: FrontDoor) -> anyhow::Result<LoadSide> {
+        let client = loadtest::http_client(settings.concurrency)?;
+        let redis = hmdp::config::connect_redis(&door.redis_url, Duration::from_secs(2))?;
+        let login = Login::new(client.clone(), &door.url, redis, door.keys.clone());
+        let sale_state = sale_state_of(&door.redis_url, door.keys, door.store)?;
+        Ok(LoadSide {
+            settings,
+            client,
+            target: door.url,
+            admin_token: door.admin_token,
+            login,
+            sale_state,
+        })
+    }
+
+    /// One sale on a fresh voucher, with its buyers' second half: what it
+    /// measured and its history.
+    async fn sale(&self, tally: &Mutex<Tally>) -> anyhow::Result<(Measured, Vec<Event>)> {
+        let settings = &self.settings;
+        let tokens = self.login.users(0, settings.users, 32).await?;
+        let voucher = loadtest::create_voucher(
+            &self.client,
+            &self.target,
+            &self.admin_token,
+            settings.stock,
+        )
+        .await?;
+        tally.lock().await.current = Some(voucher);
+        let mut events = vec![Event::Sale {
+            voucher,
+            stock: settings.stock.into(),
+            at_ms: history::unix_ms(Instant::now()),
+        }];
+        let plan = Plan {
+            target: self.target.clone(),
+            voucher,
+            tokens,
+            per_user: settings.per_user,
+            concurrency: settings.concurrency,
+            progress: loadtest::progress_bar(0),
+        };
+        let mut measured = loadtest::run(&plan).await?;
+        events.append(&mut measured.history);
+        // The buyers' second half; those who cancelled buy again, each
+        // once, for the units their cancels gave back.
+        let shares = (settings.payers, settings.cancellers);
+        let acted = payers::act_all(
+            &self.client,
+            &self.target,
+            &plan.tokens,
+            &measured.told,
+            shares,
+            settings.concurrency,
+        )
+        .await;
+        events.extend(acted.iter().flat_map(|acted| acted.history(voucher)));
+        rebuy(plan, &acted, &mut measured, &mut events).await?;
+        // The next sale once this one's orders are written (or stuck):
+        // a `queue` node writes one order at a time, far slower than
+        // Redis admits them, and an unpaced soak would judge a backlog.
+        if settings.seckill != SeckillMode::Sync {
+            settle_down(
+                &self.sale_state,
+                Duration::from_secs(1),
+                Duration::from_secs(30),
+            )
+            .await;
+        }
+        Ok((measured, events))
+    }
+}
+
+/// The buyers of `plan` whose cancel went through buy once more; their
+/// requests count with the sale's, their events go into its history.
+async fn rebuy(
+    plan: Plan,
+    acted: &[Acted],
+    measured: &mut Measured,
+    events: &mut Vec<Event>,
+) -> anyhow::Result<()> {
+    let rebuys: Vec<usize> = acted
+        .iter()
+        .filter(|acted| acted.act == Act::Cancel && acted.answered == Answered::Done)
+        .map(|acted| acted.user)
+        .collect();
+    let second = loadtest::run(&Plan {
+        tokens: rebuys
+            .iter()
+            .map(|user| plan.tokens[*user].clone())
+            .collect(),
+        per_user: 1,
+        ..plan
+    })
+    .await?;
+    measured.requests += second.requests;
+    add_counts(&mut measured.outcomes, second.outcomes);
+    // The second run's clients are the rebuyers: back to the sale's own.
+    events.extend(second.history.into_iter().map(|mut event| {
+        if let Event::Invoke { client, .. }
+        | Event::Ok { client, .. }
+        | Event::Fail(Failure { client, .. })
+        | Event::Unknown(Failure { client, .. }) = &mut event
+        {
+            *client = rebuys[*client];
+        }
+        event
+    }));
+    Ok(())
+}
+
+fn add_counts(into: &mut BTreeMap<String, u64>, counts: BTreeMap<String, u64>) {
+    for (name, count) in counts {
+        *into.entry(name).or_default() += count;
+    }
 }
 
 /// Prints the summary table; fails when the promise broke.
