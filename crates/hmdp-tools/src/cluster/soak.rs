@@ -286,6 +286,50 @@ async fn soak(
     servers: &mut Servers,
 ) -> anyhow::Result<()> {
     let flags = soak_flags(settings);
+    let (mut cluster, node_user) = stage(settings, exe, sandbox, &flags).await?;
+    let started = Instant::now();
+    let until = started + Duration::from_secs(settings.minutes * 60);
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let front_door = FrontDoor::of(&cluster, sandbox)?;
+    let load = tokio::spawn(load_loop(
+        settings.clone(),
+        front_door,
+        until,
+        tally.clone(),
+    ));
+    let faults = Injector {
+        settings,
+        sandbox,
+        flags: &flags,
+        stall: Duration::from_secs(settings.stall_secs),
+        cluster: &mut cluster,
+        servers,
+        tally: &tally,
+    }
+    .take_turns(started, until)
+    .await?;
+    load.await.context("the load loop panicked")??;
+    let tally = tally.lock().await;
+    let (verdict, drained) = judge(settings, sandbox, &tally).await?;
+    drop(cluster);
+    node_user.drop_user(&sandbox.database.url).await?;
+    report(
+        settings,
+        &tally,
+        &faults,
+        &verdict,
+        drained,
+        started.elapsed(),
+    )
+}
+
+/// Starts the nodes with `flags` and nginx in front of them.
+async fn stage(
+    settings: &SoakSettings,
+    exe: PathBuf,
+    sandbox: &Sandbox,
+    flags: &[String],
+) -> anyhow::Result<(Cluster, NodeUser)> {
     // The nodes connect as a user of their own, without READ ONLY ADMIN,
     // so that `read_only` stops their writes as it stops an application's.
     let node_user = NodeUser::create(&sandbox.database.url).await?;
@@ -293,9 +337,7 @@ async fn soak(
         database_url: node_user.url.clone(),
         ..ClusterSpec::in_sandbox(exe, sandbox)
     };
-    let mut cluster = Cluster::start(spec, &flags).await?;
-    let started = Instant::now();
-    let until = started + Duration::from_secs(settings.minutes * 60);
+    let cluster = Cluster::start(spec, flags).await?;
     eprintln!(
         "soak: {} min, --seckill {}, a fault every {} s, lock {}{}, database {}",
         settings.minutes,
@@ -309,48 +351,17 @@ async fn soak(
         },
         sandbox.database.url
     );
+    Ok((cluster, node_user))
+}
 
-    let tally = Arc::new(Mutex::new(Tally::default()));
-    let front_door = FrontDoor {
-        url: cluster.url(),
-        admin_token: cluster.spec().admin_token.clone(),
-        redis_url: sandbox.redis.redis_url.clone(),
-        keys: Keys::new(sandbox.redis.prefix.clone()),
-        store: sandbox.store(1)?,
-    };
-    let load = tokio::spawn(load_loop(
-        settings.clone(),
-        front_door,
-        until,
-        tally.clone(),
-    ));
-
-    let mut faults = Faults::default();
-    let cycle = fault_cycle(settings);
-    let every = Duration::from_secs(settings.fault_every_secs.max(1));
-    let mut next = started + every;
-    let stall = Duration::from_secs(settings.stall_secs);
-    while next + Duration::from_secs(5) < until {
-        tokio::time::sleep_until(next.into()).await;
-        let at = started.elapsed().as_secs();
-        let fault = cycle[faults.log.len() % cycle.len()];
-        let fault = Injector {
-            settings,
-            sandbox,
-            flags: &flags,
-            stall,
-            cluster: &mut cluster,
-            servers: &mut *servers,
-            tally: &tally,
-        }
-        .inject(fault, at)
-        .await?;
-        eprintln!("soak: {fault}");
-        faults.log.push(fault);
-        next += every;
-    }
-    load.await.context("the load loop panicked")??;
-
+/// Once the orders on their way are written (or stuck), the run's history
+/// judged against MySQL; how long that wait took, `None` past
+/// `--drain-timeout-secs`.
+async fn judge(
+    settings: &SoakSettings,
+    sandbox: &Sandbox,
+    tally: &Tally,
+) -> anyhow::Result<(Verdict, Option<Duration>)> {
     let sale_state = sale_state_of(
         &sandbox.redis.redis_url,
         Keys::new(sandbox.redis.prefix.clone()),
@@ -361,22 +372,12 @@ async fn soak(
     // the lock a SIGKILLed node's purchase held (`queue` writes one order at
     // a time, so its whole queue waits behind it).
     let drained = settle_down(&sale_state, QUIET_BEFORE_JUDGING, drain).await;
-    let tally = tally.lock().await;
     if let Some(path) = &settings.history {
         history::Recorder::create(path)?.record_all(&tally.history)?;
     }
     let store = sandbox.store(2)?;
     let verdict = history::check(&store, &tally.history, &allowed_losses(settings)).await?;
-    drop(cluster);
-    node_user.drop_user(&sandbox.database.url).await?;
-    report(
-        settings,
-        &tally,
-        &faults,
-        &verdict,
-        drained,
-        started.elapsed(),
-    )
+    Ok((verdict, drained))
 }
 
 /// The nodes' flags in a soak.
@@ -408,93 +409,120 @@ struct Injector<'a> {
 }
 
 impl Injector<'_> {
+    /// The faults of the cycle in turn, one every `--fault-every-secs`
+    /// from `started`, the last one at least 5 s before `until`.
+    async fn take_turns(mut self, started: Instant, until: Instant) -> anyhow::Result<Faults> {
+        let mut faults = Faults::default();
+        let cycle = fault_cycle(self.settings);
+        let every = Duration::from_secs(self.settings.fault_every_secs.max(1));
+        let mut next = started + every;
+        while next + Duration::from_secs(5) < until {
+            tokio::time::sleep_until(next.into()).await;
+            let at = started.elapsed().as_secs();
+            let fault = cycle[faults.log.len() % cycle.len()];
+            let fault = self.inject(fault, at).await?;
+            eprintln!("soak: {fault}");
+            faults.log.push(fault);
+            next += every;
+        }
+        Ok(faults)
+    }
+
     /// Makes `fault` happen, `at` seconds into the soak; says what it did.
-    async fn inject(self, fault: Fault, at: u64) -> anyhow::Result<String> {
-        Ok(match fault {
-            Fault::KillNode(index) => {
-                self.cluster.kill_node(index).await;
-                let killed = Instant::now();
-                tokio::time::sleep(Duration::from_secs(3)).await;
-                self.cluster.start_node(index, self.flags).await?;
-                let what = format!("t={at}s SIGKILL {} (restarted 3 s later)", NODE_IDS[index]);
-                self.tally.lock().await.history.push(Event::Fault {
-                    kind: FaultKind::NodeKill,
-                    node: Some(NODE_IDS[index].to_owned()),
-                    what: what.clone(),
-                    at_ms: history::unix_ms(killed),
-                });
-                what
-            }
-            Fault::ForgetRedis => {
-                let (forgot, when) = self
-                    .servers
-                    .redis
-                    .forget(self.settings.seckill_shards, Duration::from_secs(2))
-                    .await?;
-                let what = match &self.settings.redis_appendfsync {
-                    Some(every) => format!("t={at}s {forgot} (AOF, appendfsync {every})"),
-                    None => format!("t={at}s {forgot} (no persistence)"),
-                };
-                self.tally.lock().await.history.push(Event::Fault {
-                    kind: FaultKind::RedisRestart,
-                    node: None,
-                    what: what.clone(),
-                    at_ms: history::unix_ms(when),
-                });
-                what
-            }
-            Fault::ReadOnly => {
-                let read_only = ReadOnly::on(&self.sandbox.database.url).await?;
-                tokio::time::sleep(self.stall).await;
-                drop(read_only);
-                format!(
-                    "t={at}s MySQL read_only for {:?} (a failover's old primary)",
-                    self.stall
-                )
-            }
-            Fault::CrashMySql => {
-                let down = Instant::now();
-                self.servers.mysql.crash_and_restart().await?;
-                format!(
-                    "t={at}s MySQL SIGKILLed and restarted (back after {:.1?})",
-                    down.elapsed()
-                )
-            }
-            Fault::HoldStockRow => {
-                let voucher = self.tally.lock().await.current;
-                match voucher {
-                    Some(voucher) => {
-                        hold_stock_row(&self.sandbox.database.url, voucher, self.stall).await?;
-                        format!(
-                            "t={at}s voucher {voucher}'s stock row held by another session for {:?}",
-                            self.stall
-                        )
-                    }
-                    None => format!("t={at}s no sale running: no MySQL stall"),
-                }
-            }
-            Fault::ForgetShard => {
-                let voucher = self.tally.lock().await.current;
-                match voucher {
-                    Some(voucher) => {
-                        let layout = Layout::new(self.settings.seckill_shards.into())?;
-                        let keys = Keys::new(self.sandbox.redis.prefix.clone());
-                        let shard = keys.shard(layout.shard(0)).voucher(VoucherId::new(voucher));
-                        let mut redis = hmdp::config::connect_redis(
-                            &self.sandbox.redis.redis_url,
-                            Duration::from_secs(2),
-                        )?;
-                        let _: () = redis::AsyncCommands::del(&mut redis, &shard).await?;
-                        format!(
-                            "t={at}s voucher {voucher}'s shard {} forgotten by Redis while \
-                         stock moves",
-                            layout.shard(0).tag()
-                        )
-                    }
-                    None => format!("t={at}s no sale running: no shard forgotten"),
-                }
-            }
-        })
+    async fn inject(&mut self, fault: Fault, at: u64) -> anyhow::Result<String> {
+        match fault {
+            Fault::KillNode(index) => self.kill_node(index, at).await,
+            Fault::ForgetRedis => self.forget_redis(at).await,
+            Fault::ReadOnly => self.read_only(at).await,
+            Fault::CrashMySql => self.crash_mysql(at).await,
+            Fault::HoldStockRow => self.stall_stock_row(at).await,
+            Fault::ForgetShard => self.forget_shard(at).await,
+        }
+    }
+
+    async fn kill_node(&mut self, index: usize, at: u64) -> anyhow::Result<String> {
+        self.cluster.kill_node(index).await;
+        let killed = Instant::now();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        self.cluster.start_node(index, self.flags).await?;
+        let what = format!("t={at}s SIGKILL {} (restarted 3 s later)", NODE_IDS[index]);
+        let node = Some(NODE_IDS[index].to_owned());
+        self.record(FaultKind::NodeKill, node, &what, killed).await;
+        Ok(what)
+    }
+
+    async fn forget_redis(&mut self, at: u64) -> anyhow::Result<String> {
+        let (forgot, when) = self
+            .servers
+            .redis
+            .forget(self.settings.seckill_shards, Duration::from_secs(2))
+            .await?;
+        let what = match &self.settings.redis_appendfsync {
+            Some(every) => format!("t={at}s {forgot} (AOF, appendfsync {every})"),
+            None => format!("t={at}s {forgot} (no persistence)"),
+        };
+        self.record(FaultKind::RedisRestart, None, &what, when)
+            .await;
+        Ok(what)
+    }
+
+    /// Into the history, for the checker to explain the losses `what` may
+    /// cause.
+    async fn record(&self, kind: FaultKind, node: Option<String>, what: &str, when: Instant) {
+        self.tally.lock().await.history.push(Event::Fault {
+            kind,
+            node,
+            what: what.to_owned(),
+            at_ms: history::unix_ms(when),
+        });
+    }
+
+    async fn read_only(&self, at: u64) -> anyhow::Result<String> {
+        let read_only = ReadOnly::on(&self.sandbox.database.url).await?;
+        tokio::time::sleep(self.stall).await;
+        drop(read_only);
+        Ok(format!(
+            "t={at}s MySQL read_only for {:?} (a failover's old primary)",
+            self.stall
+        ))
+    }
+
+    async fn crash_mysql(&mut self, at: u64) -> anyhow::Result<String> {
+        let down = Instant::now();
+        self.servers.mysql.crash_and_restart().await?;
+        Ok(format!(
+            "t={at}s MySQL SIGKILLed and restarted (back after {:.1?})",
+            down.elapsed()
+        ))
+    }
+
+    async fn stall_stock_row(&self, at: u64) -> anyhow::Result<String> {
+        let voucher = self.tally.lock().await.current;
+        let Some(voucher) = voucher else {
+            return Ok(format!("t={at}s no sale running: no MySQL stall"));
+        };
+        hold_stock_row(&self.sandbox.database.url, voucher, self.stall).await?;
+        Ok(format!(
+            "t={at}s voucher {voucher}'s stock row held by another session for {:?}",
+            self.stall
+        ))
+    }
+
+    async fn forget_shard(&self, at: u64) -> anyhow::Result<String> {
+        let voucher = self.tally.lock().await.current;
+        let Some(voucher) = voucher else {
+            return Ok(format!("t={at}s no sale running: no shard forgotten"));
+        };
+        let layout = Layout::new(self.settings.seckill_shards.into())?;
+        let keys = Keys::new(self.sandbox.redis.prefix.clone());
+        let shard = keys.shard(layout.shard(0)).voucher(VoucherId::new(voucher));
+        let mut redis =
+            hmdp::config::connect_redis(&self.sandbox.redis.redis_url, Duration::from_secs(2))?;
+        let _: () = redis::AsyncCommands::del(&mut redis, &shard).await?;
+        Ok(format!(
+            "t={at}s voucher {voucher}'s shard {} forgotten by Redis while stock moves",
+            layout.shard(0).tag()
+        ))
     }
 }
 
@@ -688,6 +716,18 @@ struct FrontDoor {
     keys: Keys,
     /// The database, to read the orders on their way with.
     store: Store,
+}
+
+impl FrontDoor {
+    fn of(cluster: &Cluster, sandbox: &Sandbox) -> anyhow::Result<FrontDoor> {
+        Ok(FrontDoor {
+            url: cluster.url(),
+            admin_token: cluster.spec().admin_token.clone(),
+            redis_url: sandbox.redis.redis_url.clone(),
+            keys: Keys::new(sandbox.redis.prefix.clone()),
+            store: sandbox.store(1)?,
+        })
+    }
 }
 
 /// Runs sales back to back until `until`: log the users in, create a
