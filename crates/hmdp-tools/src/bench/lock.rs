@@ -20,7 +20,7 @@ use hmdp_lock::{Connection, DistributedLock};
 use redis::Script;
 use serde::Serialize;
 
-use super::{new_histogram, timed_loop, write_json, RunShape};
+use super::{new_histogram, timed_loop, write_json, Measured, RunShape};
 use hmdp::config::connect_redis;
 use hmdp::config::{LockSettings, RedisSettings, TimeoutSettings};
 
@@ -204,7 +204,31 @@ async fn bare_pair(mut redis: Connection, key: &str, token: &str) -> bool {
 pub async fn run(args: BenchLockArgs) -> anyhow::Result<BenchLockResult> {
     args.lock.ensure_fits(&args.timeout)?;
     let redis = connect_redis(&args.redis.url, args.timeout.backend_timeout())?;
-    let shared: Connection = match args.connection {
+    let shared = shared_connection(&args, &redis).await?;
+    let lock = hmdp::startup::build_lock(&args.lock, shared.clone(), &args.redis.url)?;
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let prefix = format!("{}bench:lock:{run_id}", args.redis.prefix);
+    let keys = task_keys(&prefix, args.keys, args.shape.concurrency);
+    let measured = if args.baseline {
+        measure_bare(&args.shape, shared, keys, run_id).await
+    } else {
+        measure_lock(&args.shape, lock.clone(), keys).await
+    };
+    let handoff = if !args.baseline && args.keys == KeySpread::One && !args.lock.wait().is_zero() {
+        Some(measure_handoffs(lock, redis, &format!("{prefix}:handoff")).await?)
+    } else {
+        None
+    };
+    let result = BenchLockResult::of(&args, &measured, handoff.as_ref());
+    report(&result, handoff.as_ref());
+    write_json(args.shape.json.as_ref(), &result)?;
+    Ok(result)
+}
+
+/// The one connection every task shares, of the kind `--connection` asks
+/// for.
+async fn shared_connection(args: &BenchLockArgs, redis: &Connection) -> anyhow::Result<Connection> {
+    Ok(match args.connection {
         ConnectionKind::Reconnecting => redis.clone(),
         ConnectionKind::Multiplexed => {
             anyhow::ensure!(
@@ -221,77 +245,90 @@ pub async fn run(args: BenchLockArgs) -> anyhow::Result<BenchLockResult> {
                 .await?
                 .into()
         }
-    };
-    let lock = hmdp::startup::build_lock(&args.lock, shared.clone(), &args.redis.url)?;
-    let bare = args.baseline.then_some(shared);
-    let run_id = uuid::Uuid::new_v4().simple().to_string();
-    let prefix = format!("{}bench:lock:{run_id}", args.redis.prefix);
-    let spread = args.keys;
-    // Keys are built once per task, not per pair: the benchmark measures the
-    // lock, not string formatting.
-    let keys: Arc<Vec<String>> = Arc::new(
-        (0..args.shape.concurrency)
+    })
+}
+
+/// Each task's key, built once per task, not per pair: the benchmark
+/// measures the lock, not string formatting.
+fn task_keys(prefix: &str, spread: KeySpread, tasks: usize) -> Arc<Vec<String>> {
+    Arc::new(
+        (0..tasks)
             .map(|task| match spread {
                 KeySpread::Distinct => format!("{prefix}:{task}"),
                 KeySpread::One => format!("{prefix}:hot"),
             })
             .collect(),
-    );
-    let measured = match bare {
-        Some(bare) => {
-            let token = Arc::new(run_id.clone());
-            timed_loop(&args.shape, move |task, _| {
-                let (bare, keys, token) = (bare.clone(), keys.clone(), token.clone());
-                async move { bare_pair(bare, &keys[task], &token).await }
-            })
-            .await
+    )
+}
+
+/// The pairs of `--baseline`: bare redis-rs commands, the run's id as
+/// every task's token.
+async fn measure_bare(
+    shape: &RunShape,
+    bare: Connection,
+    keys: Arc<Vec<String>>,
+    run_id: String,
+) -> Measured {
+    let token = Arc::new(run_id);
+    timed_loop(shape, move |task, _| {
+        let (bare, keys, token) = (bare.clone(), keys.clone(), token.clone());
+        async move { bare_pair(bare, &keys[task], &token).await }
+    })
+    .await
+}
+
+/// The lock's own pairs: acquire, then release what was acquired.
+async fn measure_lock(
+    shape: &RunShape,
+    lock: Arc<dyn DistributedLock>,
+    keys: Arc<Vec<String>>,
+) -> Measured {
+    timed_loop(shape, move |task, _| {
+        let (lock, keys) = (lock.clone(), keys.clone());
+        async move {
+            match lock.acquire(&keys[task]).await {
+                Ok(Some(held)) => held.release().await.is_ok(),
+                Ok(None) | Err(_) => false,
+            }
         }
-        None => {
-            let (lock, keys) = (lock.clone(), keys.clone());
-            timed_loop(&args.shape, move |task, _| {
-                let (lock, keys) = (lock.clone(), keys.clone());
-                async move {
-                    match lock.acquire(&keys[task]).await {
-                        Ok(Some(held)) => held.release().await.is_ok(),
-                        Ok(None) | Err(_) => false,
-                    }
-                }
-            })
-            .await
+    })
+    .await
+}
+
+impl BenchLockResult {
+    fn of(args: &BenchLockArgs, measured: &Measured, handoff: Option<&Handoff>) -> BenchLockResult {
+        BenchLockResult {
+            mode: if args.baseline {
+                "bare redis-rs".to_owned()
+            } else {
+                args.lock.mode.to_string()
+            },
+            keys: args.keys,
+            connection: args.connection,
+            pairs_per_s: measured.per_second(),
+            p50_ms: measured.latency.p50_ms,
+            p99_ms: measured.latency.p99_ms,
+            max_ms: measured.latency.max_ms,
+            pairs: measured.operations,
+            busy: measured.errors,
+            concurrency: args.shape.concurrency,
+            duration_s: args.shape.duration,
+            handoff_p50_ms: handoff.map(|h| h.gap_p50_ms),
+            acquire_p50_ms: handoff.map(|h| h.acquire_p50_ms),
+            ping_p50_ms: handoff.map(|h| h.ping_p50_ms),
+            handoff_round_trips: handoff.map(|h| h.gap_p50_ms / h.acquire_p50_ms),
         }
-    };
-    let handoff = if !args.baseline && spread == KeySpread::One && !args.lock.wait().is_zero() {
-        Some(measure_handoffs(lock, redis, &format!("{prefix}:handoff")).await?)
-    } else {
-        None
-    };
-    let result = BenchLockResult {
-        mode: if args.baseline {
-            "bare redis-rs".to_owned()
-        } else {
-            args.lock.mode.to_string()
-        },
-        keys: spread,
-        connection: args.connection,
-        pairs_per_s: measured.per_second(),
-        p50_ms: measured.latency.p50_ms,
-        p99_ms: measured.latency.p99_ms,
-        max_ms: measured.latency.max_ms,
-        pairs: measured.operations,
-        busy: measured.errors,
-        concurrency: args.shape.concurrency,
-        duration_s: args.shape.duration,
-        handoff_p50_ms: handoff.as_ref().map(|h| h.gap_p50_ms),
-        acquire_p50_ms: handoff.as_ref().map(|h| h.acquire_p50_ms),
-        ping_p50_ms: handoff.as_ref().map(|h| h.ping_p50_ms),
-        handoff_round_trips: handoff.as_ref().map(|h| h.gap_p50_ms / h.acquire_p50_ms),
-    };
+    }
+}
+
+/// The result on one line; the hand-off, when measured, on a second.
+fn report(result: &BenchLockResult, handoff: Option<&Handoff>) {
     println!(
         "bench-lock {} ({:?} keys, {:?} connection): {:.0} pairs/s  p50 {:.3} ms  p99 {:.3} ms  max {:.2} ms  ({} pairs, {} busy, concurrency {})",
-        result.mode, spread, result.connection, result.pairs_per_s, result.p50_ms, result.p99_ms, result.max_ms,
+        result.mode, result.keys, result.connection, result.pairs_per_s, result.p50_ms, result.p99_ms, result.max_ms,
         result.pairs, result.busy, result.concurrency
     );
-    if let Some(Handoff {
+    if let Some(&Handoff {
         gap_p50_ms,
         acquire_p50_ms,
         ping_p50_ms,
@@ -303,6 +340,4 @@ pub async fn run(args: BenchLockArgs) -> anyhow::Result<BenchLockResult> {
             gap_p50_ms / acquire_p50_ms
         );
     }
-    write_json(args.shape.json.as_ref(), &result)?;
-    Ok(result)
 }
