@@ -220,12 +220,7 @@ async fn act_and_resell(
     started: Instant,
 ) -> anyhow::Result<AfterSale> {
     // An order told twice (a resent purchase replayed) is acted on once.
-    let orders: Vec<(usize, i64)> = told
-        .iter()
-        .map(|told| (told.user, told.order_id))
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let orders = distinct(told.iter().map(|told| (told.user, told.order_id)));
     let Shares { pay, cancel } = shares(orders.len(), payers);
     eprintln!(
         "after the sale: {pay} of {} buyers pay, {cancel} cancel, {} let their orders time out",
@@ -236,17 +231,57 @@ async fn act_and_resell(
         act(sale, &orders[..pay], Act::Pay),
         act(sale, &orders[pay..pay + cancel], Act::Cancel),
     );
-    let mut paid_users = paid_users?;
+    let paid_users = paid_users?;
     let cancelled = cancelled?.len();
-    let paid = paid_users.len();
     let mut violations = Vec::new();
+    let closed = wait_for_closes(sale, started, &mut violations).await?;
 
-    // The second wave waits for every order left unpaid to be closed.
+    let second_wave_at = started.elapsed();
+    let buyers: Vec<usize> = (0..sale.tokens.len())
+        .filter(|user| !paid_users.contains(user))
+        .collect();
+    let second_wave_buyers = buyers.len();
+    eprintln!("second wave: {second_wave_buyers} users buy the {closed} units that came back");
+    let second_wave = resell(sale, buyers, started + second_wave_at, &mut violations).await?;
+
+    let audit = sale.store.audit_voucher(sale.voucher).await?;
+    violations.extend(audit.violations(sale.initial_stock, sale.one_order_per_user));
+    if sale.one_order_per_user {
+        violations.extend(reconciled(sale).await?);
+    }
+    Ok(AfterSale {
+        paid: paid_users.len(),
+        cancelled,
+        timed_out: closed - cancelled as i64,
+        returned: closed,
+        second_wave,
+        second_wave_buyers,
+        second_wave_at_ms: second_wave_at.as_millis() as u64,
+        end: States::of(sale.store, sale.voucher).await?,
+        initial_stock: sale.initial_stock,
+        audit,
+        violations,
+        samples: Vec::new(),
+    })
+}
+
+/// `(user, order)` pairs, each once.
+fn distinct(orders: impl Iterator<Item = (usize, i64)>) -> Vec<(usize, i64)> {
+    orders.collect::<BTreeSet<_>>().into_iter().collect()
+}
+
+/// The second wave waits for every order left unpaid to be closed: the
+/// orders closed by then, whether cancelled or timed out.
+async fn wait_for_closes(
+    sale: &Sale<'_>,
+    started: Instant,
+    violations: &mut Vec<String>,
+) -> anyhow::Result<i64> {
     let deadline = sale.pay_timeout + CLOSE_GRACE;
-    let closed = loop {
+    loop {
         let states = States::of(sale.store, sale.voucher).await?;
         if states.unpaid == 0 {
-            break states.closed;
+            return Ok(states.closed);
         }
         if started.elapsed() >= deadline {
             violations.push(format!(
@@ -255,26 +290,28 @@ async fn act_and_resell(
                 deadline.as_secs(),
                 sale.pay_timeout.as_secs()
             ));
-            break states.closed;
+            return Ok(states.closed);
         }
         tokio::time::sleep(SAMPLE_EVERY).await;
-    };
+    }
+}
 
-    let second_wave_at = started.elapsed();
-    let mut buyers: Vec<usize> = (0..sale.tokens.len())
-        .filter(|user| !paid_users.contains(user))
-        .collect();
-    let second_wave_buyers = buyers.len();
-    eprintln!("second wave: {second_wave_buyers} users buy the {closed} units that came back");
+/// `buyers` try round after round, from `began`, until the units that came
+/// back are sold or `SECOND_WAVE_FOR` is over; how many got one.
+async fn resell(
+    sale: &Sale<'_>,
+    mut buyers: Vec<usize>,
+    began: Instant,
+    violations: &mut Vec<String>,
+) -> anyhow::Result<usize> {
     let mut second_wave = 0;
     let mut stock_left = sale.store.audit_voucher(sale.voucher).await?.stock_left;
     while stock_left > 0 && !buyers.is_empty() {
         let got = second_wave_round(sale, &buyers).await?;
         second_wave += got.len();
-        paid_users.extend(&got);
         buyers.retain(|user| !got.contains(user));
         stock_left = sale.store.audit_voucher(sale.voucher).await?.stock_left;
-        if started.elapsed() - second_wave_at >= SECOND_WAVE_FOR {
+        if began.elapsed() >= SECOND_WAVE_FOR {
             break;
         }
         if stock_left > 0 {
@@ -289,26 +326,7 @@ async fn act_and_resell(
             buyers.len()
         ));
     }
-
-    let audit = sale.store.audit_voucher(sale.voucher).await?;
-    violations.extend(audit.violations(sale.initial_stock, sale.one_order_per_user));
-    if sale.one_order_per_user {
-        violations.extend(reconciled(sale).await?);
-    }
-    Ok(AfterSale {
-        paid,
-        cancelled,
-        timed_out: closed - cancelled as i64,
-        returned: closed,
-        second_wave,
-        second_wave_buyers,
-        second_wave_at_ms: second_wave_at.as_millis() as u64,
-        end: States::of(sale.store, sale.voucher).await?,
-        initial_stock: sale.initial_stock,
-        audit,
-        violations,
-        samples: Vec::new(),
-    })
+    Ok(second_wave)
 }
 
 /// `hmdp audit` of the sale once its orders are written: Redis against
@@ -362,13 +380,7 @@ async fn second_wave_round(sale: &Sale<'_>, buyers: &[usize]) -> anyhow::Result<
             );
         }
     }
-    let orders: Vec<(usize, i64)> = measured
-        .told
-        .iter()
-        .map(|told| (buyers[told.user], told.order_id))
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let orders = distinct((measured.told.iter()).map(|told| (buyers[told.user], told.order_id)));
     act(sale, &orders, Act::Pay).await
 }
 
