@@ -49,25 +49,8 @@ pub(super) async fn run(lab: &Lab, args: &RedisRestartArgs) -> anyhow::Result<St
         args.seckill == SeckillMode::Stream,
         "redis-restart shows what --seckill stream keeps in Redis; run it with --seckill stream"
     );
-    let persistence: &[&str] = if args.redis_aof {
-        &["--appendonly", "yes", "--appendfsync", "always"]
-    } else {
-        &[]
-    };
     // Declared before the stage, so it outlives the nodes and the sandbox.
-    let mut redis = RedisServer::start_with(persistence).await?;
-    lab.say(
-        "redis",
-        format!(
-            "private redis-server :{}, {}",
-            redis.port(),
-            if args.redis_aof {
-                "append-only file fsynced on every write"
-            } else {
-                "no persistence"
-            }
-        ),
-    );
+    let mut redis = private_redis(lab, args.redis_aof).await?;
     let mut stage = SaleStage::open(&args.sale, &RedisSettings::at(redis.url()), 1).await?;
     stage
         .start_node(lab, 0, SeckillMode::Stream, WRITER_HOLD_MS, &[CLAIM_IDLE])
@@ -81,6 +64,53 @@ pub(super) async fn run(lab: &Lab, args: &RedisRestartArgs) -> anyhow::Result<St
     stage.kill_node(lab, 0).await;
 
     redis.restart().await?;
+    say_what_redis_kept(lab, &stage).await?;
+    stage
+        .start_node(lab, 0, SeckillMode::Stream, 0, &[CLAIM_IDLE])
+        .await?;
+    if let Some(sale) = stage.sale_state.read(stage.voucher()).await? {
+        lab.say(
+            "redis",
+            format!(
+                "sale after node1's start: initial {}, stock {}, {} buyers",
+                sale.initial,
+                sale.stock,
+                sale.buyers.len()
+            ),
+        );
+    }
+    if let Drain::Stuck(pending) = stage.drain(DRAIN_DEADLINE).await? {
+        lab.say("redis", format!("{pending} order(s) still pending"));
+    }
+    let (lost, _) = stage.judge(lab, told_success).await?;
+    Ok(explanation(lost, args.redis_aof))
+}
+
+/// The run's own `redis-server`, to restart: without persistence, or with
+/// the append-only file of `--redis-aof`.
+async fn private_redis(lab: &Lab, aof: bool) -> anyhow::Result<RedisServer> {
+    let persistence: &[&str] = if aof {
+        &["--appendonly", "yes", "--appendfsync", "always"]
+    } else {
+        &[]
+    };
+    let redis = RedisServer::start_with(persistence).await?;
+    lab.say(
+        "redis",
+        format!(
+            "private redis-server :{}, {}",
+            redis.port(),
+            if aof {
+                "append-only file fsynced on every write"
+            } else {
+                "no persistence"
+            }
+        ),
+    );
+    Ok(redis)
+}
+
+async fn say_what_redis_kept(lab: &Lab, stage: &SaleStage) -> anyhow::Result<()> {
     let voucher = stage.voucher();
     let sale = stage.sale_state.read(voucher).await;
     // The first command after the restart may meet the old connection.
@@ -104,26 +134,13 @@ pub(super) async fn run(lab: &Lab, args: &RedisRestartArgs) -> anyhow::Result<St
             ),
         },
     );
+    Ok(())
+}
 
-    stage
-        .start_node(lab, 0, SeckillMode::Stream, 0, &[CLAIM_IDLE])
-        .await?;
-    if let Some(sale) = stage.sale_state.read(voucher).await? {
-        lab.say(
-            "redis",
-            format!(
-                "sale after node1's start: initial {}, stock {}, {} buyers",
-                sale.initial,
-                sale.stock,
-                sale.buyers.len()
-            ),
-        );
-    }
-    if let Drain::Stuck(pending) = stage.drain(DRAIN_DEADLINE).await? {
-        lab.say("redis", format!("{pending} order(s) still pending"));
-    }
-    let (lost, _) = stage.judge(lab, told_success).await?;
-    Ok(if lost > 0 {
+/// The scenario's explanation, given that `lost` buyers told success have
+/// no order.
+fn explanation(lost: i64, aof: bool) -> String {
+    if lost > 0 {
         format!(
             "Without persistence Redis came back empty: the {lost} orders that lived only \
              in the stream are gone, and the sale was rebuilt from MySQL (stock and buyers \
@@ -133,11 +150,11 @@ pub(super) async fn run(lab: &Lab, args: &RedisRestartArgs) -> anyhow::Result<St
              with WAIT for replicas after the admission, which a replica promoted on \
              failover then holds."
         )
-    } else if args.redis_aof {
+    } else if aof {
         "The append-only file brought the stream back with its pending entries after \
          the restart; node1 claimed them and wrote every order once."
             .to_owned()
     } else {
         "Every order told success was written.".to_owned()
-    })
+    }
 }
