@@ -65,41 +65,67 @@ pub(super) async fn run(
     let [node1, node2] = &stage.nodes;
     let order = stage.buy(&A, node1).await?.context("A could not buy")?;
     stage.past_deadline(&A, order).await?;
+    close_and_die(lab, &stage, node1, order, args.owed_giveback).await?;
+    stage.show().await?;
+    stage.buy(&B, node2).await?;
+    run_closer(lab, &stage, node2).await?;
+    stage.show().await?;
 
-    if args.owed_giveback {
+    if stage.buy(&B, node2).await?.is_none() {
+        lab.fail(
+            "B",
+            "is refused while MySQL has the unit in stock: the unit is stranded",
+        );
+    }
+    stage.judge().await?;
+    Ok(explanation(lab.broken()))
+}
+
+/// `node`'s timer closes `order`, as the project does with
+/// `owed_giveback` or else naively, and `node` is killed between the
+/// close's commit and its call to Redis.
+async fn close_and_die(
+    lab: &Lab,
+    stage: &Stage<'_>,
+    node: &Node,
+    order: OrderId,
+    owed_giveback: bool,
+) -> anyhow::Result<()> {
+    if owed_giveback {
         lab.say(
-            node1.name,
+            node.name,
             format!(
                 "its timer closes order {order}: conditional update, stock + 1 and the \
                  give-back owed (tb_order_giveback) in one transaction"
             ),
         );
-        let close = node1.after_sale.close(order, None, CloseCause::Timeout);
+        let close = node.after_sale.close(order, None, CloseCause::Timeout);
         let close = async {
             close.await?;
             Ok(())
         };
-        killed_after_commit(lab, &stage, node1, order, close).await?;
+        killed_after_commit(lab, stage, node, order, close).await
     } else {
         lab.say(
-            node1.name,
+            node.name,
             format!("its timer closes order {order}: MySQL first, then Redis"),
         );
         let close = async {
-            stage.naive_close_in_mysql(node1, order).await?;
+            stage.naive_close_in_mysql(node, order).await?;
             tokio::time::sleep(STALL).await;
-            stage.naive_give_back(node1, &A).await
+            stage.naive_give_back(node, &A).await
         };
-        killed_after_commit(lab, &stage, node1, order, close).await?;
+        killed_after_commit(lab, stage, node, order, close).await
     }
-    stage.show().await?;
-    stage.buy(&B, node2).await?;
+}
 
+/// `node`'s closer, run for `CLOSER_RUNS`, sends the give-backs owed.
+async fn run_closer(lab: &Lab, stage: &Stage<'_>, node: &Node) -> anyhow::Result<()> {
     let owed = stage.owed().await?;
-    let closer = Closer::new(node2.after_sale.clone(), SWEEP_EVERY).spawn();
+    let closer = Closer::new(node.after_sale.clone(), SWEEP_EVERY).spawn();
     let started = Instant::now();
     lab.say(
-        node2.name,
+        node.name,
         format!(
             "its closer starts; {owed} give-back(s) owed, each sent once owed for 2 s \
              (it looks once a second)"
@@ -114,7 +140,7 @@ pub(super) async fn run(
     .await;
     if sent.is_ok() && owed > 0 {
         lab.say(
-            node2.name,
+            node.name,
             "its closer sends the give-back node1 left owed (lua/giveback.lua)",
         );
     }
@@ -123,22 +149,17 @@ pub(super) async fn run(
     closer.stop();
     sent?;
     lab.say(
-        node2.name,
+        node.name,
         format!(
             "its closer stops; give-backs owed now: {}",
             stage.owed().await?
         ),
     );
-    stage.show().await?;
+    Ok(())
+}
 
-    if stage.buy(&B, node2).await?.is_none() {
-        lab.fail(
-            "B",
-            "is refused while MySQL has the unit in stock: the unit is stranded",
-        );
-    }
-    stage.judge().await?;
-    Ok(if lab.broken() {
+fn explanation(broken: bool) -> String {
+    if broken {
         "The close committed in MySQL (status 4, stock + 1), and what Redis was owed \
          lived only in node1, which died with it: Redis still counts the unit sold and A \
          as its buyer, so the sale is sold out while MySQL holds the unit. The project's \
@@ -150,7 +171,7 @@ pub(super) async fn run(
          (tb_order_giveback); node2's closer found it owed and sent it (lua/giveback.lua, \
          once per order): the unit went back on sale and B bought it."
             .to_owned()
-    })
+    }
 }
 
 /// Runs `close` on `node` until MySQL has `order` closed, then drops it
