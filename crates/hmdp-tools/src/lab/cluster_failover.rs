@@ -83,6 +83,31 @@ pub(super) async fn run(lab: &Lab, args: &ClusterFailoverArgs) -> anyhow::Result
         "redis",
         format!("the lock key is on master :{master}: {on_master}"),
     );
+    fail_over(lab, &mut cluster, master, replica, replica_at).await?;
+    let b = acquire_b(lab, &*lock_b).await?;
+    if let Some(held) = b {
+        lab.enter("B");
+        lab.leave("B");
+        lab.release("B", held).await?;
+    }
+    if let Some(held) = a {
+        lab.leave("A");
+        lab.release("A", held).await?;
+    }
+
+    Ok(explanation(lab.broken(), args.lock_sync_replicas))
+}
+
+/// `master` dies and the cluster promotes `replica` (at `replica_at` among
+/// its servers), which A's lock never reached; the old master then comes
+/// back as the new master's replica.
+async fn fail_over(
+    lab: &Lab,
+    cluster: &mut RedisCluster,
+    master: u16,
+    replica: u16,
+    replica_at: usize,
+) -> anyhow::Result<()> {
     cluster.fail_over(master, replica).await?;
     lab.say(
         "redis",
@@ -105,24 +130,16 @@ pub(super) async fn run(lab: &Lab, args: &ClusterFailoverArgs) -> anyhow::Result
         "redis",
         format!(":{master} restarts empty and rejoins as the replica of :{replica}"),
     );
+    Ok(())
+}
 
-    let b = acquire_b(lab, &*lock_b).await?;
-    if let Some(held) = b {
-        lab.enter("B");
-        lab.leave("B");
-        lab.release("B", held).await?;
-    }
-    if let Some(held) = a {
-        lab.leave("A");
-        lab.release("A", held).await?;
-    }
-
-    Ok(if lab.broken() {
+fn explanation(broken: bool, lock_sync_replicas: u32) -> String {
+    if broken {
         "Replication is asynchronous: master and client called A's lock taken before the \
          replica had it, and the failover promoted that replica, so B got the same lock. \
          --lock-sync-replicas 1 waits for a replica's acknowledgement (WAIT) before \
          handing a lock out."
-    } else if args.lock_sync_replicas > 0 {
+    } else if lock_sync_replicas > 0 {
         "A's lock could not reach a replica, so WAIT refused it and A never held a lock \
          the failover could lose; B locked on the promoted replica alone. The price: \
          every acquisition waits a replication round trip, and fails while too few \
@@ -130,7 +147,7 @@ pub(super) async fn run(lab: &Lab, args: &ClusterFailoverArgs) -> anyhow::Result
     } else {
         "B was refused after the failover."
     }
-    .to_owned())
+    .to_owned()
 }
 
 /// A takes the lock; a refusal for want of replicas goes on the timeline.
