@@ -226,74 +226,27 @@ mod tests {
             "db-pool",
             "backend-timeout-ms",
         ];
+        const STORES: &[&str] = &[
+            "database-url",
+            "redis-url",
+            "redis-prefix",
+            "backend-timeout-ms",
+        ];
+        const REDIS: &[&str] = &["redis-url", "redis-prefix", "backend-timeout-ms"];
         let expected: [(&[&str], &[&str]); 15] = [
             (&["seed"], &["database-url"]),
             (&["serve"], &BACKEND),
             (&["migrate"], &["database-url", "backend-timeout-ms"]),
-            (
-                &["tokens"],
-                &["redis-url", "redis-prefix", "backend-timeout-ms"],
-            ),
-            (
-                &["loadtest"],
-                &[
-                    "database-url",
-                    "redis-url",
-                    "redis-prefix",
-                    "backend-timeout-ms",
-                ],
-            ),
-            (
-                &["audit"],
-                &[
-                    "database-url",
-                    "redis-url",
-                    "redis-prefix",
-                    "backend-timeout-ms",
-                ],
-            ),
-            (
-                &["dead-letters"],
-                &[
-                    "database-url",
-                    "redis-url",
-                    "redis-prefix",
-                    "backend-timeout-ms",
-                ],
-            ),
-            (
-                &["demo"],
-                &[
-                    "database-url",
-                    "redis-url",
-                    "redis-prefix",
-                    "backend-timeout-ms",
-                ],
-            ),
+            (&["tokens"], REDIS),
+            (&["loadtest"], STORES),
+            (&["audit"], STORES),
+            (&["dead-letters"], STORES),
+            (&["demo"], STORES),
             (&["cluster"], &["database-url", "redis-url", "redis-prefix"]),
             (&["soak"], &[]),
-            (
-                &["bench-lock"],
-                &["redis-url", "redis-prefix", "backend-timeout-ms"],
-            ),
-            (
-                &["bench-db"],
-                &[
-                    "database-url",
-                    "redis-url",
-                    "redis-prefix",
-                    "backend-timeout-ms",
-                ],
-            ),
-            (
-                &["bench-drain"],
-                &[
-                    "database-url",
-                    "redis-url",
-                    "redis-prefix",
-                    "backend-timeout-ms",
-                ],
-            ),
+            (&["bench-lock"], REDIS),
+            (&["bench-db"], STORES),
+            (&["bench-drain"], STORES),
             (&["lab", "misdelete"], &["redis-url", "redis-prefix"]),
             (
                 &["lab", "gc-pause"],
