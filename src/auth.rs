@@ -58,6 +58,12 @@ impl Phone {
     }
 }
 
+impl std::fmt::Display for Phone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// Login codes and sessions in Redis.
 #[derive(Clone)]
 pub struct Sessions {

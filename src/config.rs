@@ -405,6 +405,9 @@ pub struct ServeSettings {
     #[command(flatten)]
     pub after_sale: AfterSaleSettings,
 
+    #[command(flatten)]
+    pub limits: crate::limits::LimitSettings,
+
     /// `queue`: on SIGTERM or SIGINT, how long the node keeps writing the
     /// orders still queued (already answered with their ids) before it
     /// exits; what is left then is logged, and stays pending in Redis.

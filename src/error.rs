@@ -7,6 +7,8 @@
 
 use hmdp_lock::LockError;
 
+use crate::limits::Limited;
+
 /// A business "no": HTTP 200 with `success:false` (hmdp's front end relies on it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rejection {
@@ -98,6 +100,10 @@ pub enum Error {
     /// The request body did not arrive within the body deadline.
     #[error("请求超时")]
     RequestTimeout,
+    /// Over one of the request limits (`limits`): answered 429 with
+    /// `Retry-After`.
+    #[error("操作太频繁，请稍后再试")]
+    RateLimited(Limited),
     /// Redis or MySQL unreachable or too slow.
     #[error("服务繁忙，请稍后再试")]
     Unavailable(#[source] anyhow::Error),
@@ -123,6 +129,7 @@ impl Error {
             Error::IdempotencyKeyInUse => "IDEMPOTENCY_KEY_IN_USE",
             Error::IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
             Error::RequestTimeout => "REQUEST_TIMEOUT",
+            Error::RateLimited(_) => "RATE_LIMITED",
             Error::Unavailable(_) => "UNAVAILABLE",
             Error::Internal(_) => "INTERNAL",
         }

@@ -47,6 +47,12 @@ impl Keys {
         format!("{}login:code:fail:{{{phone}}}", self.prefix)
     }
 
+    /// `limit:{rule}:{subject}`: a limit's allowance for one subject (a
+    /// user, a client IP, a phone, or everyone), kept by `lua/gcra.lua`.
+    pub fn limit(&self, rule: &str, subject: &str) -> String {
+        format!("{}limit:{rule}:{subject}", self.prefix)
+    }
+
     /// `login:token:{token}`: the session hash (TTL 30 min, refreshed).
     pub fn login_token(&self, token: &str) -> String {
         format!("{}login:token:{token}", self.prefix)

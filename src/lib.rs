@@ -14,6 +14,7 @@ pub mod id_worker;
 pub mod idempotency;
 pub mod ids;
 pub mod keys;
+pub mod limits;
 pub mod metrics;
 pub mod redis_handle;
 pub mod seckill;

@@ -43,6 +43,12 @@ metric!(HTTP_DURATION: HistogramVec = register_histogram_vec_with_registry(
     &["route"], LATENCY_BUCKETS.to_vec()));
 metric!(PURCHASES: IntCounterVec = register_int_counter_vec_with_registry(
     "purchases_total", "Purchases by outcome (ok or the errorCode)", &["outcome"]));
+metric!(RATE_LIMITED: IntCounterVec = register_int_counter_vec_with_registry(
+    "hmdp_rate_limited_total",
+    "Requests refused with 429 by a limit, by rule (docs/limits.md)", &["rule"]));
+metric!(RATE_LIMIT_FALLBACKS: IntCounter = register_int_counter_with_registry(
+    "hmdp_rate_limit_fallbacks_total",
+    "Limit checks Redis could not answer, counted by this node alone instead"));
 metric!(STALE_SALES_REPLACED: IntCounter = register_int_counter_with_registry(
     "hmdp_stale_sales_replaced_total",
     "Redis sales of an earlier voucher under a reused id (a database reset or restored) replaced"));
@@ -206,6 +212,10 @@ pub fn init(mode: &str) {
     LazyLock::force(&WATCHDOG_RENEWALS);
     LazyLock::force(&FENCING_REJECTIONS);
     LazyLock::force(&STALE_SALES_REPLACED);
+    LazyLock::force(&RATE_LIMIT_FALLBACKS);
+    for rule in crate::limits::Rule::ALL {
+        RATE_LIMITED.with_label_values(&[rule.name()]);
+    }
     for found in ["missing", "split", "drift"] {
         SALES_RELOADED.with_label_values(&[found]);
     }

@@ -24,6 +24,7 @@ use crate::config::{
     TimeoutSettings,
 };
 use crate::keys::Keys;
+use crate::limits::Limits;
 use crate::metrics;
 use crate::redis_handle::RedisConnection;
 use crate::seckill::stream::StreamConsumer;
@@ -151,6 +152,7 @@ impl Application {
             node_id: node_id.clone(),
             shops,
             store,
+            limits: Limits::new(redis.clone(), keys.clone(), settings.limits.clone()),
             sessions: Sessions::new(
                 redis.clone(),
                 keys,
@@ -178,6 +180,7 @@ impl Application {
                 .wrap(from_fn(move |request, next| {
                     api::body_deadline::enforce(body_timeout, request, next)
                 }))
+                .wrap(from_fn(api::front_end::refusals_as_200))
                 .wrap(DefaultHeaders::new().add(("x-served-by", node_id.clone())))
                 .wrap(from_fn(metrics::record_http))
                 .wrap(TracingLogger::<RequestIdSpan>::new())

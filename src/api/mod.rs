@@ -4,6 +4,7 @@
 
 pub mod blog;
 pub mod body_deadline;
+pub mod front_end;
 pub mod guards;
 pub mod health;
 pub mod metrics;

@@ -82,6 +82,7 @@ impl ResponseError for Error {
             Error::IdempotencyKeyInUse => StatusCode::CONFLICT,
             Error::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Error::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            Error::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -107,7 +108,13 @@ impl ResponseError for Error {
             }
             _ => {}
         }
-        HttpResponse::build(self.status_code())
-            .json(ApiResult::<()>::fail(self.to_string(), self.error_code()))
+        let mut response = HttpResponse::build(self.status_code());
+        if let Error::RateLimited(limited) = self {
+            response
+                .insert_header(("retry-after", limited.retry_after_secs()))
+                .insert_header(("ratelimit-policy", limited.policy_header()))
+                .insert_header(("ratelimit", limited.rate_limit_header()));
+        }
+        response.json(ApiResult::<()>::fail(self.to_string(), self.error_code()))
     }
 }

@@ -8,6 +8,7 @@ use crate::after_sale::AfterSale;
 use crate::auth::Sessions;
 use crate::cache::ShopCache;
 use crate::config::AdminToken;
+use crate::limits::Limits;
 use crate::redis_handle::RedisConnection;
 use crate::seckill::Seckill;
 use crate::store::Store;
@@ -18,6 +19,8 @@ pub struct AppState {
     pub store: Store,
     pub redis: RedisConnection,
     pub sessions: Sessions,
+    /// The request limits every node shares.
+    pub limits: Limits,
     pub seckill: Arc<Seckill>,
     /// Pay, cancel, use and the unpaid-order timeout.
     pub after_sale: Arc<AfterSale>,

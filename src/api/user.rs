@@ -4,11 +4,13 @@ use actix_web::{web, HttpResponse};
 use rand::distr::{Alphanumeric, SampleString};
 use serde::Deserialize;
 
+use super::guards::ClientIp;
 use super::response::{ok, ok_data};
 use super::AppState;
 use crate::auth::{CurrentUser, Phone};
 use crate::error::Error;
 use crate::ids::UserId;
+use crate::limits::{Rule, EVERYONE};
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/user/code", web::post().to(send_code))
@@ -25,9 +27,13 @@ struct CodeQuery {
 
 async fn send_code(
     state: web::Data<AppState>,
+    client: ClientIp,
     query: web::Query<CodeQuery>,
 ) -> Result<HttpResponse, Error> {
     let phone = Phone::parse(&query.phone)?;
+    (state.limits)
+        .take(&[(Rule::CodeByIp, &client), (Rule::CodeByAll, &EVERYONE)])
+        .await?;
     state.sessions.issue_code(&phone).await?;
     tracing::debug!("login code issued");
     Ok(ok())
@@ -39,12 +45,26 @@ struct LoginForm {
     code: String,
 }
 
+/// A login. Every attempt counts against the phone's wrong codes before
+/// its code is looked at, and a right code gives its count back: guesses
+/// sent all at once are counted as they come, and guessing one phone's code
+/// is bounded whatever the number of addresses it comes from.
 async fn login(
     state: web::Data<AppState>,
+    client: ClientIp,
     form: web::Json<LoginForm>,
 ) -> Result<HttpResponse, Error> {
     let phone = Phone::parse(&form.phone)?;
+    let limits = &state.limits;
+    limits
+        .take(&[
+            (Rule::LoginByIp, &client),
+            (Rule::WrongCodesByPhone, &phone),
+            (Rule::LoginByAll, &EVERYONE),
+        ])
+        .await?;
     state.sessions.check_code(&phone, &form.code).await?;
+    limits.give_back(Rule::WrongCodesByPhone, &phone).await;
     let nick_name = format!("user_{}", Alphanumeric.sample_string(&mut rand::rng(), 10));
     let user = state
         .store

@@ -6,7 +6,7 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
-use super::guards::Admin;
+use super::guards::{Admin, ClientIp};
 use super::response::ok_data;
 use super::AppState;
 use crate::after_sale::PAY_TYPES;
@@ -14,6 +14,7 @@ use crate::auth::CurrentUser;
 use crate::error::{Error, Rejection};
 use crate::idempotency::IdempotencyKey;
 use crate::ids::{OrderId, UserId, VoucherId};
+use crate::limits::Rule;
 use crate::seckill::OrderStatus;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -32,11 +33,16 @@ const REPLAYED: &str = "idempotent-replayed";
 
 async fn seckill_voucher(
     state: web::Data<AppState>,
+    client: ClientIp,
     current: CurrentUser,
     voucher_id: web::Path<String>,
     request: HttpRequest,
 ) -> Result<HttpResponse, Error> {
     let voucher_id: VoucherId = voucher_id.parse()?;
+    let user = current.user.id;
+    (state.limits)
+        .take(&[(Rule::PurchaseByUser, &user), (Rule::PurchaseByIp, &client)])
+        .await?;
     let key = request
         .headers()
         .get("idempotency-key")
@@ -82,11 +88,13 @@ struct PayBody {
 
 async fn pay(
     state: web::Data<AppState>,
+    client: ClientIp,
     current: CurrentUser,
     order_id: web::Path<String>,
     body: web::Json<PayBody>,
 ) -> Result<HttpResponse, Error> {
     let order_id: OrderId = order_id.parse()?;
+    limit_order_action(&state, client, &current).await?;
     if !PAY_TYPES.contains(&body.pay_type) {
         return Err(Error::BadRequest(format!(
             "payType 必须是 1（余额）、2（支付宝）或 3（微信），收到 {}",
@@ -104,14 +112,30 @@ async fn pay(
 
 async fn cancel(
     state: web::Data<AppState>,
+    client: ClientIp,
     current: CurrentUser,
     order_id: web::Path<String>,
 ) -> Result<HttpResponse, Error> {
     let order_id: OrderId = order_id.parse()?;
+    limit_order_action(&state, client, &current).await?;
     let cancelled = state.after_sale.cancel(order_id, current.user.id).await;
     Ok(ok_data(
         pending_told(&state, order_id, current.user.id, cancelled).await?,
     ))
+}
+
+/// Counts a pay or cancel against the client's and the user's limits.
+async fn limit_order_action(
+    state: &AppState,
+    client: ClientIp,
+    current: &CurrentUser,
+) -> Result<(), Error> {
+    (state.limits)
+        .take(&[
+            (Rule::OrderByUser, &current.user.id),
+            (Rule::OrderByIp, &client),
+        ])
+        .await
 }
 
 async fn mark_used(

@@ -13,6 +13,7 @@ use hmdp::config::AdminToken;
 use hmdp::config::ServeSettings;
 use hmdp::ids::{UserId, VoucherId};
 use hmdp::keys::Keys;
+use hmdp::limits::Enforced;
 use hmdp::seckill::{RedisSale, SaleState};
 use hmdp::startup::Application;
 use hmdp::store::{Store, VoucherAudit};
@@ -90,6 +91,10 @@ pub async fn spawn_app_on(
     settings.db_pool = 16;
     settings.store.timeout.backend_timeout_ms = 10_000;
     settings.workers = Some(2);
+    // The limits count per client address, and every test's client is
+    // 127.0.0.1: the tests of everything else run without them (the tests
+    // of the limits, `limits.rs`, turn them on).
+    settings.limits.enforced = Enforced::Off;
     configure(&mut settings);
     // The namespace is cleaned on the Redis the node writes to.
     namespace.redis_url = settings.store.redis.url.clone();
@@ -441,6 +446,7 @@ impl NodeProcess {
             .env("REDIS_URL", redis_url())
             .env("HMDP_REDIS_PREFIX", &app.prefix)
             .env("HMDP_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("HMDP_LIMITS", "off")
             .env("RUST_LOG", "info");
         let node = command
             .start(

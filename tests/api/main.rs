@@ -9,6 +9,7 @@ mod disconnects;
 mod faults;
 mod health;
 mod helpers;
+mod limits;
 mod locks;
 mod logs;
 mod lost_reply;

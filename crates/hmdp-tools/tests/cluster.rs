@@ -422,6 +422,101 @@ async fn nginx_serves_the_api_under_api_too_and_keeps_the_request_id() {
     assert_eq!(id.len(), 32, "nginx's $request_id: {id}");
 }
 
+/// Every limit of the nodes off but `only`: the test's own logins stay
+/// clear of the others.
+fn limits_only(only: &str) -> Vec<String> {
+    let rules = [
+        "purchase-user",
+        "purchase-ip",
+        "order-user",
+        "order-ip",
+        "code-ip",
+        "code-all",
+        "login-ip",
+        "login-all",
+        "wrong-codes",
+    ];
+    let mut flags = vec!["--limits=on".to_owned()];
+    flags.extend(rules.iter().map(|rule| format!("--limit-{rule}=off")));
+    flags.retain(|flag| !flag.starts_with(only.split('=').next().unwrap()));
+    flags.push(only.to_owned());
+    flags
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_nginx_a_limit_answers_429_and_the_front_end_its_message() {
+    let flags = limits_only("--limit-purchase-user=1/1m");
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let test = TestCluster::start_on(&redis_url(), LockMode::Reentrant, &flags, 0, 1).await;
+    let purchase = |prefix: &str| {
+        // A voucher that does not exist: counted all the same.
+        (test.client)
+            .post(format!(
+                "{}{prefix}/voucher-order/seckill/999999",
+                test.cluster.url()
+            ))
+            .header("authorization", &test.tokens[0])
+            .send()
+    };
+
+    let allowed = purchase("").await.unwrap();
+    assert_eq!(allowed.status(), 200);
+    let refused = purchase("").await.unwrap();
+    assert_eq!(refused.status(), 429);
+    assert!(refused.headers().contains_key("retry-after"));
+    assert_eq!(
+        refused.headers()["ratelimit-policy"],
+        "\"purchase-user\";q=1;w=60"
+    );
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["errorCode"], "RATE_LIMITED", "{body}");
+
+    // hmdp's front end (under /api) reads a refusal's message from a 200
+    // only: it gets the same refusal as one.
+    let front_end = purchase("/api").await.unwrap();
+    assert_eq!(front_end.status(), 200);
+    assert!(front_end.headers().contains_key("retry-after"));
+    let body: serde_json::Value = front_end.json().await.unwrap();
+    assert_eq!(body["success"], false, "{body}");
+    assert_eq!(body["errorCode"], "RATE_LIMITED", "{body}");
+    assert_eq!(body["errorMsg"], "操作太频繁，请稍后再试", "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_turns_away_a_flooding_address_before_the_nodes() {
+    let test = TestCluster::start(LockMode::Reentrant, 0, 0).await;
+    // Another address of this machine than the 127.0.0.1 nginx leaves
+    // alone: a client somewhere else.
+    let flooder = reqwest::Client::builder()
+        .local_address("127.0.0.2".parse::<std::net::IpAddr>().unwrap())
+        .pool_max_idle_per_host(50)
+        .build()
+        .unwrap();
+    let url = format!("{}/health", test.cluster.url());
+    let mut sent = 0;
+    let refused = loop {
+        // Far beyond nginx's 100 a second and its burst of 200; a hang guard
+        // only, a flood crosses the line within a few hundred.
+        assert!(sent < 50_000, "nginx let {sent} requests through");
+        let answers = futures::future::join_all((0..50).map(|_| flooder.get(&url).send())).await;
+        sent += 50;
+        let refused = answers
+            .into_iter()
+            .map(Result::unwrap)
+            .find(|answer| answer.status() == 429);
+        if let Some(refused) = refused {
+            break refused;
+        }
+    };
+    assert_eq!(refused.headers()["retry-after"], "1");
+    assert!(refused.headers().contains_key("ratelimit-policy"));
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["errorCode"], "RATE_LIMITED", "{body}");
+    // The machine's own address still goes through.
+    let own = test.client.get(&url).send().await.unwrap();
+    assert_eq!(own.status(), 200);
+}
+
 /// Two nodes behind nginx on a Redis Cluster of their own, a sale under way,
 /// and one of its masters SIGKILLed: the cluster promotes that master's
 /// replica, requests caught in the failover fail fast with 503 instead of

@@ -54,6 +54,12 @@ impl Node {
         if std::env::var_os("RUST_LOG").is_none() {
             command.env("RUST_LOG", "warn");
         }
+        // The tools drive the nodes from this machine's one address, which
+        // the per-address limits would throttle as one client: the limits
+        // stay off unless asked for (`HMDP_LIMITS=on`, `--limits=on`).
+        if std::env::var_os("HMDP_LIMITS").is_none() {
+            command.env("HMDP_LIMITS", "off");
+        }
         // Two nodes share this machine: each gets half of its cores for HTTP
         // workers instead of one per core, which would double the threads
         // competing for them (measured: 15% less CPU per purchase).

@@ -1,0 +1,217 @@
+//! Request limits shared by every node: per user, per client IP and for
+//! everyone together, each a GCRA allowance kept in Redis (`lua/gcra.lua`)
+//! so that two nodes enforce one limit, on a Redis Cluster too (one key per
+//! subject). Should Redis not answer, each node limits on its own
+//! ([`fallback`]): looser by the number of nodes, but never unlimited.
+//!
+//! A request over a limit is refused before it costs anything else, with
+//! 429 `RATE_LIMITED`, `Retry-After` and the `RateLimit` / `RateLimit-Policy`
+//! headers of the IETF httpapi draft (`api/response.rs`).
+
+use std::fmt::Display;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+
+use crate::error::Error;
+use crate::keys::Keys;
+use crate::metrics;
+use crate::redis_handle::RedisConnection;
+
+mod fallback;
+mod settings;
+
+use fallback::Fallback;
+pub use settings::{Enforced, LimitSettings, Quota, QuotaSetting};
+
+static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/gcra.lua")));
+
+/// What is limited, and per what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Rule {
+    PurchaseByUser,
+    PurchaseByIp,
+    /// Pay and cancel.
+    OrderByUser,
+    OrderByIp,
+    CodeByIp,
+    /// Code requests of every client together.
+    CodeByAll,
+    LoginByIp,
+    LoginByAll,
+    /// Wrong login codes per phone: every login attempt is counted before
+    /// its code is checked, and a right code's count given back.
+    WrongCodesByPhone,
+}
+
+impl Rule {
+    pub const ALL: [Rule; 9] = [
+        Rule::PurchaseByUser,
+        Rule::PurchaseByIp,
+        Rule::OrderByUser,
+        Rule::OrderByIp,
+        Rule::CodeByIp,
+        Rule::CodeByAll,
+        Rule::LoginByIp,
+        Rule::LoginByAll,
+        Rule::WrongCodesByPhone,
+    ];
+
+    /// The rule's name: in its Redis keys, its `RateLimit` policy and the
+    /// `rule` label of `hmdp_rate_limited_total`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Rule::PurchaseByUser => "purchase-user",
+            Rule::PurchaseByIp => "purchase-ip",
+            Rule::OrderByUser => "order-user",
+            Rule::OrderByIp => "order-ip",
+            Rule::CodeByIp => "code-ip",
+            Rule::CodeByAll => "code-all",
+            Rule::LoginByIp => "login-ip",
+            Rule::LoginByAll => "login-all",
+            Rule::WrongCodesByPhone => "wrong-codes-phone",
+        }
+    }
+}
+
+/// The subject of a rule counted for every client together.
+pub const EVERYONE: &str = "all";
+
+/// A request refused by a limit, with what its answer tells the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limited {
+    pub rule: Rule,
+    pub quota: Quota,
+    /// How long until the limit lets one more request through.
+    pub retry_after: Duration,
+    /// How long until the subject's whole quota is back.
+    pub reset: Duration,
+}
+
+impl Limited {
+    /// `Retry-After`, whole seconds, rounded up: never 0, which would
+    /// invite the client straight back.
+    pub fn retry_after_secs(&self) -> u64 {
+        whole_secs(self.retry_after).max(1)
+    }
+
+    /// `RateLimit-Policy`: the rule's name, its quota and window (seconds).
+    pub fn policy_header(&self) -> String {
+        format!(
+            "\"{}\";q={};w={}",
+            self.rule.name(),
+            self.quota.count(),
+            whole_secs(self.quota.window()).max(1)
+        )
+    }
+
+    /// `RateLimit`: nothing left under the rule, and the seconds until the
+    /// quota is whole again.
+    pub fn rate_limit_header(&self) -> String {
+        format!(
+            "\"{}\";r=0;t={}",
+            self.rule.name(),
+            whole_secs(self.reset).max(self.retry_after_secs())
+        )
+    }
+}
+
+fn whole_secs(duration: Duration) -> u64 {
+    duration.as_micros().div_ceil(1_000_000) as u64
+}
+
+/// What a call of the limit script does with its subject's allowance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Count {
+    /// Counts one request, if allowed.
+    Request,
+    /// Gives one back.
+    GiveBack,
+}
+
+/// The node's limits.
+#[derive(Clone)]
+pub struct Limits {
+    redis: RedisConnection,
+    keys: Keys,
+    settings: LimitSettings,
+    fallback: Fallback,
+}
+
+impl Limits {
+    pub fn new(redis: RedisConnection, keys: Keys, settings: LimitSettings) -> Limits {
+        let fallback = Fallback::new(&settings);
+        Limits {
+            redis,
+            keys,
+            settings,
+            fallback,
+        }
+    }
+
+    /// Counts one request under each `(rule, subject)` in turn: refused
+    /// ([`Error::RateLimited`]) by the first rule it is over, and not
+    /// counted by the rules after that one. So the narrowest rule comes
+    /// first: a client refused per user or per address spends nothing of
+    /// what it shares with others (its address's quota, everyone's).
+    pub async fn take(&self, checks: &[(Rule, &dyn Display)]) -> Result<(), Error> {
+        for (rule, subject) in checks {
+            if let Some(limited) = self.check(*rule, *subject, Count::Request).await {
+                return Err(Error::RateLimited(limited));
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives back one request counted under `rule` for `subject`: one
+    /// that turned out not to count (a login whose code was right, under
+    /// [`Rule::WrongCodesByPhone`]). Best effort: a give-back Redis cannot
+    /// take leaves the request counted.
+    pub async fn give_back(&self, rule: Rule, subject: &dyn Display) {
+        if self.settings.quota(rule).is_some() {
+            self.check(rule, subject, Count::GiveBack).await;
+        }
+    }
+
+    /// One rule for one subject: `Some` when over the limit.
+    async fn check(&self, rule: Rule, subject: &dyn Display, count: Count) -> Option<Limited> {
+        let quota = self.settings.quota(rule)?;
+        let key = self.keys.limit(rule.name(), &subject.to_string());
+        let asked: redis::RedisResult<(u8, u64, u64, u64)> = GCRA
+            .key(&key)
+            .arg(quota.interval().as_micros() as u64)
+            .arg(quota.window().as_micros() as u64)
+            .arg(match count {
+                Count::Request => "1",
+                Count::GiveBack => "-1",
+            })
+            .invoke_async(&mut self.redis.clone())
+            .await;
+        let limited = match asked {
+            Ok((1, _, _, _)) => None,
+            Ok((_, _, retry_after, reset)) => Some(Limited {
+                rule,
+                quota,
+                retry_after: Duration::from_micros(retry_after),
+                reset: Duration::from_micros(reset),
+            }),
+            Err(error) => {
+                tracing::warn!(%error, rule = rule.name(), "limit unreadable in Redis; this node limits alone");
+                metrics::RATE_LIMIT_FALLBACKS.inc();
+                match count {
+                    Count::Request => self.fallback.take(rule, quota, key),
+                    // This node's own count keeps what it counted: it
+                    // only loosens once Redis is back.
+                    Count::GiveBack => None,
+                }
+            }
+        };
+        if let Some(limited) = &limited {
+            metrics::RATE_LIMITED
+                .with_label_values(&[limited.rule.name()])
+                .inc();
+        }
+        limited
+    }
+}

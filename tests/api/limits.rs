@@ -1,0 +1,269 @@
+//! The request limits: shared by the nodes through Redis, per user and per
+//! client address, answered 429 with `Retry-After`, the `RateLimit` headers
+//! and hmdp's body; counted by each node alone while Redis is down; login
+//! guessing cut off per phone.
+
+use hmdp::config::ServeSettings;
+use hmdp::limits::LimitSettings;
+use hmdp_test_support::{phone, RedisServer};
+use serde_json::{json, Value};
+
+use crate::helpers::{metric, serve_settings, spawn_app, NodeProcess, TestApp};
+
+/// Every limit's flag, each turned off unless a test names it.
+const LIMIT_FLAGS: [&str; 9] = [
+    "--limit-purchase-user",
+    "--limit-purchase-ip",
+    "--limit-order-user",
+    "--limit-order-ip",
+    "--limit-code-ip",
+    "--limit-code-all",
+    "--limit-login-ip",
+    "--limit-login-all",
+    "--limit-wrong-codes",
+];
+
+/// The limits on, with only `quotas` (`("--limit-purchase-user", "2/1m")`)
+/// enforced: the others would count the test's own setup against it.
+fn only(quotas: &[(&str, &str)]) -> LimitSettings {
+    let flags: Vec<String> = std::iter::once("--limits=on".to_owned())
+        .chain(LIMIT_FLAGS.iter().map(|flag| {
+            let quota = quotas.iter().find(|(named, _)| named == flag);
+            format!("{flag}={}", quota.map_or("off", |(_, quota)| quota))
+        }))
+        .collect();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    serve_settings(&flags).limits
+}
+
+async fn spawn_limited(quotas: &[(&str, &str)]) -> TestApp {
+    let limits = only(quotas);
+    spawn_app(move |s: &mut ServeSettings| s.limits = limits).await
+}
+
+/// A purchase of voucher `voucher` by `token`'s user at `address`, sent as
+/// nginx would pass on a client at `ip`.
+async fn purchase_from(address: &str, voucher: &str, token: &str, ip: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{address}/voucher-order/seckill/{voucher}"))
+        .header("authorization", token)
+        .header("x-real-ip", ip)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn assert_limited(response: reqwest::Response, policy: &str) -> u64 {
+    assert_eq!(response.status(), 429);
+    let header = |name: &str| {
+        (response.headers().get(name))
+            .unwrap_or_else(|| panic!("no {name} header"))
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    let retry_after: u64 = header("retry-after").parse().unwrap();
+    assert!(retry_after >= 1, "Retry-After {retry_after}");
+    assert_eq!(header("ratelimit-policy"), policy);
+    let name = policy.split(';').next().unwrap();
+    let rate_limit = header("ratelimit");
+    assert!(
+        rate_limit.starts_with(&format!("{name};r=0;t=")),
+        "RateLimit: {rate_limit}"
+    );
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["success"], false, "{body}");
+    assert_eq!(body["errorCode"], "RATE_LIMITED", "{body}");
+    assert!(
+        body["errorMsg"].as_str().unwrap().contains("操作太频繁"),
+        "{body}"
+    );
+    retry_after
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purchase_over_the_users_limit_is_answered_429_with_retry_after_and_ratelimit() {
+    let app = spawn_limited(&[("--limit-purchase-user", "2/1m")]).await;
+    let voucher = app.create_open_seckill(10).await;
+    let token = app.login(&phone(1)).await;
+    let other = app.login(&phone(2)).await;
+    let path = format!("/voucher-order/seckill/{voucher}");
+
+    let first: Value = app.post_json(&path, Some(&token)).await;
+    assert_eq!(first["success"], true, "{first}");
+    let second: Value = app.post_json(&path, Some(&token)).await;
+    assert_eq!(second["errorCode"], "ALREADY_ORDERED", "{second}");
+    let third = app.post(&path, Some(&token)).await;
+    // Two per minute: the next one is allowed half a minute after the first.
+    let retry_after = assert_limited(third, "\"purchase-user\";q=2;w=60").await;
+    assert!(retry_after <= 30, "Retry-After {retry_after}");
+
+    // Another user's purchases are their own.
+    let theirs: Value = app.post_json(&path, Some(&other)).await;
+    assert_eq!(theirs["success"], true, "{theirs}");
+    assert_eq!(
+        metric(
+            &app.address,
+            "hmdp_rate_limited_total{rule=\"purchase-user\"}"
+        )
+        .await,
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_share_one_users_limit() {
+    let app = spawn_limited(&[("--limit-purchase-user", "3/1m")]).await;
+    let second = NodeProcess::start(&app, &["--limits=on", "--limit-purchase-user=3/1m"]).await;
+    let token = app.login(&phone(1)).await;
+    // A voucher that does not exist: each purchase is counted all the same,
+    // and answered at once.
+    let missing = "999999";
+
+    for address in [&app.address, &second.address, &app.address] {
+        let allowed = purchase_from(address, missing, &token, "10.0.0.1").await;
+        let body: Value = allowed.json().await.unwrap();
+        assert_eq!(
+            body["errorCode"], "VOUCHER_NOT_FOUND",
+            "at {address}: {body}"
+        );
+    }
+    // The second node refuses what the first allowed up to the limit.
+    let refused = purchase_from(&second.address, missing, &token, "10.0.0.1").await;
+    assert_limited(refused, "\"purchase-user\";q=3;w=60").await;
+    let refused = purchase_from(&app.address, missing, &token, "10.0.0.1").await;
+    assert_limited(refused, "\"purchase-user\";q=3;w=60").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purchases_are_limited_per_client_address_as_nginx_reports_it() {
+    let app = spawn_limited(&[("--limit-purchase-ip", "2/1m")]).await;
+    let tokens = app.login_many(4).await;
+    let missing = "999999";
+
+    for token in &tokens[..2] {
+        let allowed = purchase_from(&app.address, missing, token, "10.0.0.1").await;
+        assert_eq!(allowed.status(), 200);
+    }
+    // A third buyer behind the same address is turned away...
+    let refused = purchase_from(&app.address, missing, &tokens[2], "10.0.0.1").await;
+    assert_limited(refused, "\"purchase-ip\";q=2;w=60").await;
+    // ...and one behind another address is not.
+    let elsewhere = purchase_from(&app.address, missing, &tokens[3], "10.0.0.2").await;
+    assert_eq!(elsewhere.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_down_each_node_still_limits_on_its_own() {
+    let mut redis = RedisServer::start().await.unwrap();
+    let limits = only(&[("--limit-order-user", "2/1m")]);
+    let redis_url = redis.url();
+    let app = spawn_app(move |s: &mut ServeSettings| {
+        s.store.redis.url = redis_url;
+        s.limits = limits;
+        // The session is read once and kept: the requests below need no
+        // Redis to know their user.
+        s.session_cache_ms = 60_000;
+        s.store.timeout.backend_timeout_ms = 1_000;
+    })
+    .await;
+    let token = app.login(&phone(1)).await;
+    assert_eq!(
+        app.get_json("/user/me", Some(&token)).await["success"],
+        true
+    );
+    let fallbacks_before = metric(&app.address, "hmdp_rate_limit_fallbacks_total").await;
+    redis.kill();
+
+    // A cancel of an order that is not there: its answer needs Redis (is
+    // it pending?) and fails, but the limit is counted first, in memory.
+    let cancel = "/voucher-order/1/cancel";
+    for _ in 0..2 {
+        let answered = app.post(cancel, Some(&token)).await;
+        assert_ne!(answered.status(), 429);
+    }
+    let refused = app.post(cancel, Some(&token)).await;
+    assert_limited(refused, "\"order-user\";q=2;w=60").await;
+    let fallbacks = metric(&app.address, "hmdp_rate_limit_fallbacks_total").await;
+    assert!(
+        fallbacks >= fallbacks_before + 3.0,
+        "{fallbacks_before} -> {fallbacks}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guessing_a_phones_code_is_cut_off_after_its_wrong_codes() {
+    let limits = only(&[("--limit-wrong-codes", "3/1h")]);
+    let app = spawn_app(move |s: &mut ServeSettings| {
+        s.limits = limits;
+        // The victim asks for a second code right away.
+        s.code_interval_secs = 0;
+    })
+    .await;
+    let victim = phone(1);
+    // A right code gives its count back: logging in is not guessing.
+    let first = app.login(&victim).await;
+    assert!(!first.is_empty());
+    app.request_code(&victim).await;
+    let code = app.stored_code(&victim).await.unwrap();
+    let wrong = if code == "000000" { "000001" } else { "000000" };
+
+    // Guesses sent all at once are counted as they come: three of them
+    // are looked at, the rest refused.
+    let guess = json!({ "phone": victim, "code": wrong });
+    let guesses = (0..12).map(|_| app.post_login(&guess));
+    let answers = futures::future::join_all(guesses).await;
+    let statuses: Vec<u16> = answers
+        .iter()
+        .map(|answer| answer.status().as_u16())
+        .collect();
+    assert_eq!(
+        statuses.iter().filter(|status| **status == 200).count(),
+        3,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|status| **status == 429).count(),
+        9,
+        "{statuses:?}"
+    );
+
+    // Past its wrong codes the phone is locked, the right code included: an
+    // attacker cannot tell a right guess from a wrong one any more.
+    let locked = app
+        .post_login(&json!({ "phone": victim, "code": code }))
+        .await;
+    let retry_after = assert_limited(locked, "\"wrong-codes-phone\";q=3;w=3600").await;
+    assert!(
+        (1..=1200).contains(&retry_after),
+        "a third of an hour at most: {retry_after}"
+    );
+    // Another phone logs in as before.
+    app.login(&phone(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_requests_are_limited_per_address_and_for_everyone() {
+    let app = spawn_limited(&[("--limit-code-ip", "2/1m"), ("--limit-code-all", "3/1m")]).await;
+    let request_code = |phone: String, ip: &'static str| {
+        let client = app.client.clone();
+        let url = app.url("/user/code");
+        async move {
+            (client.post(url).query(&[("phone", phone)]))
+                .header("x-real-ip", ip)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    for i in 0..2 {
+        assert_eq!(request_code(phone(i), "10.0.0.1").await.status(), 200);
+    }
+    let refused = request_code(phone(2), "10.0.0.1").await;
+    assert_limited(refused, "\"code-ip\";q=2;w=60").await;
+    // The third code of everyone's three, from another address...
+    assert_eq!(request_code(phone(3), "10.0.0.2").await.status(), 200);
+    // ...and the fourth is refused wherever it comes from.
+    let refused = request_code(phone(4), "10.0.0.3").await;
+    assert_limited(refused, "\"code-all\";q=3;w=60").await;
+}
