@@ -47,6 +47,12 @@ impl Keys {
         format!("{}login:code:fail:{{{phone}}}", self.prefix)
     }
 
+    /// `sale:news`: the pub/sub channel on which the nodes tell each other
+    /// that a sale sold out or got a unit back (`seckill/sale_news.rs`).
+    pub fn sale_news(&self) -> String {
+        format!("{}sale:news", self.prefix)
+    }
+
     /// `limit:{rule}:{subject}`: a limit's allowance for one subject (a
     /// user, a client IP, a phone, or everyone), kept by `lua/gcra.lua`.
     pub fn limit(&self, rule: &str, subject: &str) -> String {

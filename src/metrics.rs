@@ -43,6 +43,11 @@ metric!(HTTP_DURATION: HistogramVec = register_histogram_vec_with_registry(
     &["route"], LATENCY_BUCKETS.to_vec()));
 metric!(PURCHASES: IntCounterVec = register_int_counter_vec_with_registry(
     "purchases_total", "Purchases by outcome (ok or the errorCode)", &["outcome"]));
+metric!(SALE_NEWS_HEARD: IntCounterVec = register_int_counter_vec_with_registry(
+    "hmdp_sale_news_heard_total",
+    "News of a sale heard from the nodes (this one included) over Redis pub/sub: \
+     sold-out, or returned (a unit back on sale)",
+    &["news"]));
 metric!(RATE_LIMITED: IntCounterVec = register_int_counter_vec_with_registry(
     "hmdp_rate_limited_total",
     "Requests refused with 429 by a limit, by rule (docs/limits.md)", &["rule"]));
@@ -213,6 +218,9 @@ pub fn init(mode: &str) {
     LazyLock::force(&FENCING_REJECTIONS);
     LazyLock::force(&STALE_SALES_REPLACED);
     LazyLock::force(&RATE_LIMIT_FALLBACKS);
+    for news in ["sold-out", "returned"] {
+        SALE_NEWS_HEARD.with_label_values(&[news]);
+    }
     for rule in crate::limits::Rule::ALL {
         RATE_LIMITED.with_label_values(&[rule.name()]);
     }

@@ -120,6 +120,7 @@ impl Application {
         .with_move_pause(Duration::from_millis(settings.chaos_move_pause_ms))
         .start(settings.seckill)
         .await;
+        seckill.listen_for_news(&settings.store.redis.url);
         let returned_to = seckill.clone();
         let after_sale = Arc::new(AfterSale::new(
             store.clone(),

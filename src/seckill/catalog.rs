@@ -7,8 +7,10 @@
 //! MySQL or Redis. While stock remains, the transaction's `stock > 0` update
 //! (or the admission script) stays the source of truth. Stock comes back
 //! when an unpaid order is cancelled or closed: the node that gave the unit
-//! back forgets the sold-out at once ([`Catalog::stock_returned`]), every
-//! other node when it reads the voucher again, within [`REREAD_AFTER`].
+//! back forgets the sold-out at once ([`Catalog::stock_returned`]), and
+//! tells the other nodes (`sale_news.rs`), as a node that sees a sale sell
+//! out does; a node that missed the news learns it when it reads the
+//! voucher again, within [`REREAD_AFTER`].
 //!
 //! A voucher is read again from MySQL every [`REREAD_AFTER`], by one
 //! purchase while the others go on with what was read: a database reset or
@@ -61,9 +63,10 @@ impl SaleInfo {
         self.sold_out.load(Ordering::Relaxed)
     }
 
-    /// Records that the last unit is gone, until a unit comes back.
-    pub fn mark_sold_out(&self) {
-        self.sold_out.store(true, Ordering::Relaxed);
+    /// Records that the last unit is gone, until a unit comes back; `true`
+    /// if this node did not know it yet.
+    pub fn mark_sold_out(&self) -> bool {
+        !self.sold_out.swap(true, Ordering::Relaxed)
     }
 
     /// Why a purchase at `now` (this node's clock) is refused before any
@@ -205,6 +208,14 @@ impl Catalog {
             sale.read_at.elapsed() < REREAD_AFTER
                 && sale.refusal_at(Local::now().naive_local()) == Some(Rejection::SoldOut)
         })
+    }
+
+    /// Another node saw the voucher sell out: so it is here too, if this
+    /// node knows the voucher (one it never read learns it from MySQL).
+    pub fn sold_out_elsewhere(&self, voucher_id: VoucherId) {
+        if let Some(sale) = self.cached(voucher_id) {
+            sale.mark_sold_out();
+        }
     }
 
     /// A unit of the voucher came back on sale: it is not sold out.

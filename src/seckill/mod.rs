@@ -27,6 +27,7 @@
 mod catalog;
 mod order_fields;
 mod queue;
+mod sale_news;
 mod sale_state;
 mod shared_commits;
 pub mod stream;
@@ -53,6 +54,7 @@ use crate::shards::Shard;
 use crate::store::{NewOrder, Store, VoucherOrder};
 use catalog::{Catalog, SaleInfo};
 use queue::OrderQueue;
+use sale_news::{News, SaleNews};
 pub use sale_state::{
     Admission, DeadLetter, InTransit, PendingOrder, RedisSale, RedisShard, SaleRef, SaleState,
     RECONCILE_EVERY, STALE_AFTER, SWEEP_EVERY,
@@ -118,6 +120,8 @@ pub struct Seckill {
     /// How many shards the sales of vouchers created here are split into,
     /// unless the request says (`--seckill-shards`).
     default_shards: u16,
+    /// What this node tells the others of its sales, and hears from them.
+    news: SaleNews,
 }
 
 impl Seckill {
@@ -142,6 +146,7 @@ impl Seckill {
         );
         Seckill {
             catalog: Catalog::new(store.clone()),
+            news: SaleNews::new(redis.clone(), &keys),
             idempotency: Idempotency::new(redis.clone(), keys.clone()),
             ids: IdWorker::new(redis, keys),
             store,
@@ -263,10 +268,41 @@ impl Seckill {
     }
 
     /// A unit of the voucher came back on sale (an order closed unpaid):
-    /// this node forgets that it saw the voucher sell out.
+    /// this node forgets that it saw the voucher sell out, and tells the
+    /// others to.
     pub fn stock_returned(&self, voucher_id: VoucherId) {
+        self.forget_sold_out(voucher_id);
+        self.news.tell(News::Returned(voucher_id));
+    }
+
+    fn forget_sold_out(&self, voucher_id: VoucherId) {
         self.catalog.stock_returned(voucher_id);
         self.sale_state.stock_returned(voucher_id);
+    }
+
+    /// The voucher `sale` of `voucher_id` sold out, as this node just saw:
+    /// the other nodes hear it at once, rather than each from its own next
+    /// purchases.
+    fn sold_out(&self, voucher_id: VoucherId, sale: &SaleInfo) {
+        if sale.mark_sold_out() {
+            self.news.tell(News::SoldOut(voucher_id));
+        }
+    }
+
+    /// Hears the other nodes' news of the sales (and its own), from the
+    /// Redis at `redis_url`, for as long as this node runs.
+    pub fn listen_for_news(self: &Arc<Self>, redis_url: &str) {
+        let urls = hmdp_lock::connection::cluster_nodes(redis_url)
+            .unwrap_or_else(|| vec![redis_url.to_owned()]);
+        self.news.listen(urls, Arc::downgrade(self));
+    }
+
+    /// News of a sale from a node.
+    fn heard(&self, news: News) {
+        match news {
+            News::SoldOut(voucher_id) => self.catalog.sold_out_elsewhere(voucher_id),
+            News::Returned(voucher_id) => self.forget_sold_out(voucher_id),
+        }
     }
 
     /// The caller's order: written in MySQL, else admitted and pending in
@@ -466,7 +502,7 @@ impl Seckill {
             }
             Admission::Refused(rejection) => {
                 if rejection == Rejection::SoldOut {
-                    sale.mark_sold_out();
+                    self.sold_out(voucher_id, &sale);
                 }
                 return Err(rejection.into());
             }

@@ -127,7 +127,7 @@ impl Seckill {
         };
         tokio::join!(release, settle);
         if matches!(outcome, Err(Error::Rejected(Rejection::SoldOut))) {
-            voucher.mark_sold_out();
+            self.sold_out(voucher_id, &voucher);
         }
         outcome.map(|order_id| (order_id, false))
     }

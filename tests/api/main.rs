@@ -16,6 +16,7 @@ mod lost_reply;
 mod queue;
 mod redis_cluster;
 mod redis_forgets;
+mod sale_news;
 mod shards;
 mod shared_commits;
 mod shop;
