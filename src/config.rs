@@ -408,6 +408,9 @@ pub struct ServeSettings {
     #[command(flatten)]
     pub limits: crate::limits::LimitSettings,
 
+    #[command(flatten)]
+    pub shed: crate::overload::ShedSettings,
+
     /// `queue`: on SIGTERM or SIGINT, how long the node keeps writing the
     /// orders still queued (already answered with their ids) before it
     /// exits; what is left then is logged, and stays pending in Redis.

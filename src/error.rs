@@ -104,6 +104,10 @@ pub enum Error {
     /// `Retry-After`.
     #[error("操作太频繁，请稍后再试")]
     RateLimited(Limited),
+    /// The node has as many purchases in flight as it finishes in time
+    /// (`overload`): answered 503 at once, with `Retry-After`.
+    #[error("服务繁忙，请稍后再试")]
+    Overloaded,
     /// Redis or MySQL unreachable or too slow.
     #[error("服务繁忙，请稍后再试")]
     Unavailable(#[source] anyhow::Error),
@@ -130,6 +134,7 @@ impl Error {
             Error::IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
             Error::RequestTimeout => "REQUEST_TIMEOUT",
             Error::RateLimited(_) => "RATE_LIMITED",
+            Error::Overloaded => "OVERLOADED",
             Error::Unavailable(_) => "UNAVAILABLE",
             Error::Internal(_) => "INTERNAL",
         }

@@ -16,6 +16,7 @@ pub mod ids;
 pub mod keys;
 pub mod limits;
 pub mod metrics;
+pub mod overload;
 pub mod redis_handle;
 pub mod seckill;
 pub mod shards;

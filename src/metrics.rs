@@ -48,6 +48,13 @@ metric!(SALE_NEWS_HEARD: IntCounterVec = register_int_counter_vec_with_registry(
     "News of a sale heard from the nodes (this one included) over Redis pub/sub: \
      sold-out, or returned (a unit back on sale)",
     &["news"]));
+metric!(PURCHASES_SHED: IntCounter = register_int_counter_with_registry(
+    "hmdp_purchases_shed_total",
+    "Purchases answered 503 OVERLOADED at once: the node had as many in flight as it \
+     finishes within its latency target (--shed-latency-ms)"));
+metric!(PURCHASE_BOUND: IntGauge = register_int_gauge_with_registry(
+    "hmdp_purchases_admitted_at_once",
+    "How many purchases the node admits at once now (load shedding's adaptive bound)"));
 metric!(RATE_LIMITED: IntCounterVec = register_int_counter_vec_with_registry(
     "hmdp_rate_limited_total",
     "Requests refused with 429 by a limit, by rule (docs/limits.md)", &["rule"]));
@@ -218,6 +225,8 @@ pub fn init(mode: &str) {
     LazyLock::force(&FENCING_REJECTIONS);
     LazyLock::force(&STALE_SALES_REPLACED);
     LazyLock::force(&RATE_LIMIT_FALLBACKS);
+    LazyLock::force(&PURCHASES_SHED);
+    LazyLock::force(&PURCHASE_BOUND);
     for news in ["sold-out", "returned"] {
         SALE_NEWS_HEARD.with_label_values(&[news]);
     }

@@ -26,6 +26,7 @@ use crate::config::{
 use crate::keys::Keys;
 use crate::limits::Limits;
 use crate::metrics;
+use crate::overload::Overload;
 use crate::redis_handle::RedisConnection;
 use crate::seckill::stream::StreamConsumer;
 use crate::seckill::Seckill;
@@ -154,6 +155,7 @@ impl Application {
             shops,
             store,
             limits: Limits::new(redis.clone(), keys.clone(), settings.limits.clone()),
+            overload: Overload::new(&settings.shed),
             sessions: Sessions::new(
                 redis.clone(),
                 keys,

@@ -83,6 +83,7 @@ impl ResponseError for Error {
             Error::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Error::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Error::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Error::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -109,11 +110,19 @@ impl ResponseError for Error {
             _ => {}
         }
         let mut response = HttpResponse::build(self.status_code());
-        if let Error::RateLimited(limited) = self {
-            response
-                .insert_header(("retry-after", limited.retry_after_secs()))
-                .insert_header(("ratelimit-policy", limited.policy_header()))
-                .insert_header(("ratelimit", limited.rate_limit_header()));
+        match self {
+            Error::RateLimited(limited) => {
+                response
+                    .insert_header(("retry-after", limited.retry_after_secs()))
+                    .insert_header(("ratelimit-policy", limited.policy_header()))
+                    .insert_header(("ratelimit", limited.rate_limit_header()));
+            }
+            // A node sheds for as long as its purchases run late: a second
+            // is about one of them.
+            Error::Overloaded => {
+                response.insert_header(("retry-after", 1));
+            }
+            _ => {}
         }
         response.json(ApiResult::<()>::fail(self.to_string(), self.error_code()))
     }

@@ -9,6 +9,7 @@ use crate::auth::Sessions;
 use crate::cache::ShopCache;
 use crate::config::AdminToken;
 use crate::limits::Limits;
+use crate::overload::Overload;
 use crate::redis_handle::RedisConnection;
 use crate::seckill::Seckill;
 use crate::store::Store;
@@ -21,6 +22,8 @@ pub struct AppState {
     pub sessions: Sessions,
     /// The request limits every node shares.
     pub limits: Limits,
+    /// The purchases in flight, and how many the node admits at once.
+    pub overload: Overload,
     pub seckill: Arc<Seckill>,
     /// Pay, cancel, use and the unpaid-order timeout.
     pub after_sale: Arc<AfterSale>,

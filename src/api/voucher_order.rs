@@ -43,6 +43,7 @@ async fn seckill_voucher(
     (state.limits)
         .take(&[(Rule::PurchaseByUser, &user), (Rule::PurchaseByIp, &client)])
         .await?;
+    let _in_flight = state.overload.admit()?;
     let key = request
         .headers()
         .get("idempotency-key")

@@ -2,7 +2,7 @@
 //! everyone together, each a GCRA allowance kept in Redis (`lua/gcra.lua`)
 //! so that two nodes enforce one limit, on a Redis Cluster too (one key per
 //! subject). Should Redis not answer, each node limits on its own
-//! ([`fallback`]): looser by the number of nodes, but never unlimited.
+//! (`fallback.rs`): looser by the number of nodes, but never unlimited.
 //!
 //! A request over a limit is refused before it costs anything else, with
 //! 429 `RATE_LIMITED`, `Retry-After` and the `RateLimit` / `RateLimit-Policy`

@@ -95,6 +95,9 @@ pub async fn spawn_app_on(
     // 127.0.0.1: the tests of everything else run without them (the tests
     // of the limits, `limits.rs`, turn them on).
     settings.limits.enforced = Enforced::Off;
+    // Nor do they shed: many hold purchases on purpose (--chaos-hold-ms)
+    // to see what a slow one does (`overload.rs` turns it on).
+    settings.shed.shed_latency_ms = 0;
     configure(&mut settings);
     // The namespace is cleaned on the Redis the node writes to.
     namespace.redis_url = settings.store.redis.url.clone();
@@ -447,6 +450,7 @@ impl NodeProcess {
             .env("HMDP_REDIS_PREFIX", &app.prefix)
             .env("HMDP_ADMIN_TOKEN", ADMIN_TOKEN)
             .env("HMDP_LIMITS", "off")
+            .env("HMDP_SHED_LATENCY_MS", "0")
             .env("RUST_LOG", "info");
         let node = command
             .start(
