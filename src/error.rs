@@ -147,6 +147,12 @@ impl From<crate::ids::InvalidId> for Error {
     }
 }
 
+impl From<Limited> for Error {
+    fn from(limited: Limited) -> Self {
+        Error::RateLimited(limited)
+    }
+}
+
 impl From<Rejection> for Error {
     fn from(rejection: Rejection) -> Self {
         Error::Rejected(rejection)

@@ -230,9 +230,6 @@ pub fn init(mode: &str) {
     for news in ["sold-out", "returned"] {
         SALE_NEWS_HEARD.with_label_values(&[news]);
     }
-    for rule in crate::limits::Rule::ALL {
-        RATE_LIMITED.with_label_values(&[rule.name()]);
-    }
     for found in ["missing", "split", "drift"] {
         SALES_RELOADED.with_label_values(&[found]);
     }

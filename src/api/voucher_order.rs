@@ -136,7 +136,8 @@ async fn limit_order_action(
             (Rule::OrderByUser, &current.user.id),
             (Rule::OrderByIp, &client),
         ])
-        .await
+        .await?;
+    Ok(())
 }
 
 async fn mark_used(

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use redis::Script;
 
-use crate::error::Error;
 use crate::keys::Keys;
 use crate::metrics;
 use crate::redis_handle::RedisConnection;
@@ -141,6 +140,9 @@ pub struct Limits {
 
 impl Limits {
     pub fn new(redis: RedisConnection, keys: Keys, settings: LimitSettings) -> Limits {
+        for rule in Rule::ALL {
+            metrics::RATE_LIMITED.with_label_values(&[rule.name()]);
+        }
         let fallback = Fallback::new(&settings);
         Limits {
             redis,
@@ -151,14 +153,14 @@ impl Limits {
     }
 
     /// Counts one request under each `(rule, subject)` in turn: refused
-    /// ([`Error::RateLimited`]) by the first rule it is over, and not
+    /// (answered 429) by the first rule it is over, and not
     /// counted by the rules after that one. So the narrowest rule comes
     /// first: a client refused per user or per address spends nothing of
     /// what it shares with others (its address's quota, everyone's).
-    pub async fn take(&self, checks: &[(Rule, &dyn Display)]) -> Result<(), Error> {
+    pub async fn take(&self, checks: &[(Rule, &dyn Display)]) -> Result<(), Limited> {
         for (rule, subject) in checks {
             if let Some(limited) = self.check(*rule, *subject, Count::Request).await {
-                return Err(Error::RateLimited(limited));
+                return Err(limited);
             }
         }
         Ok(())
