@@ -127,7 +127,7 @@ pub struct LimitSettings {
     pub limit_purchase_user: QuotaSetting,
 
     /// Purchases per client IP.
-    #[arg(long, env = "HMDP_LIMIT_PURCHASE_IP", default_value = "20/1s")]
+    #[arg(long, env = "HMDP_LIMIT_PURCHASE_IP", default_value = "10/1s")]
     pub limit_purchase_ip: QuotaSetting,
 
     /// Order actions (pay, cancel) per user.

@@ -517,6 +517,58 @@ async fn nginx_turns_away_a_flooding_address_before_the_nodes() {
     assert_eq!(own.status(), 200);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crowd_of_buyers_and_bots_is_measured_class_by_class() {
+    // The purchase limits at their defaults; the logins of the test's own
+    // users, all from this machine's one address, not limited.
+    let flags = [
+        "--limits=on",
+        "--limit-code-ip=off",
+        "--limit-code-all=off",
+        "--limit-login-ip=off",
+        "--limit-login-all=off",
+    ];
+    let test = TestCluster::start_on(&redis_url(), LockMode::Reentrant, &flags, 0, 48).await;
+    let voucher = test.create_voucher(10).await;
+    let mut humans = test.tokens.clone();
+    let bots = humans.split_off(40);
+    let crowd = loadtest::crowd::Crowd {
+        target: test.cluster.url(),
+        voucher,
+        stock: 10,
+        humans,
+        bots,
+        bot_addresses: 2,
+        spread: Duration::from_millis(200),
+    };
+    let report = loadtest::crowd::run(&crowd).await.unwrap();
+    let table = report.table();
+
+    assert_eq!(report.humans.buyers, 40, "{table}");
+    assert_eq!(report.bots.buyers, 8, "{table}");
+    assert_eq!(
+        report.humans.units_won + report.bots.units_won,
+        10,
+        "{table}"
+    );
+    assert!(report.bots.most_won_by_one <= 1, "{table}");
+    assert!(report.humans.most_won_by_one <= 1, "{table}");
+    // Each buyer from an address of their own, once: never limited first.
+    assert_eq!(report.humans_429_on_first_purchase, 0, "{table}");
+    // The bots, purchase after purchase from two addresses, are.
+    assert!(report.bots.refused_429 > 0, "{table}");
+    let audit = test
+        .store
+        .audit_voucher(VoucherId::new(voucher))
+        .await
+        .unwrap();
+    assert_eq!(
+        audit.active_orders, 10,
+        "every unit told is an order: {table}"
+    );
+    assert!(audit.violations(10, true).is_empty(), "{audit:?}");
+}
+
 /// Two nodes behind nginx on a Redis Cluster of their own, a sale under way,
 /// and one of its masters SIGKILLed: the cluster promotes that master's
 /// replica, requests caught in the failover fail fast with 503 instead of

@@ -3,6 +3,7 @@
 //! concurrency over reused connections; latency percentiles, outcomes by
 //! `errorCode`, requests per serving node, and the invariant audit.
 
+pub mod crowd;
 mod lanes;
 mod report;
 pub mod tokens;
@@ -47,9 +48,11 @@ pub struct LoadtestSettings {
     pub voucher: Option<i64>,
 
     /// A named workload on a fresh voucher created through the admin API:
-    /// `sale` (stock = --users, one purchase per user: committed orders/s) or
+    /// `sale` (stock = --users, one purchase per user: committed orders/s),
     /// `storm` (stock = a tenth of --users, --per-user purchases per user at
-    /// once: requests/s, nearly all of them rejected).
+    /// once: requests/s, nearly all of them rejected) or `crowd` (stock = a
+    /// quarter of --users: --users honest buyers and --bots bots, each class
+    /// measured on its own; docs/limits.md).
     #[arg(long, value_enum, conflicts_with = "voucher")]
     pub workload: Option<Workload>,
 
@@ -72,6 +75,21 @@ pub struct LoadtestSettings {
     /// Requests in flight at most (a user's purchases always go together).
     #[arg(long, default_value_t = 200)]
     pub concurrency: usize,
+
+    /// `crowd`: bots, each sending purchase after purchase until every
+    /// honest buyer is done (their users come after the --users honest ones).
+    #[arg(long, default_value_t = 200)]
+    pub bots: usize,
+
+    /// `crowd`: how many addresses the bots share (127.2.0.1, ...; each
+    /// honest buyer has one of their own, 127.1.x.y).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=250))]
+    pub bot_addresses: u64,
+
+    /// `crowd`: over how many ms the honest buyers' first purchases are
+    /// spread, evenly.
+    #[arg(long, default_value_t = 1000)]
+    pub spread_ms: u64,
 
     /// Tokens to use, one per line (from `hmdp tokens`), instead of logging in.
     #[arg(long)]
@@ -118,6 +136,10 @@ pub enum Workload {
     /// the users get one order, every other request is turned away (a
     /// duplicate while the user's lock is held, sold out after).
     Storm,
+    /// U honest buyers (one purchase, one retry after a failure, each from
+    /// an address of their own) and B bots (purchase after purchase from a
+    /// few addresses) at a stock of U / 4.
+    Crowd,
 }
 
 impl Workload {
@@ -126,6 +148,7 @@ impl Workload {
         match self {
             Workload::Sale => users,
             Workload::Storm => users.div_ceil(10),
+            Workload::Crowd => users.div_ceil(4),
         }
     }
 }
@@ -489,6 +512,9 @@ pub fn read_tokens(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
 
 /// `hmdp loadtest`.
 pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
+    if settings.workload == Some(Workload::Crowd) {
+        return crowd_command(settings).await;
+    }
     let client = http_client(settings.concurrency)?;
     let tokens = tokens(&settings, &client).await?;
     let per_user = match settings.workload {
@@ -544,6 +570,57 @@ pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
     }
     if !report.violations.is_empty() {
         bail!("invariants broken: {}", report.violations.join("; "));
+    }
+    Ok(())
+}
+
+/// `hmdp loadtest --workload crowd`: the honest buyers' and the bots' users
+/// logged in, the sale, each class's figures; with `--verify`, MySQL's
+/// invariants and every unit told matched by an order.
+async fn crowd_command(settings: LoadtestSettings) -> anyhow::Result<()> {
+    let client = http_client(settings.concurrency)?;
+    let everyone = LoadtestSettings {
+        users: settings.users + settings.bots,
+        ..settings.clone()
+    };
+    let mut humans = tokens(&everyone, &client).await?;
+    let bots = humans.split_off(settings.users);
+    let voucher = voucher(&settings, &client, settings.users).await?;
+    let stock = settings
+        .stock
+        .map_or(Workload::Crowd.stock(settings.users), |stock| {
+            stock.max(0) as usize
+        });
+    let crowd = crowd::Crowd {
+        target: settings.target.clone(),
+        voucher,
+        stock,
+        humans,
+        bots,
+        bot_addresses: settings.bot_addresses as usize,
+        spread: Duration::from_millis(settings.spread_ms),
+    };
+    let report = crowd::run(&crowd).await?;
+    print!("{}", report.table());
+    if let Some(path) = &settings.json {
+        let json = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if settings.verify {
+        let (store, _) = audit::connect(&settings.store)?;
+        let after = store.audit_voucher(VoucherId::new(voucher)).await?;
+        let mut violations = after.violations(stock as i64, true);
+        let told = report.humans.units_won + report.bots.units_won;
+        if told != after.active_orders as u64 {
+            violations.push(format!(
+                "{told} buyers were told they got a unit, MySQL holds {} active orders",
+                after.active_orders
+            ));
+        }
+        if !violations.is_empty() {
+            bail!("invariants broken: {}", violations.join("; "));
+        }
+        println!("verified: MySQL holds an order for every unit told, and no invariant broken");
     }
     Ok(())
 }
