@@ -4,7 +4,10 @@
 # (USERS x 5 purchases at once, stock USERS / 10) and the sale (USERS
 # users, one purchase each, every request an order), each followed by the
 # CPU that the nodes, nginx, Redis, MariaDB and the load generator used in
-# it, from /proc, in µs per request.
+# it, from /proc, in µs per request. Then the answers that must stay cheap
+# in a crowd: a purchase refused by the user's limit (429), and a purchase
+# of a sold-out voucher asked of each node on its own (the one that saw it
+# sell out, and the one that heard it).
 #
 #   benches/cpu-per-request.sh                  # this checkout's release build
 #   benches/cpu-per-request.sh OLD_BIN NEW_BIN  # two builds of `hmdp`, alternated
@@ -20,6 +23,11 @@ OUT=${OUT:-$(mktemp -d -t hmdp-cpu-XXXXXX)}
 mkdir -p "$OUT"
 export RUST_LOG=${RUST_LOG:-warn}
 export HMDP_DB_POOL=${HMDP_DB_POOL:-4}
+# The limits on at their defaults, but for those this machine's one address
+# would trip as if it were one client: per address, and the logins of the
+# load's users.
+export HMDP_LIMITS=on HMDP_LIMIT_PURCHASE_IP=off HMDP_LIMIT_CODE_IP=off HMDP_LIMIT_CODE_ALL=off \
+  HMDP_LIMIT_LOGIN_IP=off HMDP_LIMIT_LOGIN_ALL=off
 # shellcheck source=benches/common.sh
 . benches/common.sh
 if [ $# -eq 0 ]; then
@@ -46,9 +54,11 @@ report() { # label, snapshot before, after, requests, client CPU seconds
   local b a
   read -r -a b <<<"$2"
   read -r -a a <<<"$3"
-  printf '%-34s µs/request: nodes %s nginx %s Redis %s MariaDB %s load generator %s\n' "$1" \
+  printf '%-40s µs/request: nodes %s nginx %s Redis %s MariaDB %s load generator %s, all %s\n' "$1" \
     "$(per_unit "${b[0]}" "${a[0]}" "$4")" "$(per_unit "${b[1]}" "${a[1]}" "$4")" \
-    "$(per_unit "${b[2]}" "${a[2]}" "$4")" "$(per_unit "${b[3]}" "${a[3]}" "$4")" "$(per_unit 0 "$5" "$4")"
+    "$(per_unit "${b[2]}" "${a[2]}" "$4")" "$(per_unit "${b[3]}" "${a[3]}" "$4")" "$(per_unit 0 "$5" "$4")" \
+    "$(per_unit "$(echo "${b[@]}" | awk '{ print $1 + $2 + $3 + $4 }')" \
+      "$(echo "${a[@]}" "$5" | awk '{ print $1 + $2 + $3 + $4 + $5 }')" "$4")"
 }
 loadtest() { # label, json, workload flags...
   local label=$1 json=$2
@@ -89,7 +99,20 @@ for run in $(seq 1 "$RUNS"); do
     # is the cheapest purchase answer there is (session and sale in memory).
     wrk_run "wrk POST of a sold-out voucher" -s "$POST" -H "authorization: $(head -1 "$OUT/tokens.txt")" \
       "$HMDP_TARGET/voucher-order/seckill/$(jq -r .voucher "$OUT/storm.json")"
+    # Every node knows it sold out, the one that saw it and the one that
+    # heard: each asked on its own.
+    node=0
+    for url in $HMDP_NODE_URLS; do
+      node=$((node + 1))
+      wrk_run "wrk POST of a sold-out voucher, node $node" -s "$POST" \
+        -H "authorization: $(head -1 "$OUT/tokens.txt")" \
+        "$url/voucher-order/seckill/$(jq -r .voucher "$OUT/storm.json")"
+    done
     loadtest "sale, $USERS users" "$OUT/sale.json" --workload sale --concurrency 64
+    # One user past their purchase limit (5 in 10 s): every answer a 429.
+    wrk_run "wrk POST over the user's limit (429)" -s "$POST" \
+      -H "authorization: $(sed -n 2p "$OUT/tokens.txt")" \
+      "$HMDP_TARGET/voucher-order/seckill/$(jq -r .voucher "$OUT/sale.json")"
     stop_clusters
   done
 done

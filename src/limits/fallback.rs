@@ -35,9 +35,9 @@ impl Fallback {
     }
 
     /// Counts one request of the subject `key` under `rule`.
-    pub fn take(&self, rule: Rule, quota: Quota, key: String) -> Option<Limited> {
+    pub fn take(&self, rule: Rule, quota: Quota, key: &str) -> Option<Limited> {
         let limiter = self.limiters.get(&rule)?;
-        let verdict = limiter.check_key(&key);
+        let verdict = limiter.check_key(&key.to_owned());
         if limiter.len() > REMEMBERED_SUBJECTS {
             limiter.retain_recent();
         }

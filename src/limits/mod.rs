@@ -10,7 +10,7 @@
 
 use std::fmt::Display;
 use std::sync::LazyLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Script;
 
@@ -136,7 +136,25 @@ pub struct Limits {
     keys: Keys,
     settings: LimitSettings,
     fallback: Fallback,
+    /// The subjects this node saw refused, by key, until when: a subject
+    /// refused until T stays refused until T whatever any node counts
+    /// meanwhile, so its requests until then are refused from memory,
+    /// without a trip to Redis (a bot hammering costs the node little).
+    refused: moka::sync::Cache<String, Refused>,
 }
+
+/// A refusal remembered: until when it holds, and when its subject's
+/// quota is whole again.
+#[derive(Debug, Clone, Copy)]
+struct Refused {
+    limited: Limited,
+    until: Instant,
+    whole_at: Instant,
+}
+
+/// The most subjects remembered as refused: a flood of distinct ones
+/// evicts the oldest, which are then asked of Redis again.
+const REMEMBERED_REFUSALS: u64 = 100_000;
 
 impl Limits {
     pub fn new(redis: RedisConnection, keys: Keys, settings: LimitSettings) -> Limits {
@@ -149,6 +167,7 @@ impl Limits {
             keys,
             settings,
             fallback,
+            refused: moka::sync::Cache::new(REMEMBERED_REFUSALS),
         }
     }
 
@@ -180,6 +199,14 @@ impl Limits {
     async fn check(&self, rule: Rule, subject: &dyn Display, count: Count) -> Option<Limited> {
         let quota = self.settings.quota(rule)?;
         let key = self.keys.limit(rule.name(), &subject.to_string());
+        if count == Count::Request {
+            if let Some(limited) = self.still_refused(&key) {
+                metrics::RATE_LIMITED
+                    .with_label_values(&[rule.name()])
+                    .inc();
+                return Some(limited);
+            }
+        }
         let asked: redis::RedisResult<(u8, u64, u64, u64)> = GCRA
             .key(&key)
             .arg(quota.interval().as_micros() as u64)
@@ -202,18 +229,40 @@ impl Limits {
                 tracing::warn!(%error, rule = rule.name(), "limit unreadable in Redis; this node limits alone");
                 metrics::RATE_LIMIT_FALLBACKS.inc();
                 match count {
-                    Count::Request => self.fallback.take(rule, quota, key),
+                    Count::Request => self.fallback.take(rule, quota, &key),
                     // This node's own count keeps what it counted: it
                     // only loosens once Redis is back.
                     Count::GiveBack => None,
                 }
             }
         };
-        if let Some(limited) = &limited {
+        if let Some(limited) = limited {
             metrics::RATE_LIMITED
-                .with_label_values(&[limited.rule.name()])
+                .with_label_values(&[rule.name()])
                 .inc();
+            let now = Instant::now();
+            let refused = Refused {
+                limited,
+                until: now + limited.retry_after,
+                whole_at: now + limited.reset,
+            };
+            self.refused.insert(key, refused);
         }
         limited
+    }
+
+    /// The refusal this node remembers for `key`, if it still holds.
+    fn still_refused(&self, key: &str) -> Option<Limited> {
+        let refused = self.refused.get(key)?;
+        let now = Instant::now();
+        if now >= refused.until {
+            self.refused.invalidate(key);
+            return None;
+        }
+        Some(Limited {
+            retry_after: refused.until - now,
+            reset: refused.whole_at.saturating_duration_since(now),
+            ..refused.limited
+        })
     }
 }

@@ -339,6 +339,37 @@ impl Seckill {
             .map(|(order_id, _)| order_id)
     }
 
+    /// The answer to a purchase this node gives from memory, before
+    /// anything else costs a trip to Redis (the request limits included):
+    /// a sale it saw sell out. After the last unit a storm is nearly all
+    /// such requests, and there is nothing to see to its end. Unless the
+    /// buyer sends a key that got an order: that buyer lost the answer to
+    /// one of the last units, and is owed the order. `None`: the purchase
+    /// goes on.
+    pub async fn answered_from_memory(
+        &self,
+        user_id: UserId,
+        voucher_id: VoucherId,
+        key: Option<&IdempotencyKey>,
+    ) -> Option<Result<(OrderId, bool), Error>> {
+        if !self.catalog.sold_out_now(voucher_id) {
+            return None;
+        }
+        if let Some(key) = key {
+            match self.kept_answer(user_id, voucher_id, key, None).await {
+                Ok(Some(order_id)) => return Some(counted(Ok((order_id, true)))),
+                Ok(None) => {}
+                Err(error) => return Some(counted(Err(error))),
+            }
+        }
+        if self.handoff.is_some() {
+            metrics::ADMISSIONS
+                .with_label_values(&[Admission::Refused(Rejection::SoldOut).label()])
+                .inc();
+        }
+        Some(counted(Err(Rejection::SoldOut.into())))
+    }
+
     /// [`Seckill::purchase`], sent with the buyer's Idempotency-Key `key`:
     /// the same key of the same buyer is answered with the order it got the
     /// first time (`true`: answered again), however often it comes. A
@@ -352,23 +383,11 @@ impl Seckill {
     ) -> Result<(OrderId, bool), Error> {
         let span =
             tracing::info_span!("purchase", lock = %self.writer.lock_mode(), %user_id, %voucher_id);
-        // A sale this node saw sell out is refused at once, from memory,
-        // without a task: after the last unit a storm is nearly all such
-        // requests, and there is nothing to see to its end. Unless the
-        // buyer sends a key that got an order: that buyer lost the answer
-        // to one of the last units, and is owed the order.
-        if self.catalog.sold_out_now(voucher_id) {
-            if let Some(key) = &key {
-                if let Some(order_id) = self.kept_answer(user_id, voucher_id, key, None).await? {
-                    return span.in_scope(|| counted(Ok((order_id, true))));
-                }
-            }
-            if self.handoff.is_some() {
-                metrics::ADMISSIONS
-                    .with_label_values(&[Admission::Refused(Rejection::SoldOut).label()])
-                    .inc();
-            }
-            return span.in_scope(|| counted(Err(Rejection::SoldOut.into())));
+        if let Some(answer) = self
+            .answered_from_memory(user_id, voucher_id, key.as_ref())
+            .await
+        {
+            return span.in_scope(|| answer);
         }
         let seckill = self.clone();
         let purchase = tokio::spawn(

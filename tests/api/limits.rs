@@ -8,7 +8,7 @@ use hmdp::limits::LimitSettings;
 use hmdp_test_support::{phone, RedisServer};
 use serde_json::{json, Value};
 
-use crate::helpers::{metric, serve_settings, spawn_app, NodeProcess, TestApp};
+use crate::helpers::{command_calls, metric, serve_settings, spawn_app, NodeProcess, TestApp};
 
 /// Every limit's flag, each turned off unless a test names it.
 const LIMIT_FLAGS: [&str; 9] = [
@@ -263,4 +263,49 @@ async fn code_requests_are_limited_per_address_and_for_everyone() {
     // ...and the fourth is refused wherever it comes from.
     let refused = request_code(phone(4), "10.0.0.3").await;
     assert_limited(refused, "\"code-all\";q=3;w=60").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subject_refused_is_refused_from_memory_until_its_retry_after() {
+    let redis = RedisServer::start().await.unwrap();
+    let limits = only(&[("--limit-purchase-user", "1/1m")]);
+    let redis_url = redis.url();
+    let app = spawn_app(move |s: &mut ServeSettings| {
+        s.store.redis.url = redis_url;
+        s.limits = limits;
+        s.session_cache_ms = 60_000;
+    })
+    .await;
+    let token = app.login(&phone(1)).await;
+    let missing = "/voucher-order/seckill/999999";
+    assert_eq!(app.post(missing, Some(&token)).await.status(), 200);
+    let refused = app.post(missing, Some(&token)).await;
+    assert_limited(refused, "\"purchase-user\";q=1;w=60").await;
+
+    // The limit answered once that the user is refused for a minute: this
+    // node takes its word for it until then, without asking Redis again.
+    let scripts_before = command_calls(&redis, "evalsha").await;
+    for _ in 0..20 {
+        let refused = app.post(missing, Some(&token)).await;
+        let retry_after = assert_limited(refused, "\"purchase-user\";q=1;w=60").await;
+        assert!(retry_after <= 60, "Retry-After {retry_after}");
+    }
+    assert_eq!(command_calls(&redis, "evalsha").await, scripts_before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sale_known_sold_out_is_answered_so_before_the_limits_count() {
+    let app = spawn_limited(&[("--limit-purchase-user", "2/1m")]).await;
+    let voucher = app.create_open_seckill(1).await;
+    let tokens = app.login_many(2).await;
+    let path = format!("/voucher-order/seckill/{voucher}");
+    let bought = app.post_json(&path, Some(&tokens[0])).await;
+    assert_eq!(bought["success"], true, "{bought}");
+
+    // Asked again and again, a sold-out sale answers SOLD_OUT from memory:
+    // no limit is spent on it, none refuses it.
+    for _ in 0..10 {
+        let refused = app.post_json(&path, Some(&tokens[1])).await;
+        assert_eq!(refused["errorCode"], "SOLD_OUT", "{refused}");
+    }
 }
