@@ -205,6 +205,8 @@ pub struct Measured {
     pub elapsed: Duration,
     /// Microseconds from sending a request to reading its whole answer.
     pub latency_us: Histogram<u64>,
+    /// The same, of the purchases answered with an order.
+    pub ordered_latency_us: Histogram<u64>,
     /// `OK`, an `errorCode`, `HTTP_<status>` for a body that is not hmdp's
     /// `Result`, or a transport failure (`CONNECT_ERROR`, `TIMEOUT`, ...).
     pub outcomes: BTreeMap<String, u64>,
@@ -286,6 +288,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Measured> {
 
     let mut latency_us =
         Histogram::<u64>::new_with_bounds(1, 120_000_000, 3).expect("static bounds");
+    let mut ordered_latency_us = latency_us.clone();
     let mut outcomes = BTreeMap::new();
     let mut served_by = BTreeMap::new();
     let mut requests = 0;
@@ -298,6 +301,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Measured> {
             history.extend(shot.history(user, plan.voucher));
             latency_us.saturating_record(shot.latency.as_micros().max(1) as u64);
             if let Some(order_id) = shot.order_id {
+                ordered_latency_us.saturating_record(shot.latency.as_micros().max(1) as u64);
                 told.push(Told {
                     user,
                     order_id,
@@ -314,6 +318,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Measured> {
         requests,
         elapsed: started.elapsed(),
         latency_us,
+        ordered_latency_us,
         outcomes,
         served_by,
         told,

@@ -26,6 +26,9 @@ pub struct Report {
     /// Purchases answered with an order id, per second: committed orders/s.
     pub orders_per_s: f64,
     pub latency_ms: Latency,
+    /// The latency of the purchases answered with an order alone: what a
+    /// node that sheds load keeps low, while it turns the rest away fast.
+    pub ordered_latency_ms: Latency,
     /// Answers by outcome: `OK`, an `errorCode`, `HTTP_<status>`, or a
     /// transport failure.
     pub outcomes: BTreeMap<String, u64>,
@@ -64,6 +67,7 @@ impl Report {
             orders_per_s: measured.outcomes.get("OK").copied().unwrap_or(0) as f64
                 / elapsed_s.max(1e-9),
             latency_ms: Latency::of(&measured.latency_us),
+            ordered_latency_ms: Latency::of(&measured.ordered_latency_us),
             outcomes: measured.outcomes.clone(),
             served_by: measured.served_by.clone(),
             initial_stock: None,
@@ -149,6 +153,12 @@ impl Report {
             out,
             "latency ms   p50 {:.1} · p90 {:.1} · p99 {:.1} · max {:.1}",
             l.p50_ms, l.p90_ms, l.p99_ms, l.max_ms
+        );
+        let o = &self.ordered_latency_ms;
+        let _ = writeln!(
+            out,
+            "  ordered    p50 {:.1} · p90 {:.1} · p99 {:.1} · max {:.1}",
+            o.p50_ms, o.p90_ms, o.p99_ms, o.max_ms
         );
         let _ = writeln!(out, "outcomes     {}", joined(&self.outcomes));
         let _ = writeln!(out, "served by    {}", joined(&self.served_by));

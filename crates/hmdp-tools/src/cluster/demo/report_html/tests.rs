@@ -73,6 +73,7 @@ fn ran(figures: Figures) -> ModeRun {
         requests,
         elapsed: Duration::from_secs_f64(requests as f64 / figures.rps),
         latency_us: histogram(requests, figures.latency),
+        ordered_latency_us: histogram(orders, figures.latency),
         outcomes: [
             ("OK", orders),
             ("DUPLICATE_REQUEST", 1100),
