@@ -4,11 +4,11 @@
 //! backend timeout answers them anyway, having slowed every other purchase
 //! on the way.
 //!
-//! The bound adapts (AIMD on latency): each purchase that finished within
-//! the target raises it by one, up to its ceiling; one that took longer cuts
-//! it by a tenth, at most once per target's time (the purchases in flight
-//! when it was cut finish late too, and are the same news), down to its
-//! floor. A healthy node sits at the ceiling and sheds nothing.
+//! The bound adapts, once per target's time: when purchases of that time
+//! finished late, it becomes what the node finished in that time scaled to
+//! the target (Little's law: at that pace, that many at once finish within
+//! the target), never under its floor; when none was late, it doubles, up
+//! to its ceiling. A healthy node sits at the ceiling and sheds nothing.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -56,7 +56,10 @@ struct Shared {
 struct Bound {
     /// Purchases admitted at once.
     most: f64,
-    last_cut: Option<Instant>,
+    /// Since when the purchases finished are counted.
+    since: Instant,
+    finished: u32,
+    late: u32,
 }
 
 /// A purchase admitted: counted in flight until dropped, its latency then
@@ -78,7 +81,9 @@ impl Overload {
                 in_flight: AtomicUsize::new(0),
                 bound: Mutex::new(Bound {
                     most: ceiling,
-                    last_cut: None,
+                    since: Instant::now(),
+                    finished: 0,
+                    late: 0,
                 }),
             })
         });
@@ -118,16 +123,26 @@ impl Drop for Admitted {
             return;
         };
         shared.in_flight.fetch_sub(1, Ordering::AcqRel);
-        let took = self.since.elapsed();
+        let late = self.since.elapsed() > shared.target;
         let mut bound = shared.bound.lock().expect("overload poisoned");
-        if took <= shared.target {
-            bound.most = (bound.most + 1.0).min(shared.ceiling);
-        } else if bound
-            .last_cut
-            .is_none_or(|cut| cut.elapsed() >= shared.target)
-        {
-            bound.most = (bound.most * 0.9).max(shared.floor);
-            bound.last_cut = Some(Instant::now());
+        bound.finished += 1;
+        bound.late += u32::from(late);
+        let counted_for = bound.since.elapsed();
+        if counted_for < shared.target {
+            return;
         }
+        let most = if bound.late > 0 {
+            let at_once =
+                f64::from(bound.finished) * shared.target.as_secs_f64() / counted_for.as_secs_f64();
+            at_once.clamp(shared.floor, shared.ceiling)
+        } else {
+            (bound.most * 2.0).min(shared.ceiling)
+        };
+        *bound = Bound {
+            most,
+            since: Instant::now(),
+            finished: 0,
+            late: 0,
+        };
     }
 }
