@@ -120,6 +120,24 @@ fn the_demo_runs_every_lock_mode_on_both_paths_and_times_the_stream_drain() {
             assert!(row.contains(verdict), "{label}: {row}");
         }
     }
+
+    // Last, the crowd with the limits on: the demo's 40 users as honest
+    // buyers and 200 bots at a stock of 10, every unit sold once.
+    let crowd = &result["crowd"];
+    let (humans, bots) = (&crowd["humans"], &crowd["bots"]);
+    assert_eq!(
+        (humans["buyers"].as_u64(), bots["buyers"].as_u64()),
+        (Some(40), Some(200))
+    );
+    let won = humans["units_won"].as_u64().unwrap() + bots["units_won"].as_u64().unwrap();
+    assert_eq!(won, 10, "{crowd}");
+    assert!(bots["most_won_by_one"].as_u64() <= Some(1), "{crowd}");
+    assert_eq!(crowd["humans_429_on_first_purchase"], 0, "{crowd}");
+    assert!(stdout.contains("humans' share of the units"), "{stdout}");
+    assert!(
+        page.contains("data-crowd=\"bots\""),
+        "the crowd in the picture"
+    );
 }
 
 /// `--redis-cluster`: the same table, the nodes' Redis a cluster the demo

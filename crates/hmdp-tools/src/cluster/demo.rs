@@ -7,9 +7,11 @@
 //! the units that came back are sold again (`after_sale`). With
 //! `--redis-cluster` and `--seckill-shards 1,6`, a table shows each master's
 //! share of the sale and the Redis CPU per admission for each shard count
-//! (`masters`).
+//! (`masters`). Last, a crowd of honest buyers and bots at one sale with the
+//! request limits on (`crowd`).
 
 mod after_sale;
+mod crowd;
 mod masters;
 mod report_html;
 
@@ -24,11 +26,13 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::{node_flags, until_signal, Cluster, ClusterSpec, Sandbox, NODE_IDS};
+use crate::loadtest::crowd::CrowdReport;
 use crate::loadtest::{self, tokens::Login, Drain, Plan, Report};
 use after_sale::{AfterSale, Percent, Sale};
 use hmdp::config::{RedisSettings, SeckillMode, StoreSettings};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
+use hmdp::redis_handle::RedisConnection;
 use hmdp::seckill::SaleState;
 use hmdp::store::Store;
 use hmdp_test_support::RedisCluster;
@@ -111,6 +115,13 @@ pub struct DemoSettings {
     #[arg(long, default_value_t = 5,
           value_parser = clap::value_parser!(u64).range(1..=600))]
     pub pay_timeout_secs: u64,
+
+    /// After the lock modes' runs: the nodes again with the request limits
+    /// on, the users buying a fresh voucher (stock a quarter of them) as
+    /// honest buyers while this many bots hammer it from four addresses;
+    /// a table of who got the units. 0: no crowd.
+    #[arg(long, default_value_t = 200)]
+    pub crowd_bots: usize,
 
     /// Run on a Redis Cluster of the demo's own (three masters, three
     /// replicas of `redis-server` on free loopback ports, created with
@@ -335,6 +346,9 @@ struct Stage {
     tokens: Vec<String>,
     store: Store,
     sales: SaleState,
+    /// Where more users are logged in (the crowd's bots).
+    redis: RedisConnection,
+    keys: Keys,
 }
 
 async fn demo(
@@ -383,7 +397,14 @@ async fn demo(
         }
         None => None,
     };
-    report(settings, &runs, sync_run.zip(unshared))?;
+    let crowd = match (settings.crowd_bots, runs.last()) {
+        (0, _) | (_, None) => None,
+        (_, Some(last)) => {
+            let flags = settings.node_flags(last.mode, SeckillMode::Sync, 1);
+            Some(crowd::run(&mut stage, settings, &flags).await)
+        }
+    };
+    report(settings, &runs, sync_run.zip(unshared), crowd.as_ref())?;
     judge(&runs)
 }
 
@@ -415,13 +436,15 @@ async fn stage(
     // hmdp's sample shops: each run's voucher is sold by shop 1, which then
     // exists, and the front end pointed at the demo shows a real shop.
     crate::seed::seed(&store).await?;
-    let sales = SaleState::new(redis, keys, store.clone());
+    let sales = SaleState::new(redis.clone(), keys.clone(), store.clone());
     Ok(Stage {
         cluster,
         client,
         tokens,
         store,
         sales,
+        redis,
+        keys,
     })
 }
 
@@ -516,6 +539,7 @@ fn report(
     settings: &DemoSettings,
     runs: &[ModeRun],
     sync: Option<(&ModeRun, anyhow::Result<f64>)>,
+    crowd: Option<&anyhow::Result<CrowdReport>>,
 ) -> anyhow::Result<()> {
     println!();
     println!(
@@ -580,14 +604,20 @@ fn report(
         print!("{}", after_sale_table(runs));
         println!();
     }
+    match crowd {
+        Some(Ok(crowd)) => println!("{}", crowd.table()),
+        Some(Err(error)) => println!("crowd: did not run ({error:#})\n"),
+        None => {}
+    }
     for run in runs {
         println!("{}", run.verdict());
     }
+    let crowd = crowd.and_then(|crowd| crowd.as_ref().ok());
     if let Some(path) = &settings.json {
-        write_json(path, settings, runs)?;
+        write_json(path, settings, runs, crowd)?;
     }
     if let Some(path) = &settings.report {
-        let page = report_html::render(settings, runs, &Occasion::now());
+        let page = report_html::render(settings, runs, crowd, &Occasion::now());
         std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
@@ -804,7 +834,12 @@ struct ModeJson<'a> {
     error: Option<&'a str>,
 }
 
-fn write_json(path: &PathBuf, settings: &DemoSettings, runs: &[ModeRun]) -> anyhow::Result<()> {
+fn write_json(
+    path: &PathBuf,
+    settings: &DemoSettings,
+    runs: &[ModeRun],
+    crowd: Option<&CrowdReport>,
+) -> anyhow::Result<()> {
     let modes: Vec<ModeJson> = runs
         .iter()
         .map(|run| ModeJson {
@@ -840,6 +875,7 @@ fn write_json(path: &PathBuf, settings: &DemoSettings, runs: &[ModeRun]) -> anyh
         "payers": settings.payers.map(|payers| payers.to_string()),
         "pay_timeout_secs": settings.payers.map(|_| settings.pay_timeout_secs),
         "modes": modes,
+        "crowd": crowd,
     });
     std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
         .with_context(|| format!("writing {}", path.display()))

@@ -27,6 +27,7 @@ use super::after_sale::{AfterSale, States};
 use super::{drain_ms, DemoSettings, ModeRun, Run};
 use crate::cluster::NODE_IDS;
 use crate::latency::Latency;
+use crate::loadtest::crowd::CrowdReport;
 
 /// The latency distribution of one run as the picture draws it: the latency
 /// at quantiles from 0 to 99.9 %, then the maximum.
@@ -273,7 +274,12 @@ footer { margin-top: 16px; font-size: 12px; color: #57606a; }
 "#;
 
 /// The page for the finished `runs` of a demo run with `settings`.
-pub(super) fn render(settings: &DemoSettings, runs: &[ModeRun], occasion: &Occasion) -> String {
+pub(super) fn render(
+    settings: &DemoSettings,
+    runs: &[ModeRun],
+    crowd: Option<&CrowdReport>,
+    occasion: &Occasion,
+) -> String {
     let verdicts: Vec<Verdict> = runs.iter().map(Verdict::of).collect();
     let broke = verdicts.iter().filter(|&&v| v == Verdict::Broke).count();
     let mut page = String::new();
@@ -290,6 +296,7 @@ pub(super) fn render(settings: &DemoSettings, runs: &[ModeRun], occasion: &Occas
     tally(&mut page, runs, &verdicts);
     table(&mut page, settings, runs, &verdicts);
     after_sale_section(&mut page, settings, runs);
+    crowd_section(&mut page, crowd);
     page.push_str(
         "<footer>HELD: every user ended with at most one order and the stock balanced \
          (orders + stock left = initial stock, none below zero, every admitted order written). \
@@ -599,6 +606,59 @@ fn served_split(page: &mut String, served_by: &BTreeMap<String, u64>) {
             share(*n),
         );
     }
+}
+
+/// The crowd: honest buyers against bots, a row per class, and the share
+/// of the units each got against its share of the buyers as two bars.
+fn crowd_section(page: &mut String, crowd: Option<&CrowdReport>) {
+    let Some(crowd) = crowd else {
+        return;
+    };
+    let _ = write!(
+        page,
+        "<h2>The crowd, with the request limits on</h2>\n<p>{} honest buyers, each from an \
+         address of their own, send one purchase (and one retry after a failure), spread over \
+         {} ms; {} bots from {} addresses send purchase after purchase until the buyers are \
+         done. Stock {}.</p>\n<table>\n<thead><tr><th class=\"left\">class</th><th>buyers</th>\
+         <th>requests</th><th>429</th><th>503</th><th>units won</th><th>most by one</th>\
+         <th>p50 ms</th><th>p99 ms</th><th class=\"left\">share of the units · of the buyers</th>\
+         </tr></thead>\n<tbody>\n",
+        crowd.humans.buyers, crowd.spread_ms, crowd.bots.buyers, crowd.bot_addresses, crowd.stock,
+    );
+    let sold = (crowd.humans.units_won + crowd.bots.units_won).max(1) as f64;
+    let buyers = (crowd.humans.buyers + crowd.bots.buyers).max(1) as f64;
+    for (name, class) in [("honest buyers", &crowd.humans), ("bots", &crowd.bots)] {
+        let units = 100.0 * class.units_won as f64 / sold;
+        let people = 100.0 * class.buyers as f64 / buyers;
+        let _ = write!(
+            page,
+            "<tr data-crowd=\"{name}\"><td class=\"left mode\">{name}</td>\
+             <td><span class=\"num\">{}</span></td><td><span class=\"num\">{}</span></td>\
+             <td><span class=\"num\">{}</span></td><td><span class=\"num\">{}</span></td>\
+             <td><span class=\"num\">{}</span></td><td><span class=\"num\">{}</span></td>\
+             <td><span class=\"num\">{:.1}</span></td><td><span class=\"num\">{:.1}</span></td>\
+             <td class=\"left\"><svg width=\"220\" height=\"28\" role=\"img\">\
+             <rect x=\"0\" y=\"2\" width=\"{:.1}\" height=\"10\" fill=\"#1a7f37\"/>\
+             <rect x=\"0\" y=\"16\" width=\"{:.1}\" height=\"10\" fill=\"#8c959f\"/></svg>\
+             <div class=\"sub\">{units:.1} % of the units · {people:.1} % of the buyers</div></td></tr>\n",
+            class.buyers,
+            class.requests,
+            class.refused_429,
+            class.refused_503,
+            class.units_won,
+            class.most_won_by_one,
+            class.p50_ms,
+            class.p99_ms,
+            2.2 * units,
+            2.2 * people,
+        );
+    }
+    let _ = writeln!(
+        page,
+        "</tbody>\n</table>\n<p class=\"muted\">Honest buyers answered 429 on their first \
+         purchase: {}.</p>",
+        crowd.humans_429_on_first_purchase
+    );
 }
 
 /// An order state the after-sale chart draws: name, CSS class (its legend

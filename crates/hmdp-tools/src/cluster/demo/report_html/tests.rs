@@ -218,7 +218,7 @@ fn row_of<'a>(page: &'a str, label: &str) -> &'a str {
 
 #[test]
 fn every_run_shows_its_verdict_in_words_and_its_figures() {
-    let page = render(&settings(&[]), &sync_runs(), &occasion());
+    let page = render(&settings(&[]), &sync_runs(), None, &occasion());
 
     for (label, verdict) in [
         ("none", "✗ BROKE"),
@@ -264,7 +264,12 @@ fn every_run_shows_its_verdict_in_words_and_its_figures() {
 #[test]
 fn the_paths_group_their_runs_and_add_the_drain() {
     let runs: Vec<ModeRun> = sync_runs().into_iter().chain(stream_runs()).collect();
-    let page = render(&settings(&["--seckill", "sync,stream"]), &runs, &occasion());
+    let page = render(
+        &settings(&["--seckill", "sync,stream"]),
+        &runs,
+        None,
+        &occasion(),
+    );
 
     let sync = page.find("<code>sync</code> — the per-user lock").unwrap();
     let stream = page
@@ -291,7 +296,7 @@ fn a_run_that_did_not_go_as_the_course_says_is_called_out() {
         node1: 2000,
         drain_ms: None,
     });
-    let page = render(&settings(&[]), &runs, &occasion());
+    let page = render(&settings(&[]), &runs, None, &occasion());
 
     assert!(page.contains("Not as the course predicts: redis-lua"));
     let row = row_of(&page, "redis-lua");
@@ -311,7 +316,7 @@ fn every_string_from_outside_is_escaped() {
         shards: 1,
         result: Err("<img src=x onerror=alert(1)> & \"quoted\" 'too'".into()),
     });
-    let page = render(&settings(&[]), &runs, &occasion());
+    let page = render(&settings(&[]), &runs, None, &occasion());
 
     let row = row_of(&page, "redlock");
     assert!(row.contains("– DID NOT RUN"), "{row}");
@@ -326,7 +331,12 @@ fn every_string_from_outside_is_escaped() {
 #[test]
 fn the_page_holds_everything_it_shows_and_fetches_nothing() {
     let runs: Vec<ModeRun> = sync_runs().into_iter().chain(stream_runs()).collect();
-    let page = render(&settings(&["--seckill", "sync,stream"]), &runs, &occasion());
+    let page = render(
+        &settings(&["--seckill", "sync,stream"]),
+        &runs,
+        None,
+        &occasion(),
+    );
 
     // No script, no URL, nothing to load; the policy makes the browser
     // refuse (and report on the console) any load that slips in.
@@ -361,7 +371,12 @@ fn the_page_opens_in_chromium_without_a_console_message_and_shows_every_run() {
     let page = dir.path().join("demo-report.html");
     std::fs::write(
         &page,
-        render(&settings(&["--seckill", "sync,stream"]), &runs, &occasion()),
+        render(
+            &settings(&["--seckill", "sync,stream"]),
+            &runs,
+            None,
+            &occasion(),
+        ),
     )
     .unwrap();
 
@@ -475,4 +490,53 @@ fn open_in_chromium(page: &Path, dir: &Path) -> Opened {
             .collect(),
         screenshot,
     }
+}
+
+#[test]
+fn the_crowd_shows_each_class_and_its_share_of_the_units() {
+    let class = |buyers, requests, refused_429, units_won| crate::loadtest::crowd::ClassReport {
+        buyers,
+        requests,
+        refused_429,
+        refused_503: 0,
+        units_won,
+        most_won_by_one: 1,
+        p50_ms: 40.0,
+        p99_ms: 280.0,
+        outcomes: Default::default(),
+    };
+    let crowd = CrowdReport {
+        voucher: 7,
+        stock: 500,
+        spread_ms: 1000,
+        bot_addresses: 4,
+        humans: class(2000, 3544, 0, 456),
+        bots: class(200, 23038, 22961, 44),
+        humans_share_of_units: 91.2,
+        humans_share_of_buyers: 90.9,
+        humans_429_on_first_purchase: 0,
+    };
+    let page = render(&settings(&[]), &sync_runs(), Some(&crowd), &occasion());
+    assert!(
+        page.contains("The crowd, with the request limits on"),
+        "{page}"
+    );
+    let row = |marker: &str| {
+        let start = page
+            .find(marker)
+            .unwrap_or_else(|| panic!("no {marker}:\n{page}"));
+        let end = page[start..].find("</tr>").unwrap();
+        page[start..start + end].to_owned()
+    };
+    let humans = row("data-crowd=\"honest buyers\"");
+    assert!(
+        humans.contains("91.2 % of the units · 90.9 % of the buyers"),
+        "{humans}"
+    );
+    let bots = row("data-crowd=\"bots\"");
+    assert!(bots.contains(">22961<"), "{bots}");
+    assert!(
+        bots.contains("8.8 % of the units · 9.1 % of the buyers"),
+        "{bots}"
+    );
 }

@@ -1,0 +1,66 @@
+//! The demo's crowd: after the lock modes' runs, the nodes start again with
+//! the request limits on (their defaults, but for the logins, which the
+//! demo's users made from this machine's one address), and the demo's users
+//! buy a fresh voucher as honest buyers while `--crowd-bots` bots hammer it
+//! from four addresses (`loadtest::crowd`): who gets the units.
+
+use std::time::Duration;
+
+use super::{DemoSettings, Stage};
+use crate::loadtest::crowd::{self, Crowd, CrowdReport};
+use crate::loadtest::{self, tokens::Login};
+
+/// The limits the crowd runs under: on, but for the logins.
+const CROWD_LIMITS: [&str; 5] = [
+    "--limits=on",
+    "--limit-code-ip=off",
+    "--limit-code-all=off",
+    "--limit-login-ip=off",
+    "--limit-login-all=off",
+];
+
+/// How many addresses the bots share.
+const BOT_ADDRESSES: usize = 4;
+
+/// Over how long the honest buyers' first purchases are spread.
+const SPREAD: Duration = Duration::from_secs(1);
+
+/// The crowd at a voucher of a quarter of the users' count, on nodes
+/// restarted with `flags` and the limits on.
+pub(super) async fn run(
+    stage: &mut Stage,
+    settings: &DemoSettings,
+    flags: &[String],
+) -> anyhow::Result<CrowdReport> {
+    let mut flags = flags.to_vec();
+    flags.extend(CROWD_LIMITS.map(str::to_owned));
+    stage.cluster.restart_nodes(&flags).await?;
+    let target = stage.cluster.url();
+    eprintln!(
+        "crowd: {} honest buyers and {} bots, the limits on",
+        stage.tokens.len(),
+        settings.crowd_bots
+    );
+    let bots = Login::new(
+        stage.client.clone(),
+        &target,
+        stage.redis.clone(),
+        stage.keys.clone(),
+    )
+    .users(stage.tokens.len(), settings.crowd_bots, 32)
+    .await?;
+    let stock = stage.tokens.len().div_ceil(4);
+    let admin = &stage.cluster.spec().admin_token;
+    let voucher =
+        loadtest::create_voucher(&stage.client, &target, admin, i32::try_from(stock)?).await?;
+    crowd::run(&Crowd {
+        target,
+        voucher,
+        stock,
+        humans: stage.tokens.clone(),
+        bots,
+        bot_addresses: BOT_ADDRESSES,
+        spread: SPREAD,
+    })
+    .await
+}
