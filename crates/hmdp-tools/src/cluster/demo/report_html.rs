@@ -630,7 +630,7 @@ fn crowd_section(page: &mut String, crowd: Option<&CrowdReport>) {
     for (name, class) in [("honest buyers", &crowd.humans), ("bots", &crowd.bots)] {
         let units = 100.0 * class.units_won as f64 / sold;
         let people = 100.0 * class.buyers as f64 / buyers;
-        let _ = write!(
+        let _ = writeln!(
             page,
             "<tr data-crowd=\"{name}\"><td class=\"left mode\">{name}</td>\
              <td><span class=\"num\">{}</span></td><td><span class=\"num\">{}</span></td>\
@@ -640,7 +640,7 @@ fn crowd_section(page: &mut String, crowd: Option<&CrowdReport>) {
              <td class=\"left\"><svg width=\"220\" height=\"28\" role=\"img\">\
              <rect x=\"0\" y=\"2\" width=\"{:.1}\" height=\"10\" fill=\"#1a7f37\"/>\
              <rect x=\"0\" y=\"16\" width=\"{:.1}\" height=\"10\" fill=\"#8c959f\"/></svg>\
-             <div class=\"sub\">{units:.1} % of the units · {people:.1} % of the buyers</div></td></tr>\n",
+             <div class=\"sub\">{units:.1} % of the units · {people:.1} % of the buyers</div></td></tr>",
             class.buyers,
             class.requests,
             class.refused_429,
