@@ -16,9 +16,10 @@ FROM debian:bookworm-slim
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates curl \
     && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --no-create-home hmdp
+    && useradd --system --uid 10001 --no-create-home hmdp
 COPY --from=build /src/target/release/hmdp-server /usr/local/bin/hmdp-server
-USER hmdp
+# Numeric, so that Kubernetes can verify runAsNonRoot (deploy/kubernetes).
+USER 10001
 # Inside a container the node must listen on every interface, not loopback.
 ENV HMDP_HOST=0.0.0.0 HMDP_PORT=8081
 EXPOSE 8081

@@ -62,3 +62,17 @@ if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/bin/chromium ]; then
   apt_install chromium
   echo "services: chromium installed"
 fi
+
+# promtool (Debian's prometheus package) for the test that checks and unit
+# tests the alert rules in deploy/prometheus/.
+if ! command -v promtool >/dev/null 2>&1; then
+  apt_install --no-install-recommends prometheus
+  echo "services: promtool installed"
+fi
+
+# kubernetes-validate (PyPI) for the test that validates deploy/kubernetes
+# against the Kubernetes API's schemas, offline.
+if ! command -v kubernetes-validate >/dev/null 2>&1; then
+  python3 -m pip install -q --disable-pip-version-check kubernetes-validate
+  echo "services: kubernetes-validate installed"
+fi

@@ -4,6 +4,7 @@
 use clap::Parser;
 
 use hmdp::startup::ServerCommand;
+use hmdp::telemetry::LogFormat;
 
 /// mimalloc: a node allocates for every request, response, Redis reply and
 /// row; glibc's malloc spent a tenth of a node's CPU on it.
@@ -16,11 +17,22 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     command: ServerCommand,
+
+    /// Log lines as `text` (for a person at a terminal) or `json` (one
+    /// object per line, for a collector).
+    #[arg(
+        long,
+        global = true,
+        env = "HMDP_LOG_FORMAT",
+        value_enum,
+        default_value_t
+    )]
+    log_format: LogFormat,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let command = Cli::parse().command;
-    hmdp::telemetry::init();
-    command.run().await
+    let cli = Cli::parse();
+    hmdp::telemetry::init_with_default("info", cli.log_format);
+    cli.command.run().await
 }

@@ -1,5 +1,7 @@
 //! Log set-up: `tracing` to stderr, filtered by `RUST_LOG` (default `info`),
-//! and the request span that carries nginx's `X-Request-Id`.
+//! as text for a person at a terminal or as JSON lines for a collector
+//! (`--log-format`), and the request span that carries nginx's
+//! `X-Request-Id`.
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -7,18 +9,41 @@ use tracing::Span;
 use tracing_actix_web::{DefaultRootSpanBuilder, RootSpanBuilder};
 use tracing_subscriber::EnvFilter;
 
-pub fn init() {
-    init_with_default("info");
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One readable line per event, its spans' fields in front.
+    #[default]
+    Text,
+    /// One JSON object per line: the event's fields at the top level, the
+    /// span it happened in (`span`) and every enclosing one (`spans`), so
+    /// that the request id, the user, the voucher and the order of a
+    /// purchase are fields of each of its lines.
+    Json,
 }
 
-/// [`init`] with another filter when `RUST_LOG` is not set.
-pub fn init_with_default(default: &str) {
+/// Text logs at `info` unless `RUST_LOG` says otherwise.
+pub fn init() {
+    init_with_default("info", LogFormat::Text);
+}
+
+/// Logs in `format`, filtered by `RUST_LOG`, or `default` when it is not
+/// set.
+pub fn init_with_default(default: &str, format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    // A second initialisation (tests) is harmless: keep the first subscriber.
-    let _ = tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    // A second initialisation (tests) is harmless: keep the first subscriber.
+    let _ = match format {
+        LogFormat::Text => logs.try_init(),
+        LogFormat::Json => logs
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(true)
+            .try_init(),
+    };
 }
 
 /// The request's root span, with `x_request_id` taken from the `X-Request-Id`

@@ -89,3 +89,46 @@ async fn an_unreachable_mysql_is_still_logged() {
         "no warning of the unreachable MySQL in:\n{log}"
     );
 }
+
+#[tokio::test]
+async fn json_logs_are_one_object_a_line_with_the_requests_fields() {
+    let app = spawn_app(|_| {}).await;
+    let token = app.login(&phone(1)).await;
+    let [closed] = free_ports().unwrap();
+    let node = NodeProcess::start(
+        &app,
+        &[
+            "--log-format=json",
+            &format!("--database-url=mysql://root@127.0.0.1:{closed}/hmdp"),
+            "--backend-timeout-ms=500",
+        ],
+    )
+    .await;
+
+    let response = reqwest::Client::new()
+        .post(format!("{}/voucher-order/seckill/10", node.address))
+        .header("authorization", &token)
+        .header("x-request-id", "json-log-request")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+
+    let log = node.log();
+    // The harness writes its own `--- ...` lines between the node's.
+    let lines: Vec<serde_json::Value> = (log.lines())
+        .filter(|line| !line.starts_with("--- "))
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
+        .collect();
+    let warning = (lines.iter())
+        .find(|line| line["message"] == "backend unavailable")
+        .unwrap_or_else(|| panic!("no warning of the unreachable MySQL in:\n{log}"));
+    assert_eq!(warning["level"], "WARN", "{warning}");
+    let spans = warning["spans"].as_array().expect("the enclosing spans");
+    assert!(
+        spans
+            .iter()
+            .any(|span| span["x_request_id"] == "json-log-request"),
+        "the request id on its line: {warning}"
+    );
+}

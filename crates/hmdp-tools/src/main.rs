@@ -5,6 +5,7 @@ use std::io::Write;
 use clap::{Parser, Subcommand};
 
 use hmdp::startup::ServerCommand;
+use hmdp::telemetry::LogFormat;
 use hmdp_tools::audit::{self, AuditSettings};
 use hmdp_tools::bench::{self, BenchDbArgs, BenchDrainArgs, BenchLockArgs};
 use hmdp_tools::cluster::demo::{self, DemoSettings};
@@ -28,6 +29,17 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+
+    /// Log lines as `text` (for a person at a terminal) or `json` (one
+    /// object per line, for a collector).
+    #[arg(
+        long,
+        global = true,
+        env = "HMDP_LOG_FORMAT",
+        value_enum,
+        default_value_t
+    )]
+    log_format: LogFormat,
 }
 
 #[derive(Subcommand)]
@@ -100,15 +112,18 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
-    let command = Cli::parse().command;
-    if matches!(command, Command::Lab { .. }) {
-        // The lab breaks Redis on purpose and tells it on its timeline;
-        // redis-rs's own notes on the connections it repairs would only
-        // interleave with it (its errors still show).
-        hmdp::telemetry::init_with_default("info,redis=error");
-    } else {
-        hmdp::telemetry::init();
-    }
+    let Cli {
+        command,
+        log_format,
+    } = Cli::parse();
+    // The lab breaks Redis on purpose and tells it on its timeline;
+    // redis-rs's own notes on the connections it repairs would only
+    // interleave with it (its errors still show).
+    let default = match command {
+        Command::Lab { .. } => "info,redis=error",
+        _ => "info",
+    };
+    hmdp::telemetry::init_with_default(default, log_format);
     // bench-lock runs its tasks as an actix worker runs requests: on one
     // current-thread runtime. There the tasks sharing the multiplexed Redis
     // connection all queue their next command before its writer task runs,

@@ -178,3 +178,87 @@ fn the_dockerfile_is_multi_stage_and_runs_the_products_node_binary() {
     assert!(dockerfile.contains("cargo build --release --locked -p hmdp --bin hmdp-server"));
     assert!(dockerfile.contains(r#"ENTRYPOINT ["hmdp-server"]"#));
 }
+
+/// Runs `promtool` (Debian's prometheus package, installed by
+/// scripts/services.sh) with `args` in deploy/prometheus; its output.
+fn promtool(args: &[&str]) -> String {
+    let output = std::process::Command::new("promtool")
+        .args(args)
+        .current_dir(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/prometheus"
+        ))
+        .output()
+        .expect("promtool runs (scripts/services.sh installs it)");
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "promtool {args:?}:\n{printed}");
+    printed
+}
+
+#[test]
+fn the_alert_rules_check_and_pass_their_unit_tests() {
+    let checked = promtool(&["check", "rules", "alerts.yml"]);
+    assert!(checked.contains("SUCCESS: 11 rules found"), "{checked}");
+    let tested = promtool(&["test", "rules", "alerts.test.yml"]);
+    assert!(tested.contains("SUCCESS"), "{tested}");
+}
+
+#[test]
+fn every_alert_has_a_runbook_entry() {
+    let rules: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/prometheus/alerts.yml"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let runbook = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/operations.md"
+    ))
+    .unwrap();
+    let alerts: Vec<String> = (rules["groups"].as_sequence().unwrap().iter())
+        .flat_map(|group| group["rules"].as_sequence().unwrap())
+        .filter_map(|rule| rule["alert"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(alerts.len(), 9, "{alerts:?}");
+    for alert in alerts {
+        assert!(
+            runbook.contains(&format!("- **{alert}** —")),
+            "{alert} has no entry in docs/operations.md"
+        );
+    }
+}
+
+#[test]
+fn the_kubernetes_manifests_validate_against_the_api_schemas() {
+    let output = std::process::Command::new("kubernetes-validate")
+        .args(["--strict", "hmdp.yaml"])
+        .current_dir(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/kubernetes"
+        ))
+        .output()
+        .expect("kubernetes-validate runs (scripts/services.sh installs it)");
+    let printed = String::from_utf8_lossy(&output.stderr).into_owned()
+        + &String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{printed}");
+    for kind in [
+        "deployment/hmdp",
+        "service/hmdp",
+        "poddisruptionbudget/hmdp",
+        "horizontalpodautoscaler/hmdp",
+        "secret/hmdp",
+        "job/hmdp-migrate",
+    ] {
+        assert!(
+            printed.contains(&format!("passed for resource {kind}")),
+            "{kind}: {printed}"
+        );
+    }
+}
