@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod overload;
 pub mod redis_handle;
 pub mod seckill;
+pub mod settings_file;
 pub mod shards;
 pub mod startup;
 pub mod store;

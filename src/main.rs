@@ -1,7 +1,7 @@
 //! `hmdp-server`: the node alone — `serve` and `migrate`, nothing of the
 //! tools or the test kit linked in. The image runs this binary.
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 
 use hmdp::startup::ServerCommand;
 use hmdp::telemetry::LogFormat;
@@ -28,11 +28,37 @@ struct Cli {
         default_value_t
     )]
     log_format: LogFormat,
+
+    /// A settings file (TOML): one key per flag of the command, named as
+    /// the flag without its dashes. Flags and the environment win over it.
+    #[arg(long, global = true, env = "HMDP_CONFIG", value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+
+    /// Print the effective settings (of `serve` unless another command is
+    /// named), each with where it came from, secrets masked, and exit.
+    #[arg(long, global = true)]
+    print_config: bool,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let command = Cli::command();
+    let print_config = args.iter().any(|arg| arg == "--print-config");
+    let names_one = (args.iter().skip(1)).any(|arg| command.find_subcommand(arg).is_some());
+    if print_config && !names_one {
+        args.insert(1, "serve".into());
+    }
+    let (args, from_file) = hmdp::settings_file::with_file(&command, args)?;
+    let matches = command.clone().get_matches_from(&args);
+    if print_config {
+        print!(
+            "{}",
+            hmdp::settings_file::print_out(&command, &matches, &from_file)
+        );
+        return Ok(());
+    }
+    let cli = Cli::from_arg_matches(&matches)?;
     hmdp::telemetry::init_with_default("info", cli.log_format);
     cli.command.run().await
 }

@@ -18,6 +18,7 @@ mod queue;
 mod redis_cluster;
 mod redis_forgets;
 mod sale_news;
+mod settings_file;
 mod shards;
 mod shared_commits;
 mod shop;
