@@ -4,7 +4,7 @@
 use clap::{CommandFactory, FromArgMatches, Parser};
 
 use hmdp::startup::ServerCommand;
-use hmdp::telemetry::LogFormat;
+use hmdp::telemetry::LogSettings;
 
 /// mimalloc: a node allocates for every request, response, Redis reply and
 /// row; glibc's malloc spent a tenth of a node's CPU on it.
@@ -18,16 +18,8 @@ struct Cli {
     #[command(subcommand)]
     command: ServerCommand,
 
-    /// Log lines as `text` (for a person at a terminal) or `json` (one
-    /// object per line, for a collector).
-    #[arg(
-        long,
-        global = true,
-        env = "HMDP_LOG_FORMAT",
-        value_enum,
-        default_value_t
-    )]
-    log_format: LogFormat,
+    #[command(flatten)]
+    logs: LogSettings,
 
     /// A settings file (TOML): one key per flag of the command, named as
     /// the flag without its dashes. Flags and the environment win over it.
@@ -59,6 +51,6 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let cli = Cli::from_arg_matches(&matches)?;
-    hmdp::telemetry::init_with_default("info", cli.log_format);
+    cli.logs.init("info");
     cli.command.run().await
 }

@@ -22,6 +22,30 @@ pub enum LogFormat {
     Json,
 }
 
+/// How a binary logs: its `--log-format` flag, shared by `hmdp-server` and
+/// `hmdp`.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct LogSettings {
+    /// Log lines as `text` (for a person at a terminal) or `json` (one
+    /// object per line, for a collector).
+    #[arg(
+        long,
+        global = true,
+        env = "HMDP_LOG_FORMAT",
+        value_enum,
+        default_value_t
+    )]
+    pub log_format: LogFormat,
+}
+
+impl LogSettings {
+    /// Logs in the format asked for, filtered by `RUST_LOG`, or `default`
+    /// when it is not set.
+    pub fn init(self, default: &str) {
+        init_with_default(default, self.log_format);
+    }
+}
+
 /// Text logs at `info` unless `RUST_LOG` says otherwise.
 pub fn init() {
     init_with_default("info", LogFormat::Text);
@@ -29,7 +53,7 @@ pub fn init() {
 
 /// Logs in `format`, filtered by `RUST_LOG`, or `default` when it is not
 /// set.
-pub fn init_with_default(default: &str, format: LogFormat) {
+fn init_with_default(default: &str, format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)

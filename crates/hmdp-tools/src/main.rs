@@ -5,7 +5,7 @@ use std::io::Write;
 use clap::{Parser, Subcommand};
 
 use hmdp::startup::ServerCommand;
-use hmdp::telemetry::LogFormat;
+use hmdp::telemetry::LogSettings;
 use hmdp_tools::audit::{self, AuditSettings};
 use hmdp_tools::bench::{self, BenchDbArgs, BenchDrainArgs, BenchLockArgs};
 use hmdp_tools::cluster::demo::{self, DemoSettings};
@@ -30,16 +30,8 @@ struct Cli {
     #[command(subcommand)]
     command: Command,
 
-    /// Log lines as `text` (for a person at a terminal) or `json` (one
-    /// object per line, for a collector).
-    #[arg(
-        long,
-        global = true,
-        env = "HMDP_LOG_FORMAT",
-        value_enum,
-        default_value_t
-    )]
-    log_format: LogFormat,
+    #[command(flatten)]
+    logs: LogSettings,
 }
 
 #[derive(Subcommand)]
@@ -112,10 +104,7 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
-    let Cli {
-        command,
-        log_format,
-    } = Cli::parse();
+    let Cli { command, logs } = Cli::parse();
     // The lab breaks Redis on purpose and tells it on its timeline;
     // redis-rs's own notes on the connections it repairs would only
     // interleave with it (its errors still show).
@@ -123,7 +112,7 @@ fn main() -> anyhow::Result<()> {
         Command::Lab { .. } => "info,redis=error",
         _ => "info",
     };
-    hmdp::telemetry::init_with_default(default, log_format);
+    logs.init(default);
     // bench-lock runs its tasks as an actix worker runs requests: on one
     // current-thread runtime. There the tasks sharing the multiplexed Redis
     // connection all queue their next command before its writer task runs,
