@@ -74,6 +74,7 @@ impl Overload {
         let shared = (settings.shed_latency_ms > 0).then(|| {
             let floor = settings.shed_min_in_flight as f64;
             let ceiling = (settings.shed_max_in_flight as f64).max(floor);
+            metrics::PURCHASE_BOUND.set(ceiling as i64);
             Arc::new(Shared {
                 target: Duration::from_millis(settings.shed_latency_ms),
                 floor,
@@ -109,7 +110,6 @@ impl Overload {
             metrics::PURCHASES_SHED.inc();
             return Err(Error::Overloaded);
         }
-        metrics::PURCHASE_BOUND.set(most as i64);
         Ok(Admitted {
             shared: Some(shared.clone()),
             since,
@@ -138,6 +138,7 @@ impl Drop for Admitted {
         } else {
             (bound.most * 2.0).min(shared.ceiling)
         };
+        metrics::PURCHASE_BOUND.set(most as i64);
         *bound = Bound {
             most,
             since: Instant::now(),
