@@ -76,3 +76,10 @@ if ! command -v kubernetes-validate >/dev/null 2>&1; then
   python3 -m pip install -q --disable-pip-version-check kubernetes-validate
   echo "services: kubernetes-validate installed"
 fi
+
+# schemathesis and openapi-spec-validator (PyPI) for the contract tests: the
+# served OpenAPI document validates, and the API holds it under fuzzing.
+if ! command -v schemathesis >/dev/null 2>&1 || ! command -v openapi-spec-validator >/dev/null 2>&1; then
+  python3 -m pip install -q --disable-pip-version-check "schemathesis>=4.32,<5" "openapi-spec-validator>=0.7"
+  echo "services: schemathesis and openapi-spec-validator installed"
+fi

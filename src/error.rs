@@ -10,7 +10,9 @@ use hmdp_lock::LockError;
 use crate::limits::Limited;
 
 /// A business "no": HTTP 200 with `success:false` (hmdp's front end relies on it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Its `errorCode` is its name in SCREAMING_SNAKE_CASE (`SOLD_OUT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum Rejection {
     PhoneInvalid,
     CodeInvalid,
@@ -35,23 +37,7 @@ pub enum Rejection {
 
 impl Rejection {
     pub fn code(self) -> &'static str {
-        match self {
-            Rejection::PhoneInvalid => "PHONE_INVALID",
-            Rejection::CodeInvalid => "CODE_INVALID",
-            Rejection::CodeTooFrequent => "CODE_TOO_FREQUENT",
-            Rejection::VoucherNotFound => "VOUCHER_NOT_FOUND",
-            Rejection::NotStarted => "NOT_STARTED",
-            Rejection::Ended => "ENDED",
-            Rejection::SoldOut => "SOLD_OUT",
-            Rejection::DuplicateRequest => "DUPLICATE_REQUEST",
-            Rejection::AlreadyOrdered => "ALREADY_ORDERED",
-            Rejection::OrderNotFound => "ORDER_NOT_FOUND",
-            Rejection::ShopNotFound => "SHOP_NOT_FOUND",
-            Rejection::OrderClosed => "ORDER_CLOSED",
-            Rejection::OrderPaid => "ORDER_PAID",
-            Rejection::OrderNotPaid => "ORDER_NOT_PAID",
-            Rejection::OrderPending => "ORDER_PENDING",
-        }
+        self.into()
     }
 
     pub fn message(self) -> &'static str {
@@ -75,8 +61,15 @@ impl Rejection {
     }
 }
 
-/// Why a request did not succeed.
-#[derive(thiserror::Error)]
+/// Why a request did not succeed. Its `errorCode` is its kind's name in
+/// SCREAMING_SNAKE_CASE (`UNAVAILABLE`), a rejection's own code for
+/// [`Error::Rejected`].
+#[derive(thiserror::Error, strum::EnumDiscriminants)]
+#[strum_discriminants(
+    name(ErrorKind),
+    derive(strum::IntoStaticStr, strum::VariantArray),
+    strum(serialize_all = "SCREAMING_SNAKE_CASE")
+)]
 pub enum Error {
     #[error("{}", .0.message())]
     Rejected(Rejection),
@@ -89,6 +82,10 @@ pub enum Error {
     Forbidden,
     #[error("资源不存在")]
     NotFound,
+    /// A known path asked with a method it does not take (its `Allow`
+    /// header lists those it does).
+    #[error("请求方法不允许")]
+    MethodNotAllowed,
     #[error("请求体过大")]
     PayloadTooLarge,
     /// A request with the same `Idempotency-Key` is still being answered.
@@ -125,19 +122,19 @@ impl Error {
     pub fn error_code(&self) -> &'static str {
         match self {
             Error::Rejected(rejection) => rejection.code(),
-            Error::BadRequest(_) => "BAD_REQUEST",
-            Error::Unauthorized => "UNAUTHORIZED",
-            Error::Forbidden => "FORBIDDEN",
-            Error::NotFound => "NOT_FOUND",
-            Error::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
-            Error::IdempotencyKeyInUse => "IDEMPOTENCY_KEY_IN_USE",
-            Error::IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
-            Error::RequestTimeout => "REQUEST_TIMEOUT",
-            Error::RateLimited(_) => "RATE_LIMITED",
-            Error::Overloaded => "OVERLOADED",
-            Error::Unavailable(_) => "UNAVAILABLE",
-            Error::Internal(_) => "INTERNAL",
+            other => ErrorKind::from(other).into(),
         }
+    }
+
+    /// Every `errorCode` an answer may carry: the rejections' and the other
+    /// kinds'.
+    pub fn codes() -> impl Iterator<Item = &'static str> {
+        use strum::VariantArray;
+        let rejections = Rejection::VARIANTS.iter().map(|rejection| rejection.code());
+        let others = (ErrorKind::VARIANTS.iter())
+            .filter(|kind| **kind != ErrorKind::Rejected)
+            .map(|kind| kind.into());
+        rejections.chain(others)
     }
 }
 

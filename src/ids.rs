@@ -6,6 +6,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize, Serializer};
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::openapi::RefOr;
 
 /// `tb_user.id`. In JSON a number, as hmdp's front end reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, sqlx::Type, Serialize)]
@@ -91,8 +93,26 @@ macro_rules! string_id {
                 serializer.collect_str(&self.0)
             }
         }
+
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> RefOr<Schema> {
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some(ID_PATTERN))
+                    .description(Some(concat!(
+                        stringify!($name),
+                        ": a positive 64-bit number, as a string"
+                    )))
+                    .into()
+            }
+        }
+
+        impl utoipa::ToSchema for $name {}
     };
 }
+
+/// A path or string id: a positive decimal number within `i64`.
+pub const ID_PATTERN: &str = "^[1-9][0-9]{0,18}$";
 
 string_id!(VoucherId);
 string_id!(OrderId);
@@ -108,6 +128,18 @@ macro_rules! number_id {
                 positive_id(raw).map(|id| $name(id.unsigned_abs()))
             }
         }
+
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> RefOr<Schema> {
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(1))
+                    .description(Some(concat!(stringify!($name), ": a positive number")))
+                    .into()
+            }
+        }
+
+        impl utoipa::ToSchema for $name {}
     };
 }
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::Server;
-use actix_web::middleware::{from_fn, DefaultHeaders};
+use actix_web::http::StatusCode;
+use actix_web::middleware::{from_fn, DefaultHeaders, ErrorHandlers};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -184,6 +185,10 @@ impl Application {
                     api::body_deadline::enforce(body_timeout, request, next)
                 }))
                 .wrap(from_fn(api::front_end::refusals_as_200))
+                .wrap(
+                    ErrorHandlers::new()
+                        .handler(StatusCode::METHOD_NOT_ALLOWED, api::method_not_allowed),
+                )
                 .wrap(DefaultHeaders::new().add(("x-served-by", node_id.clone())))
                 .wrap(from_fn(metrics::record_http))
                 .wrap(TracingLogger::<RequestIdSpan>::new())
@@ -274,6 +279,9 @@ pub enum ServerCommand {
     Serve(Box<ServeSettings>),
     /// Create the database if missing, apply pending migrations and exit.
     Migrate(MigrateSettings),
+    /// Print the API's OpenAPI 3.1 contract (what `/openapi.json` serves)
+    /// and exit.
+    Openapi,
 }
 
 /// `migrate`: MySQL only.
@@ -306,6 +314,7 @@ impl ServerCommand {
                 .await?;
                 tracing::info!("migrations applied");
             }
+            ServerCommand::Openapi => println!("{}", api::openapi::contract_json()),
         }
         Ok(())
     }

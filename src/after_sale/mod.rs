@@ -51,12 +51,14 @@ pub type OnReturned = Arc<dyn Fn(VoucherId) + Send + Sync>;
 
 /// An order as `GET /voucher-order/{id}` and the after-sale endpoints show
 /// it: the row, and for an unpaid order the moment it closes unpaid.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OrderView {
     #[serde(flatten)]
     pub order: VoucherOrder,
+    /// An unpaid order: when it closes unpaid.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::api::openapi::local_time)]
     pub pay_deadline: Option<NaiveDateTime>,
 }
 

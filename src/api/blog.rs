@@ -4,36 +4,72 @@
 //! without an error message.
 
 use actix_web::{web, HttpResponse};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
+use super::openapi::{Backend, BadInput, SignedIn};
 use super::page_number;
-use super::response::ok_data;
+use super::response::{ok_data, ApiResult};
 use crate::auth::CurrentUser;
 use crate::error::Error;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/blog/hot", web::get().to(hot))
-        .route("/blog/of/me", web::get().to(of_me));
+    cfg.service(web::resource("/blog/hot").route(web::get().to(hot)))
+        .service(web::resource("/blog/of/me").route(web::get().to(of_me)));
 }
 
 /// hmdp's `current`, checked as every page number is, though every page is
 /// empty.
-#[derive(Deserialize)]
-struct PageQuery {
-    current: Option<u32>,
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(super) struct PageQuery {
+    /// The page, from 1 (the default).
+    #[param(minimum = 1)]
+    current: Option<i32>,
 }
+
+/// A note of hmdp's blog chapter: there are none here, so no value of this
+/// type exists.
+#[derive(Serialize, ToSchema)]
+pub(super) enum Blog {}
 
 fn no_blogs(query: &PageQuery) -> Result<HttpResponse, Error> {
     page_number(query.current)?;
-    Ok(ok_data(Vec::<serde_json::Value>::new()))
+    Ok(ok_data(Vec::<Blog>::new()))
 }
 
-/// The home page's hot notes.
-async fn hot(query: web::Query<PageQuery>) -> Result<HttpResponse, Error> {
+/// The home page's hot notes: none.
+#[utoipa::path(
+    get,
+    path = "/blog/hot",
+    tag = "blog",
+    params(PageQuery),
+    responses(
+        (status = 200, description = "An empty list.", body = ApiResult<Vec<Blog>>),
+        BadInput,
+    ),
+)]
+pub(super) async fn hot(query: web::Query<PageQuery>) -> Result<HttpResponse, Error> {
     no_blogs(&query)
 }
 
-/// The caller's own notes; hmdp asks for a login here.
-async fn of_me(_: CurrentUser, query: web::Query<PageQuery>) -> Result<HttpResponse, Error> {
+/// The caller's own notes: none; hmdp asks for a login here.
+#[utoipa::path(
+    get,
+    path = "/blog/of/me",
+    tag = "blog",
+    params(PageQuery),
+    security(("session" = [])),
+    responses(
+        (status = 200, description = "An empty list.", body = ApiResult<Vec<Blog>>),
+        BadInput,
+        SignedIn,
+        Backend,
+    ),
+)]
+pub(super) async fn of_me(
+    _: CurrentUser,
+    query: web::Query<PageQuery>,
+) -> Result<HttpResponse, Error> {
     no_blogs(&query)
 }

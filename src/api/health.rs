@@ -3,23 +3,76 @@
 
 use actix_web::{web, HttpResponse};
 use redis::AsyncCommands;
+use serde::Serialize;
+use utoipa::ToSchema;
 
-use super::response::ok_data;
+use super::openapi::Backend;
+use super::response::{ok_data, ApiResult};
 use super::AppState;
 use crate::error::Error;
 use crate::metrics;
 use crate::redis_handle::RedisConnection;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/health", web::get().to(health))
-        .route("/ready", web::get().to(ready));
+    cfg.service(web::resource("/health").route(web::get().to(health)))
+        .service(web::resource("/ready").route(web::get().to(ready)));
 }
 
-async fn health(state: web::Data<AppState>) -> HttpResponse {
-    ok_data(serde_json::json!({ "status": "UP", "node": state.node_id }))
+/// What `/health` and `/ready` answer.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct NodeStatus {
+    /// `UP` (`/health`) or `READY` (`/ready`).
+    status: &'static str,
+    /// The node's id (`--node-id`, else `host:port`).
+    node: String,
+    /// `--seckill stream` only (`/ready`): the order stream as this node's
+    /// consumer last read it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    order_stream: Option<OrderStream>,
 }
 
-async fn ready(state: web::Data<AppState>) -> Result<HttpResponse, Error> {
+/// The writers' lag behind the order stream.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct OrderStream {
+    /// Entries in the stream.
+    length: i64,
+    /// Entries delivered to a consumer and not yet acknowledged.
+    pending: i64,
+    /// Age of the oldest of them.
+    oldest_pending_seconds: f64,
+    /// Consumer rounds that failed since the node started.
+    failed_rounds: u64,
+}
+
+/// The process answers (liveness).
+#[utoipa::path(
+    get,
+    path = "/health",
+    tag = "node",
+    responses((status = 200, description = "`UP`.", body = ApiResult<NodeStatus>)),
+)]
+pub(super) async fn health(state: web::Data<AppState>) -> HttpResponse {
+    ok_data(NodeStatus {
+        status: "UP",
+        node: state.node_id.clone(),
+        order_stream: None,
+    })
+}
+
+/// MySQL and Redis answer too, and a Redis Cluster serves every slot
+/// (readiness).
+#[utoipa::path(
+    get,
+    path = "/ready",
+    tag = "node",
+    responses(
+        (status = 200, description = "`READY`.", body = ApiResult<NodeStatus>),
+        Backend,
+    ),
+)]
+pub(super) async fn ready(state: web::Data<AppState>) -> Result<HttpResponse, Error> {
     let timeout = state.backend_timeout;
     let unavailable = |what: &str| Error::Unavailable(anyhow::anyhow!("{what} timed out"));
     tokio::time::timeout(timeout, state.store.ping())
@@ -49,18 +102,21 @@ async fn ready(state: web::Data<AppState>) -> Result<HttpResponse, Error> {
             )));
         }
     }
-    let mut ready = serde_json::json!({ "status": "READY", "node": state.node_id });
-    if state.seckill.streams_orders() {
-        // The writers' lag, as this node's consumer last read it: a MySQL
-        // that stalls the writes leaves the node ready to admit, with its
-        // orders pending and their age growing here.
-        let (length, pending, oldest) = metrics::stream_totals();
-        ready["orderStream"] = serde_json::json!({
-            "length": length,
-            "pending": pending,
-            "oldestPendingSeconds": oldest,
-            "failedRounds": metrics::STREAM_ROUND_FAILURES.get(),
-        });
-    }
-    Ok(ok_data(ready))
+    // The writers' lag, as this node's consumer last read it: a MySQL that
+    // stalls the writes leaves the node ready to admit, with its orders
+    // pending and their age growing here.
+    let order_stream = state.seckill.streams_orders().then(|| {
+        let (length, pending, oldest_pending_seconds) = metrics::stream_totals();
+        OrderStream {
+            length,
+            pending,
+            oldest_pending_seconds,
+            failed_rounds: metrics::STREAM_ROUND_FAILURES.get(),
+        }
+    });
+    Ok(ok_data(NodeStatus {
+        status: "READY",
+        node: state.node_id.clone(),
+        order_stream,
+    }))
 }

@@ -6,10 +6,17 @@ use super::AppState;
 use crate::metrics::{render, DB_POOL};
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/metrics", web::get().to(metrics));
+    cfg.service(web::resource("/metrics").route(web::get().to(metrics)));
 }
 
-async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+/// This node's Prometheus metrics, in the text exposition format.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "node",
+    responses((status = 200, description = "The metrics.", body = String, content_type = "text/plain")),
+)]
+pub(super) async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     // Pool gauges are read at scrape time: they are a state, not events.
     let (in_use, idle) = state.store.connections();
     DB_POOL.with_label_values(&["idle"]).set(idle as i64);

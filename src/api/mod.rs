@@ -8,6 +8,7 @@ pub mod front_end;
 pub mod guards;
 pub mod health;
 pub mod metrics;
+pub mod openapi;
 pub mod response;
 pub mod shop;
 pub mod shop_type;
@@ -16,7 +17,10 @@ pub mod user;
 pub mod voucher;
 pub mod voucher_order;
 
-use actix_web::error::{JsonPayloadError, PayloadError};
+use actix_web::dev::ServiceResponse;
+use actix_web::error::{JsonPayloadError, PayloadError, ResponseError};
+use actix_web::http::header::ALLOW;
+use actix_web::middleware::ErrorHandlerResponse;
 use actix_web::web;
 
 use crate::error::Error;
@@ -43,6 +47,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     )
     .configure(health::routes)
     .configure(metrics::routes)
+    .configure(openapi::routes)
     .configure(user::routes)
     .configure(shop::routes)
     .configure(shop_type::routes)
@@ -54,12 +59,28 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     }));
 }
 
-/// hmdp's `current`: the page number of a list, from 1 (the default).
-fn page_number(current: Option<u32>) -> Result<u32, Error> {
-    match current.unwrap_or(1) {
-        0 => Err(Error::BadRequest("current 必须从 1 开始".into())),
-        page => Ok(page),
+/// Middleware (`ErrorHandlers` for 405): actix's answer to a method a path
+/// does not take, its `Allow` header kept, given hmdp's body.
+pub fn method_not_allowed<B>(
+    answer: ServiceResponse<B>,
+) -> actix_web::Result<ErrorHandlerResponse<B>> {
+    let (request, response) = answer.into_parts();
+    let mut failure = Error::MethodNotAllowed.error_response();
+    if let Some(allow) = response.headers().get(ALLOW) {
+        failure.headers_mut().insert(ALLOW, allow.clone());
     }
+    Ok(ErrorHandlerResponse::Response(
+        ServiceResponse::new(request, failure).map_into_right_body(),
+    ))
+}
+
+/// hmdp's `current`: the page number of a list, from 1 (the default).
+/// hmdp reads it as a Java `Integer`: 1 to 2^31 - 1.
+fn page_number(current: Option<i32>) -> Result<u32, Error> {
+    u32::try_from(current.unwrap_or(1))
+        .ok()
+        .filter(|page| *page > 0)
+        .ok_or_else(|| Error::BadRequest("current 必须从 1 开始".into()))
 }
 
 fn json_error(err: JsonPayloadError) -> Error {

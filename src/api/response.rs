@@ -4,11 +4,14 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::error::{redis_error_kind, Error};
 use crate::metrics;
 
-#[derive(Debug, Serialize)]
+/// hmdp's `Result`: `data` on a success; `errorMsg` and `errorCode` on a
+/// business "no" (still HTTP 200) and on every failure.
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApiResult<T> {
     pub success: bool,
@@ -19,6 +22,7 @@ pub struct ApiResult<T> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub total: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<super::openapi::ErrorCode>)]
     pub error_code: Option<&'static str>,
 }
 
@@ -78,6 +82,7 @@ impl ResponseError for Error {
             Error::Unauthorized => StatusCode::UNAUTHORIZED,
             Error::Forbidden => StatusCode::FORBIDDEN,
             Error::NotFound => StatusCode::NOT_FOUND,
+            Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Error::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Error::IdempotencyKeyInUse => StatusCode::CONFLICT,
             Error::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,

@@ -4,22 +4,41 @@
 
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
+use utoipa::IntoParams;
 
+use super::openapi::{Backend, BadInput, NoRoute};
 use super::page_number;
-use super::response::ok_data;
+use super::response::{ok_data, ApiResult};
 use super::AppState;
 use crate::error::{Error, Rejection};
 use crate::ids::{positive_id, ShopId};
+use crate::store::Shop;
 
 /// Shops per page of `/shop/of/type`: hmdp's `SystemConstants.DEFAULT_PAGE_SIZE`.
 pub const SHOPS_PER_PAGE: u64 = 5;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/shop/of/type", web::get().to(shops_of_type))
-        .route("/shop/{id}", web::get().to(shop));
+    cfg.service(web::resource("/shop/of/type").route(web::get().to(shops_of_type)))
+        .service(web::resource("/shop/{id}").route(web::get().to(shop)));
 }
 
-async fn shop(state: web::Data<AppState>, id: web::Path<String>) -> Result<HttpResponse, Error> {
+/// A shop's page, read through the Redis cache.
+#[utoipa::path(
+    get,
+    path = "/shop/{id}",
+    tag = "shop",
+    params(("id" = String, Path, description = "The shop's id.", pattern = "^[1-9][0-9]{0,18}$")),
+    responses(
+        (status = 200, description = "The shop, or `SHOP_NOT_FOUND`.", body = ApiResult<Shop>),
+        BadInput,
+        NoRoute,
+        Backend,
+    ),
+)]
+pub(super) async fn shop(
+    state: web::Data<AppState>,
+    id: web::Path<String>,
+) -> Result<HttpResponse, Error> {
     let id: ShopId = id.parse()?;
     let shop = state.shops.shop(id).await?.ok_or(Rejection::ShopNotFound)?;
     Ok(ok_data(shop))
@@ -28,14 +47,31 @@ async fn shop(state: web::Data<AppState>, id: web::Path<String>) -> Result<HttpR
 /// The list page also sends `x`, `y` (the user's position, for hmdp's
 /// distance sort in its GEO chapter, not ported here) and `sortBy`, which
 /// hmdp's own handler ignores too: unknown parameters are not read.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase")]
-struct TypeQuery {
+#[into_params(parameter_in = Query)]
+pub(super) struct TypeQuery {
+    /// The category's id.
+    #[param(pattern = "^[1-9][0-9]{0,18}$")]
     type_id: String,
-    current: Option<u32>,
+    /// The page, from 1 (the default); five shops a page.
+    #[param(minimum = 1)]
+    current: Option<i32>,
 }
 
-async fn shops_of_type(
+/// A category's shops, five a page.
+#[utoipa::path(
+    get,
+    path = "/shop/of/type",
+    tag = "shop",
+    params(TypeQuery),
+    responses(
+        (status = 200, description = "The page's shops.", body = ApiResult<Vec<Shop>>),
+        BadInput,
+        Backend,
+    ),
+)]
+pub(super) async fn shops_of_type(
     state: web::Data<AppState>,
     query: web::Query<TypeQuery>,
 ) -> Result<HttpResponse, Error> {

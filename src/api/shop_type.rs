@@ -3,14 +3,26 @@
 
 use actix_web::{web, HttpResponse};
 
-use super::response::ok_data;
+use super::openapi::Backend;
+use super::response::{ok_data, ApiResult};
 use super::AppState;
 use crate::error::Error;
+use crate::store::ShopType;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/shop-type/list", web::get().to(list));
+    cfg.service(web::resource("/shop-type/list").route(web::get().to(list)));
 }
 
-async fn list(state: web::Data<AppState>) -> Result<HttpResponse, Error> {
+/// The home page's categories, by `sort`.
+#[utoipa::path(
+    get,
+    path = "/shop-type/list",
+    tag = "shop",
+    responses(
+        (status = 200, description = "The categories.", body = ApiResult<Vec<ShopType>>),
+        Backend,
+    ),
+)]
+pub(super) async fn list(state: web::Data<AppState>) -> Result<HttpResponse, Error> {
     Ok(ok_data(state.shops.shop_types().await?))
 }

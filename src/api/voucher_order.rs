@@ -4,34 +4,67 @@
 //! and (admin) use.
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use super::guards::{Admin, ClientIp};
-use super::response::ok_data;
+use super::openapi::{AdminOnly, Backend, BadBody, BadInput, Failure, Limited, NoRoute, SignedIn};
+use super::response::{ok_data, ApiResult};
 use super::AppState;
-use crate::after_sale::PAY_TYPES;
+use crate::after_sale::{OrderView, PAY_TYPES};
 use crate::auth::CurrentUser;
 use crate::error::{Error, Rejection};
 use crate::idempotency::IdempotencyKey;
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::limits::Rule;
-use crate::seckill::OrderStatus;
+use crate::seckill::{OrderStatus, PendingOrder};
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route(
-        "/voucher-order/seckill/{voucherId}",
-        web::post().to(seckill_voucher),
+    cfg.service(
+        web::resource("/voucher-order/seckill/{voucherId}").route(web::post().to(seckill_voucher)),
     )
-    .route("/voucher-order/{orderId}", web::get().to(order))
-    .route("/voucher-order/{orderId}/pay", web::post().to(pay))
-    .route("/voucher-order/{orderId}/cancel", web::post().to(cancel))
-    .route("/voucher-order/{orderId}/use", web::post().to(mark_used));
+    .service(web::resource("/voucher-order/{orderId}").route(web::get().to(order)))
+    .service(web::resource("/voucher-order/{orderId}/pay").route(web::post().to(pay)))
+    .service(web::resource("/voucher-order/{orderId}/cancel").route(web::post().to(cancel)))
+    .service(web::resource("/voucher-order/{orderId}/use").route(web::post().to(mark_used)));
 }
 
 /// The header a replayed answer carries.
 const REPLAYED: &str = "idempotent-replayed";
 
-async fn seckill_voucher(
+/// The flash-sale purchase: one order per user and voucher. With an
+/// `Idempotency-Key`, a request sent again (a retry after a timeout) gets
+/// the answer the first one got, marked `idempotent-replayed: true`.
+#[utoipa::path(
+    post,
+    path = "/voucher-order/seckill/{voucherId}",
+    tag = "voucher-order",
+    params(
+        ("voucherId" = String, Path, description = "The flash-sale voucher's id.", pattern = "^[1-9][0-9]{0,18}$"),
+        ("idempotency-key" = Option<String>, Header, nullable = false,
+            description = "1 to 255 visible ASCII characters but `\"`, unique per purchase.",
+            pattern = "^[!#-~]{1,255}$"),
+    ),
+    security(("session" = [])),
+    responses(
+        (status = 200,
+            description = "The order's id, or a business no: `VOUCHER_NOT_FOUND`, \
+                `NOT_STARTED`, `ENDED`, `SOLD_OUT`, `ALREADY_ORDERED`, `DUPLICATE_REQUEST`.",
+            body = ApiResult<OrderId>,
+            headers(("idempotent-replayed" = String,
+                description = "`true` on the answer an earlier request with the key got."))),
+        (status = 409, description = "`IDEMPOTENCY_KEY_IN_USE`: a request with the key is still being answered.",
+            body = Failure),
+        (status = 422, description = "`IDEMPOTENCY_KEY_REUSED`: the key was first sent with another request.",
+            body = Failure),
+        BadInput,
+        NoRoute,
+        SignedIn,
+        Limited,
+        Backend,
+    ),
+)]
+pub(super) async fn seckill_voucher(
     state: web::Data<AppState>,
     client: ClientIp,
     current: CurrentUser,
@@ -77,31 +110,76 @@ fn purchase_answer((order_id, again): (OrderId, bool)) -> Result<HttpResponse, E
     Ok(response)
 }
 
-async fn order(
+/// An order as `GET /voucher-order/{orderId}` answers it.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub(super) enum OrderAnswer {
+    Written(OrderView),
+    Pending(PendingOrder),
+}
+
+/// One of the caller's orders: written to MySQL, or admitted and still on
+/// its way (`"pending": true`).
+#[utoipa::path(
+    get,
+    path = "/voucher-order/{orderId}",
+    tag = "voucher-order",
+    params(("orderId" = String, Path, description = "The order's id.", pattern = "^[1-9][0-9]{0,18}$")),
+    security(("session" = [])),
+    responses(
+        (status = 200, description = "The order, or `ORDER_NOT_FOUND`.", body = ApiResult<OrderAnswer>),
+        BadInput,
+        NoRoute,
+        SignedIn,
+        Backend,
+    ),
+)]
+pub(super) async fn order(
     state: web::Data<AppState>,
     current: CurrentUser,
     order_id: web::Path<String>,
 ) -> Result<HttpResponse, Error> {
     let order_id: OrderId = order_id.parse()?;
-    match state
+    let answer = match state
         .seckill
         .order_status(order_id, current.user.id)
         .await?
     {
-        Some(OrderStatus::Written(order)) => Ok(ok_data(state.after_sale.view(order))),
-        Some(OrderStatus::Pending(pending)) => Ok(ok_data(pending)),
-        None => Err(Rejection::OrderNotFound.into()),
-    }
+        Some(OrderStatus::Written(order)) => OrderAnswer::Written(state.after_sale.view(order)),
+        Some(OrderStatus::Pending(pending)) => OrderAnswer::Pending(pending),
+        None => return Err(Rejection::OrderNotFound.into()),
+    };
+    Ok(ok_data(answer))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct PayBody {
+pub(super) struct PayBody {
     /// hmdp's `pay_type`: 1 balance, 2 Alipay, 3 WeChat.
+    #[schema(minimum = 1, maximum = 3)]
     pay_type: u8,
 }
 
-async fn pay(
+/// Pays an unpaid order before its deadline.
+#[utoipa::path(
+    post,
+    path = "/voucher-order/{orderId}/pay",
+    tag = "voucher-order",
+    params(("orderId" = String, Path, description = "The order's id.", pattern = "^[1-9][0-9]{0,18}$")),
+    request_body = PayBody,
+    security(("session" = [])),
+    responses(
+        (status = 200,
+            description = "The paid order, or `ORDER_NOT_FOUND`, `ORDER_PENDING`, `ORDER_CLOSED`.",
+            body = ApiResult<OrderView>),
+        BadBody,
+        NoRoute,
+        SignedIn,
+        Limited,
+        Backend,
+    ),
+)]
+pub(super) async fn pay(
     state: web::Data<AppState>,
     client: ClientIp,
     current: CurrentUser,
@@ -125,7 +203,25 @@ async fn pay(
     ))
 }
 
-async fn cancel(
+/// Cancels an unpaid order; its unit goes back on sale.
+#[utoipa::path(
+    post,
+    path = "/voucher-order/{orderId}/cancel",
+    tag = "voucher-order",
+    params(("orderId" = String, Path, description = "The order's id.", pattern = "^[1-9][0-9]{0,18}$")),
+    security(("session" = [])),
+    responses(
+        (status = 200,
+            description = "The closed order, or `ORDER_NOT_FOUND`, `ORDER_PENDING`, `ORDER_PAID`.",
+            body = ApiResult<OrderView>),
+        BadInput,
+        NoRoute,
+        SignedIn,
+        Limited,
+        Backend,
+    ),
+)]
+pub(super) async fn cancel(
     state: web::Data<AppState>,
     client: ClientIp,
     current: CurrentUser,
@@ -154,7 +250,24 @@ async fn limit_order_action(
     Ok(())
 }
 
-async fn mark_used(
+/// Marks a paid order used (the shop redeemed it).
+#[utoipa::path(
+    post,
+    path = "/voucher-order/{orderId}/use",
+    tag = "voucher-order",
+    params(("orderId" = String, Path, description = "The order's id.", pattern = "^[1-9][0-9]{0,18}$")),
+    security(("admin" = [])),
+    responses(
+        (status = 200,
+            description = "The used order, or `ORDER_NOT_FOUND`, `ORDER_NOT_PAID`, `ORDER_CLOSED`.",
+            body = ApiResult<OrderView>),
+        BadInput,
+        NoRoute,
+        AdminOnly,
+        Backend,
+    ),
+)]
+pub(super) async fn mark_used(
     state: web::Data<AppState>,
     _admin: Admin,
     order_id: web::Path<String>,

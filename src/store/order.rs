@@ -24,18 +24,26 @@ pub struct NewOrder {
 }
 
 /// An order as `GET /voucher-order/{id}` shows it (hmdp's `VoucherOrder`).
-#[derive(Debug, Clone, Serialize, FromRow)]
+#[derive(Debug, Clone, Serialize, FromRow, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VoucherOrder {
     pub id: OrderId,
     pub user_id: UserId,
     pub voucher_id: VoucherId,
+    /// 1 balance, 2 Alipay, 3 WeChat.
     pub pay_type: u8,
+    /// 1 unpaid, 2 paid, 3 used, 4 closed (cancelled or past its deadline),
+    /// 5 refunding, 6 refunded.
     pub status: u8,
+    #[schema(schema_with = crate::api::openapi::local_time)]
     pub create_time: NaiveDateTime,
+    #[schema(schema_with = crate::api::openapi::local_time_or_null)]
     pub pay_time: Option<NaiveDateTime>,
+    #[schema(schema_with = crate::api::openapi::local_time_or_null)]
     pub use_time: Option<NaiveDateTime>,
+    #[schema(schema_with = crate::api::openapi::local_time_or_null)]
     pub refund_time: Option<NaiveDateTime>,
+    #[schema(schema_with = crate::api::openapi::local_time)]
     pub update_time: NaiveDateTime,
 }
 

@@ -5,13 +5,14 @@
 use chrono::{NaiveDate, NaiveDateTime};
 use serde::{Deserialize, Serialize};
 use sqlx::FromRow;
+use utoipa::ToSchema;
 
 use super::Store;
 use crate::ids::{ShopId, UserId};
 
 /// hmdp's `Shop`, as `/shop/{id}` and `/shop/of/type` answer it and as the
 /// shop cache keeps it in Redis.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, FromRow)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, FromRow, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Shop {
     pub id: ShopId,
@@ -35,13 +36,15 @@ pub struct Shop {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub open_hours: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::api::openapi::local_time)]
     pub create_time: Option<NaiveDateTime>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::api::openapi::local_time)]
     pub update_time: Option<NaiveDateTime>,
 }
 
 /// hmdp's `ShopType`: a category of the home page.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, FromRow)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, FromRow, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ShopType {
     pub id: u64,
@@ -54,14 +57,16 @@ pub struct ShopType {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sort: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::api::openapi::local_time)]
     pub create_time: Option<NaiveDateTime>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::api::openapi::local_time)]
     pub update_time: Option<NaiveDateTime>,
 }
 
 /// hmdp's `UserInfo` as `/user/info/{id}` answers it: without its create and
 /// update times, which hmdp blanks before answering.
-#[derive(Debug, Clone, PartialEq, Serialize, FromRow)]
+#[derive(Debug, Clone, PartialEq, Serialize, FromRow, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UserInfo {
     pub user_id: UserId,

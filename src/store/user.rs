@@ -7,7 +7,7 @@ use super::Store;
 use crate::ids::UserId;
 
 /// The public face of a user, also what the session hash stores.
-#[derive(Debug, Clone, Serialize, FromRow)]
+#[derive(Debug, Clone, Serialize, FromRow, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct User {
     pub id: UserId,

@@ -32,7 +32,7 @@ pub struct NewSeckillVoucher {
 }
 
 /// A voucher as listed for a shop, seckill fields merged (hmdp's `Voucher`).
-#[derive(Debug, Clone, Serialize, FromRow)]
+#[derive(Debug, Clone, Serialize, FromRow, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Voucher {
     pub id: VoucherId,
@@ -48,8 +48,10 @@ pub struct Voucher {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stock: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::api::openapi::local_time)]
     pub begin_time: Option<NaiveDateTime>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::api::openapi::local_time)]
     pub end_time: Option<NaiveDateTime>,
 }
 

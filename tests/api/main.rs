@@ -13,6 +13,7 @@ mod limits;
 mod locks;
 mod logs;
 mod lost_reply;
+mod openapi;
 mod overload;
 mod queue;
 mod redis_cluster;

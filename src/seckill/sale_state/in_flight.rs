@@ -19,7 +19,7 @@ use crate::store::NewOrder;
 
 /// An order admitted and not yet written, as `GET /voucher-order/{id}`
 /// shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PendingOrder {
     pub id: OrderId,
