@@ -23,6 +23,8 @@
 -- ARGV[6]: the shard's first sequence number (the low word of its ids:
 --          top bit set, then the shard's table index)
 -- ARGV[7]: how many sequence numbers the shard has (2^24)
+-- ARGV[8]: the admission's W3C trace context, written into the stream entry
+--          as its `traceparent` field; '' (traces not exported) writes none
 -- A sale reloaded after Redis lost it opens at its `open_ms` (Redis's clock),
 -- once writers holding orders admitted before the loss have counted them
 -- again (lua/seckill_readmit.lua).
@@ -97,7 +99,12 @@ local id = string.format('%.0f%06.0f', high, low % 1000000)
 redis.call('HINCRBY', KEYS[1], 'stock', -1)
 redis.call('SADD', KEYS[2], ARGV[1])
 if ARGV[3] == '1' then
-  redis.call('XADD', KEYS[3], '*', 'id', id, 'userId', ARGV[1], 'voucherId', ARGV[2])
+  if ARGV[8] ~= '' then
+    redis.call('XADD', KEYS[3], '*', 'id', id, 'userId', ARGV[1], 'voucherId', ARGV[2],
+      'traceparent', ARGV[8])
+  else
+    redis.call('XADD', KEYS[3], '*', 'id', id, 'userId', ARGV[1], 'voucherId', ARGV[2])
+  end
 end
 redis.call('HSET', KEYS[4], id, ARGV[1] .. ':' .. ARGV[2])
 if kept then

@@ -475,6 +475,27 @@ pub struct ServeSettings {
     pub workers: Option<usize>,
 }
 
+impl ServeSettings {
+    /// The node's name when it listens on `port`: `--node-id`, or the
+    /// kernel's hostname and the port.
+    pub fn node_id_on(&self, port: u16) -> String {
+        self.node_id.clone().unwrap_or_else(|| {
+            // The kernel's hostname: `$HOSTNAME` is a shell variable that is
+            // usually not exported to children.
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|name| name.trim().to_owned())
+                .unwrap_or_else(|_| "localhost".into());
+            format!("{host}:{port}")
+        })
+    }
+
+    /// The node's name before it listens: unknown only when it takes any
+    /// free port (`--port 0`) and has no `--node-id`.
+    pub fn node_id_before_listening(&self) -> Option<String> {
+        (self.node_id.is_some() || self.port != 0).then(|| self.node_id_on(self.port))
+    }
+}
+
 /// The secret that `x-admin-token` must carry, long enough that it cannot be
 /// guessed (an empty one would let an empty header in).
 #[derive(Clone)]

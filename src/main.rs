@@ -51,6 +51,10 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let cli = Cli::from_arg_matches(&matches)?;
-    cli.logs.init("info");
-    cli.command.run().await
+    let traces = cli.logs.init("info", cli.command.node_id());
+    // Once the node has stopped (SIGTERM: its last requests answered, its
+    // consumer's last batch written), the spans still held are exported.
+    let ran = cli.command.run().await;
+    traces.shutdown().await;
+    ran
 }

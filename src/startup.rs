@@ -91,14 +91,7 @@ impl Application {
         let listener = TcpListener::bind((settings.host.as_str(), settings.port))
             .with_context(|| format!("cannot listen on {}:{}", settings.host, settings.port))?;
         let port = listener.local_addr()?.port();
-        let node_id = settings.node_id.clone().unwrap_or_else(|| {
-            // The kernel's hostname: `$HOSTNAME` is a shell variable that is
-            // usually not exported to children.
-            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|name| name.trim().to_owned())
-                .unwrap_or_else(|_| "localhost".into());
-            format!("{host}:{port}")
-        });
+        let node_id = settings.node_id_on(port);
         let admin_token = settings.admin_token.clone().unwrap_or_else(|| {
             let token = AdminToken::generate();
             tracing::info!(
@@ -295,6 +288,15 @@ pub struct MigrateSettings {
 }
 
 impl ServerCommand {
+    /// The name of the node `serve` runs, where known before it starts
+    /// (see [`ServeSettings::node_id_before_listening`]).
+    pub fn node_id(&self) -> Option<String> {
+        match self {
+            ServerCommand::Serve(settings) => settings.node_id_before_listening(),
+            ServerCommand::Migrate(_) => None,
+        }
+    }
+
     /// Runs the command to its end: a node until SIGTERM or SIGINT, a
     /// migration until it is applied.
     pub async fn run(self) -> anyhow::Result<()> {

@@ -27,6 +27,7 @@ use std::time::Instant;
 
 use hmdp_lock::{LockError, LockGuard, LostReason};
 use tokio::sync::oneshot;
+use tracing::{Instrument, Span};
 
 use super::writer::{Deferral, Locks, OrderWriter, Outcome};
 use crate::error::{Error, Rejection};
@@ -89,6 +90,8 @@ use Joined::{Alone, First, Queued};
 struct Waiting {
     order: NewOrder,
     held: Box<dyn LockGuard>,
+    /// The purchase's span, which its transaction's span continues.
+    span: Span,
     /// When its answer is due: a purchase still waiting then is answered
     /// without a transaction.
     answer_by: Instant,
@@ -137,6 +140,7 @@ impl SharedCommits {
         let waiting = Waiting {
             order,
             held,
+            span: Span::current(),
             answer_by,
             answer,
         };
@@ -230,11 +234,14 @@ impl SharedCommits {
             let outcome = Err(Error::Unavailable(anyhow::anyhow!(
                 "the purchase's time was up while it waited for its voucher's transaction"
             )));
-            self.answer(waiting.answer, outcome, waiting.held).await;
+            let user = waiting.order.user_id;
+            self.answer(waiting.answer, outcome, user, waiting.held)
+                .await;
         }
         if batch.is_empty() {
             return;
         }
+        let span = commit_span(&batch);
         let orders: Vec<NewOrder> = batch.iter().map(|waiting| waiting.order).collect();
         let answer_by =
             (batch.iter().map(|waiting| waiting.answer_by).min()).expect("a batch is never empty");
@@ -249,27 +256,42 @@ impl SharedCommits {
         let written = self
             .writer
             .write_purchases(&orders, &locks, answer_by)
+            .instrument(span)
             .await;
         let mut held = locks.into_held_by_user();
         let mut release = |user: UserId| held.remove(&user).expect("each buyer's lock is held");
         for ((order, answer), outcome) in orders.iter().zip(answers).zip(written) {
             let outcome = outcome.and_then(|outcome| answered(order, outcome));
-            self.answer(answer, outcome, release(order.user_id)).await;
+            let user = order.user_id;
+            self.answer(answer, outcome, user, release(user)).await;
         }
     }
 
     /// Answers a purchase; one whose purchase is gone (the node is
-    /// stopping) has its lock released here.
+    /// stopping) has its buyer's (`user`'s) lock released here.
     async fn answer(
         &self,
         answer: oneshot::Sender<Placed>,
         outcome: Result<Written, Error>,
+        user: UserId,
         held: Box<dyn LockGuard>,
     ) {
         if let Err(unheard) = answer.send(Placed { outcome, held }) {
-            self.writer.release(unheard.held).await;
+            self.writer.release(user, unheard.held).await;
         }
     }
+}
+
+/// The span of `batch`'s transaction: in the trace of its first purchase,
+/// following from the others' (as links, in an exported trace).
+fn commit_span(batch: &[Waiting]) -> Span {
+    let (first, others) = batch.split_first().expect("a batch is never empty");
+    let span = tracing::info_span!(parent: &first.span, "shared_commit",
+        orders = batch.len(), voucher_id = %first.order.voucher_id);
+    for waiting in others {
+        span.follows_from(&waiting.span);
+    }
+    span
 }
 
 /// A purchase's answer from what became of its order in a transaction.

@@ -92,11 +92,11 @@ impl Seckill {
             Ok(None) => None,
             // Answered by an earlier request with the key, or refused.
             Ok(Some(Claim::Kept(order_id))) => {
-                self.release_taken(held, answer_by).await;
+                self.release_taken(user_id, held, answer_by).await;
                 return Ok((order_id, true));
             }
             Err(error) => {
-                self.release_taken(held, answer_by).await;
+                self.release_taken(user_id, held, answer_by).await;
                 return Err(error);
             }
         };
@@ -116,7 +116,7 @@ impl Seckill {
         // the shared connection they leave in one write.
         let release = async {
             if let Some(held) = held {
-                self.release_awaited_until(held, answer_by).await;
+                self.release_awaited_until(user_id, held, answer_by).await;
             }
         };
         let settle = async {
@@ -230,30 +230,37 @@ impl Seckill {
         answered(&order, written.pop().expect("an outcome per order")?)
     }
 
-    /// Releases the lock of an acquisition that took it.
+    /// Releases `user_id`'s lock if the acquisition took it.
     async fn release_taken(
         self: &Arc<Self>,
+        user_id: UserId,
         taken: Result<Box<dyn LockGuard>, Error>,
         answer_by: Instant,
     ) {
         if let Ok(held) = taken {
-            self.release_awaited_until(held, answer_by).await;
+            self.release_awaited_until(user_id, held, answer_by).await;
         }
     }
 
-    /// Releases the lock, waiting for that until `answer_by` at most (but
-    /// always [`RELEASE_GRACE`]). The answer normally follows the release,
-    /// so that the same user's next purchase finds the lock free; but with
-    /// Redis failing over, a purchase that already waited out a Redis call
-    /// inside its transaction (the fencing check) could wait as long again
-    /// for the release. After that the release carries on in a task of its
-    /// own (the transaction has ended: the lock has done its work); a
-    /// release that ends in time, nearly all of them, costs no task.
-    async fn release_awaited_until(self: &Arc<Self>, held: Box<dyn LockGuard>, answer_by: Instant) {
+    /// Releases `user_id`'s lock, waiting for that until `answer_by` at
+    /// most (but always [`RELEASE_GRACE`]). The answer normally follows the
+    /// release, so that the same user's next purchase finds the lock free;
+    /// but with Redis failing over, a purchase that already waited out a
+    /// Redis call inside its transaction (the fencing check) could wait as
+    /// long again for the release. After that the release carries on in a
+    /// task of its own (the transaction has ended: the lock has done its
+    /// work); a release that ends in time, nearly all of them, costs no
+    /// task.
+    async fn release_awaited_until(
+        self: &Arc<Self>,
+        user_id: UserId,
+        held: Box<dyn LockGuard>,
+        answer_by: Instant,
+    ) {
         let seckill = self.clone();
         // Owned, so that it can move to a task half done: a release is not
         // dropped midway.
-        let mut release = Box::pin(async move { seckill.writer.release(held).await });
+        let mut release = Box::pin(async move { seckill.writer.release(user_id, held).await });
         let until = answer_by.max(Instant::now() + RELEASE_GRACE);
         if tokio::time::timeout_at(until.into(), &mut release)
             .await

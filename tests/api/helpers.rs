@@ -439,6 +439,16 @@ impl NodeProcess {
     /// override them (flags win over the environment). It counts as started
     /// once `/health` answers: a test may start it away from its MySQL.
     pub async fn start(app: &TestApp, flags: &[&str]) -> NodeProcess {
+        NodeProcess::start_with_env(app, flags, &[]).await
+    }
+
+    /// [`NodeProcess::start`], with the variables `env` set for the node
+    /// on top (settings the node reads only from its environment).
+    pub async fn start_with_env(
+        app: &TestApp,
+        flags: &[&str],
+        env: &[(&str, &str)],
+    ) -> NodeProcess {
         let log = NamedTempFile::new().unwrap();
         let [port] = free_ports().unwrap();
         let mut command = NodeCommand::serve(NODE_BINARY, port);
@@ -452,6 +462,9 @@ impl NodeProcess {
             .env("HMDP_LIMITS", "off")
             .env("HMDP_SHED_LATENCY_MS", "0")
             .env("RUST_LOG", "info");
+        for (name, value) in env {
+            command.env(name, value);
+        }
         let node = command
             .start(
                 "hmdp-server serve",

@@ -27,6 +27,7 @@ mod shutdown;
 mod slow_body;
 mod slow_mysql;
 mod stream;
+mod traces;
 mod user;
 mod voucher;
 mod voucher_order;

@@ -189,8 +189,8 @@ async fn one_batch_with_a_duplicate_a_fenced_out_holder_a_lost_lock_and_a_taken_
     let outcomes = writer
         .write_purchases(&orders, &locks, Instant::now() + Duration::from_secs(10))
         .await;
-    for held in locks.into_held() {
-        writer.release(held).await;
+    for (user, held) in locks.into_held_by_user() {
+        writer.release(user, held).await;
     }
     let outcomes: Vec<Outcome> = outcomes.into_iter().map(Result::unwrap).collect();
     assert_eq!(outcomes[0], Outcome::DuplicateUser);

@@ -112,7 +112,6 @@ fn main() -> anyhow::Result<()> {
         Command::Lab { .. } => "info,redis=error",
         _ => "info",
     };
-    logs.init(default);
     // bench-lock runs its tasks as an actix worker runs requests: on one
     // current-thread runtime. There the tasks sharing the multiplexed Redis
     // connection all queue their next command before its writer task runs,
@@ -131,7 +130,17 @@ fn main() -> anyhow::Result<()> {
     }
     .enable_all()
     .build()?;
-    runtime.block_on(run(command))
+    runtime.block_on(async {
+        // On the runtime, which sends the trace exports, if any.
+        let node_id = match &command {
+            Command::Server(server) => server.node_id(),
+            _ => None,
+        };
+        let traces = logs.init(default, node_id);
+        let ran = run(command).await;
+        traces.shutdown().await;
+        ran
+    })
 }
 
 async fn run(command: Command) -> anyhow::Result<()> {

@@ -28,6 +28,7 @@ use crate::ids::{OrderId, UserId};
 use crate::metrics;
 use crate::redis_handle::RedisConnection;
 use crate::shards::{Shard, SEQUENCE_BITS};
+use crate::telemetry::traces;
 
 static ADMIT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/seckill.lua")));
@@ -131,6 +132,8 @@ impl SaleState {
     /// the buyer sent one. A buyer whose shard has no unit left is admitted
     /// with units moved from the sale's other shards (`stock_moves.rs`), and
     /// refused as sold out only when none holds one.
+    #[tracing::instrument(name = "admission", skip_all,
+        fields(%user_id, voucher_id = %sale.voucher_id))]
     pub async fn admit(
         &self,
         user_id: UserId,
@@ -178,6 +181,9 @@ impl SaleState {
         key: Option<&IdempotencyKey>,
     ) -> Result<Admission, Error> {
         let keys = self.keys.shard(shard);
+        // The entry carries the admission's trace to the batch that writes
+        // it, when traces are exported.
+        let traceparent = append_to_stream.then(traces::traceparent).flatten();
         // Only a cluster connection sends a call again after losing its
         // reply (a `ConnectionManager` reconnects and reports the error):
         // elsewhere an attempt without an Idempotency-Key is not kept, which
@@ -206,6 +212,7 @@ impl SaleState {
             .arg(kept.as_millis() as u64)
             .arg(shard.sequence_base())
             .arg(1u64 << SEQUENCE_BITS)
+            .arg(traceparent.as_deref().unwrap_or(""))
             .invoke_async(&mut self.redis.clone())
             .await?;
         Admission::from_reply(&reply)

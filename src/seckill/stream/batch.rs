@@ -1,7 +1,8 @@
 //! Settling a batch of delivered entries: the dead letters first, then the
 //! per-user locks of every remaining order (taken at once: on the shared
 //! Redis connection their commands leave together), ONE transaction for
-//! the lot, the acknowledgement, and the locks' release.
+//! the lot, the acknowledgement, and the locks' release. A batch is a trace
+//! of its own, linked to the admission of each entry that carries one.
 //!
 //! Every step is safe to repeat, which is what makes a redelivery harmless:
 //! an order id already in `tb_voucher_order` is not written again, so an
@@ -9,12 +10,15 @@
 //! died in between, or the reply was lost) is found written the next time
 //! and only acknowledged.
 
+use tracing::Span;
+
 use super::entry::Entry;
 use super::group::OrderStream;
 use crate::error::Error;
 use crate::metrics;
 use crate::seckill::writer::{Blame, Deferral, OrderWriter, Outcome};
 use crate::store::NewOrder;
+use crate::telemetry::traces;
 
 /// The `outcome` label of `hmdp_stream_orders_total`.
 fn label(outcome: Outcome) -> &'static str {
@@ -48,6 +52,16 @@ pub(super) const DEAD_LETTER_REASONS: &[&str] = &[
     "duplicate_user",
     "queue",
 ];
+
+/// The span of a batch settling `entries`: in the logs, inside the
+/// consumer's; exported, the root of a trace that links to each entry's
+/// admission.
+pub(super) fn span(entries: &[Entry]) -> Span {
+    let span = tracing::info_span!("stream_batch", entries = entries.len());
+    traces::start_trace(&span);
+    traces::link(&span, entries.iter().filter_map(Entry::traceparent));
+    span
+}
 
 /// Settles `entries`: dead-letters the malformed ones, writes the others in
 /// one transaction and acknowledges what it settled; an entry delivered

@@ -1,7 +1,9 @@
 //! One entry of the order stream as a consumer receives it, and the order it
 //! stands for. The admission script writes the fields `id`, `userId` and
 //! `voucherId` as decimal strings; anything else is malformed and goes to the
-//! dead letters at once, since no retry can make it parse.
+//! dead letters at once, since no retry can make it parse. With traces
+//! exported it adds the admission's `traceparent`, which entries written
+//! without it (and by older nodes) lack.
 
 use std::collections::HashMap;
 
@@ -10,6 +12,7 @@ use redis::Value;
 
 use crate::seckill::order_fields::order_of;
 use crate::store::NewOrder;
+use crate::telemetry::traces::TRACEPARENT;
 
 /// An entry delivered to this consumer.
 #[derive(Debug, Clone)]
@@ -33,6 +36,15 @@ impl Entry {
     /// The order this entry asks to write, or why it cannot be one.
     pub fn order(&self) -> Result<NewOrder, String> {
         order_of(&self.fields)
+    }
+
+    /// The W3C trace context of the admission that wrote this entry, if it
+    /// carries one.
+    pub fn traceparent(&self) -> Option<&str> {
+        match self.fields.get(TRACEPARENT)? {
+            Value::BulkString(bytes) => std::str::from_utf8(bytes).ok(),
+            _ => None,
+        }
     }
 
     /// The entry's fields as the dead-letter stream keeps them: each value's

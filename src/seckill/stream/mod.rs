@@ -340,11 +340,12 @@ impl Inner {
         let mut failures_in_a_row = 0;
         loop {
             let (inner, batch) = (self.clone(), entries.clone());
+            let span = batch::span(&batch);
             let batch = tokio::spawn(
                 async move {
                     batch::settle(&inner.writer, &inner.stream, batch, inner.max_deliveries).await
                 }
-                .in_current_span(),
+                .instrument(span),
             );
             let error = match batch.await.context("the batch task failed")? {
                 Ok(waiting) => {

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use hmdp_lock::{DistributedLock, LockGuard, LockMode};
+use tracing::{field, Instrument, Span};
 
 use super::sale_state::SaleState;
 use crate::after_sale::PayDeadlines;
@@ -156,6 +157,7 @@ impl OrderWriter {
 
     /// Takes the user's lock, timing it; a busy lock is hmdp's failed
     /// `tryLock()`.
+    #[tracing::instrument(name = "lock_acquire", skip_all, fields(%user_id))]
     pub async fn acquire(&self, user_id: UserId) -> Result<Box<dyn LockGuard>, Error> {
         let mode = self.lock_mode();
         let started = Instant::now();
@@ -172,10 +174,11 @@ impl OrderWriter {
         }
     }
 
-    /// Releases a lock; a release that was not clean means mutual exclusion
-    /// may have been lost while it was held, which is worth a warning, not
-    /// a failure of orders that already committed.
-    pub async fn release(&self, held: Box<dyn LockGuard>) {
+    /// Releases `user_id`'s lock; a release that was not clean means mutual
+    /// exclusion may have been lost while it was held, which is worth a
+    /// warning, not a failure of orders that already committed.
+    #[tracing::instrument(name = "lock_release", skip_all, fields(%user_id))]
+    pub async fn release(&self, user_id: UserId, held: Box<dyn LockGuard>) {
         match held.release().await {
             Ok(release) if release.is_clean() => {}
             Ok(release) => {
@@ -229,7 +232,12 @@ impl OrderWriter {
             Ok(outcomes)
         }
         .await;
-        join_all(locks.into_held().map(|held| self.release(held))).await;
+        let held = locks.into_held_by_user();
+        join_all(
+            held.into_iter()
+                .map(|(user, held)| self.release(user, held)),
+        )
+        .await;
         written
     }
 
@@ -386,12 +394,20 @@ impl OrderWriter {
     /// `COMMIT` itself is always waited for: given up while in flight, it
     /// might still land after the locks were released, next to a second
     /// purchase of the same user.
+    #[tracing::instrument(name = "order_transaction", skip_all,
+        fields(orders = orders.len(), order_id, user_id, voucher_id))]
     pub async fn transaction(
         &self,
         orders: &[NewOrder],
         locks: &Locks,
         deadline: Option<Instant>,
     ) -> Result<Ended, Error> {
+        if let [order] = orders {
+            let span = Span::current();
+            span.record("order_id", field::display(order.id));
+            span.record("user_id", field::display(order.user_id));
+            span.record("voucher_id", field::display(order.voucher_id));
+        }
         let statements = async {
             let mut tx = Tx::begin_on(self.store.connection().await?).await?;
             let ended = self.statements(&mut tx, orders, locks).await?;
@@ -409,7 +425,9 @@ impl OrderWriter {
         };
         match &ended {
             Ended::Committed(outcomes) => {
-                tx.commit().await?;
+                tx.commit()
+                    .instrument(tracing::info_span!("commit"))
+                    .await?;
                 let written = orders
                     .iter()
                     .zip(outcomes)
