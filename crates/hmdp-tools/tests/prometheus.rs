@@ -266,7 +266,12 @@ async fn prometheus_scrapes_both_nodes_and_fires_locks_lost_for_a_node_frozen_ho
     print_answer("GET /api/v1/alerts (node1 running again)", &lost);
     assert_eq!(lost.labels["reason"], "taken_or_gone", "{lost:?}");
     assert_eq!(lost.labels["severity"], "ticket");
-    let answer = purchase.await.unwrap().expect("node1 answers the purchase");
+    let answer = (purchase.await.unwrap()).unwrap_or_else(|error| {
+        panic!(
+            "node1 did not answer the purchase: {error:?}\n{}",
+            read(&cluster.log)
+        )
+    });
     assert_eq!(answer.status().as_u16(), 503, "the lost lock's purchase");
     let up = wait_until_both_up(&api).await;
     print_answer("GET /api/v1/targets (node1 back)", &up);
