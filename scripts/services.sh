@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Makes sure MariaDB (or MySQL), Redis, nginx and Chromium are installed and
-# MariaDB and Redis are running on their default local ports. Idempotent: does
-# nothing where they already run. Debian/Ubuntu only (apt-get).
+# Makes sure MariaDB (or MySQL), Redis, nginx, Chromium and Prometheus are
+# installed and MariaDB and Redis are running on their default local ports.
+# Idempotent: does nothing where they already run. Debian/Ubuntu only
+# (apt-get).
 set -euo pipefail
 
 SUDO=""
@@ -63,11 +64,14 @@ if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/bin/chromium ]; then
   echo "services: chromium installed"
 fi
 
-# promtool (Debian's prometheus package) for the test that checks and unit
-# tests the alert rules in deploy/prometheus/.
-if ! command -v promtool >/dev/null 2>&1; then
+# Debian's prometheus package: promtool for the tests that check the alert
+# rules in deploy/prometheus/ and the Grafana dashboard's queries, and the
+# server that `hmdp cluster --prometheus` and `hmdp demo --prometheus` start
+# (each run on a config and storage of its own; the package's own service is
+# left alone).
+if ! command -v promtool >/dev/null 2>&1 || [ ! -x /usr/bin/prometheus ]; then
   apt_install --no-install-recommends prometheus
-  echo "services: promtool installed"
+  echo "services: prometheus and promtool installed"
 fi
 
 # kubernetes-validate (PyPI) for the test that validates deploy/kubernetes

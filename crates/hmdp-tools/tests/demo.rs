@@ -156,6 +156,30 @@ fn the_demo_runs_on_a_redis_cluster_of_its_own() {
     assert!(stdout.contains("local: "), "{stdout}");
 }
 
+/// `--prometheus`: Prometheus scrapes the nodes through the runs (they keep
+/// their ports when they restart with another lock mode), and the report
+/// ends with both nodes as it scraped them after the runs, up.
+#[test]
+fn the_demo_runs_with_prometheus_scraping_and_reports_its_targets() {
+    let stdout = demo([
+        "--prometheus",
+        "--modes",
+        "local,reentrant",
+        "--crowd-bots",
+        "0",
+    ]);
+    assert!(
+        stdout.contains("\nPrometheus http://127.0.0.1:"),
+        "{stdout}"
+    );
+    for node in ["node1", "node2"] {
+        assert!(
+            stdout.contains(&format!("\n  target {node}: up\n")),
+            "{stdout}"
+        );
+    }
+}
+
 /// `--payers 70%` on both paths: 14 of the 20 buyers pay, 1 cancels, 5 let
 /// their orders time out (the demo's 5 s); the second wave sells those 6 units again;
 /// then paid + used + unpaid + stock = initial, no user holds two active

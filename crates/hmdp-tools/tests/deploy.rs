@@ -1,6 +1,9 @@
 //! The Docker deployment, checked without a Docker engine: docker-compose.yml
 //! parses, has the services, health checks and start order a working cluster
-//! needs, and nginx.conf's upstreams are exactly the app services.
+//! needs, and nginx.conf's upstreams are exactly the app services. Beside it,
+//! the Kubernetes manifests against the API's schemas, the alert rules with
+//! promtool, and the Grafana dashboard: its queries parse and read only
+//! metrics the nodes export or the rules record.
 
 use std::collections::BTreeSet;
 
@@ -209,22 +212,10 @@ fn the_alert_rules_check_and_pass_their_unit_tests() {
 
 #[test]
 fn every_alert_has_a_runbook_entry() {
-    let rules: Value = serde_yaml::from_str(
-        &std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../deploy/prometheus/alerts.yml"
-        ))
-        .unwrap(),
-    )
-    .unwrap();
-    let runbook = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../docs/operations.md"
-    ))
-    .unwrap();
-    let alerts: Vec<String> = (rules["groups"].as_sequence().unwrap().iter())
-        .flat_map(|group| group["rules"].as_sequence().unwrap())
-        .filter_map(|rule| rule["alert"].as_str().map(str::to_owned))
+    let runbook = read_repo_file("docs/operations.md");
+    let alerts: Vec<String> = rules()
+        .into_iter()
+        .filter_map(|(_, alert, _)| alert)
         .collect();
     assert_eq!(alerts.len(), 9, "{alerts:?}");
     for alert in alerts {
@@ -259,6 +250,196 @@ fn the_kubernetes_manifests_validate_against_the_api_schemas() {
         assert!(
             printed.contains(&format!("passed for resource {kind}")),
             "{kind}: {printed}"
+        );
+    }
+}
+
+fn read_repo_file(path: &str) -> String {
+    let full = format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&full).unwrap_or_else(|error| panic!("{full}: {error}"))
+}
+
+/// The metrics a node exports: the name each registration in
+/// src/metrics.rs gives, and a histogram's `_bucket`, `_sum` and `_count`.
+fn exported_metrics() -> BTreeSet<String> {
+    let source = read_repo_file("src/metrics.rs");
+    let mut names = BTreeSet::new();
+    for (at, call) in source.match_indices("_with_registry(") {
+        let mut words = source[..at].rsplit(|c: char| !c.is_alphanumeric() && c != '_');
+        let is_histogram = words.next().unwrap().contains("histogram");
+        let name = source[at + call.len()..].split('"').nth(1).unwrap();
+        if is_histogram {
+            names.extend(["_bucket", "_sum", "_count"].map(|suffix| format!("{name}{suffix}")));
+        } else {
+            names.insert(name.to_owned());
+        }
+    }
+    assert!(names.contains("http_requests_total"), "{names:?}");
+    names
+}
+
+/// deploy/prometheus/alerts.yml's rules: (record, alert, expr) of each.
+fn rules() -> Vec<(Option<String>, Option<String>, String)> {
+    let rules: Value =
+        serde_yaml::from_str(&read_repo_file("deploy/prometheus/alerts.yml")).unwrap();
+    (rules["groups"].as_sequence().unwrap().iter())
+        .flat_map(|group| group["rules"].as_sequence().unwrap())
+        .map(|rule| {
+            let name = |key: &str| rule[key].as_str().map(str::to_owned);
+            (name("record"), name("alert"), str_of(&rule["expr"]))
+        })
+        .collect()
+}
+
+/// PromQL's words before a list of labels.
+const GROUPING: [&str; 6] = [
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+];
+
+/// PromQL's words that name no metric and need not be followed by `(`:
+/// binary operators, modifiers, and aggregations written `sum by (x) (...)`.
+const KEYWORDS: [&str; 17] = [
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+    "atan2",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "group",
+    "stddev",
+    "stdvar",
+    "count",
+    "count_values",
+    "bottomk",
+    "topk",
+];
+
+/// The metric names a PromQL expression reads: what is left once label
+/// matchers, ranges, strings, functions, grouping labels and keywords are
+/// set aside.
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    let mut bare = String::new();
+    let (mut closing, mut in_string) = (None, false);
+    for c in expr.chars() {
+        match (in_string, closing, c) {
+            (true, _, '"') => in_string = false,
+            (true, _, _) => {}
+            (false, _, '"') => in_string = true,
+            (false, Some(end), c) if c == end => closing = None,
+            (false, Some(_), _) => {}
+            (false, None, '{') => closing = Some('}'),
+            (false, None, '[') => closing = Some(']'),
+            (false, None, c) => bare.push(c),
+        }
+    }
+    let mut names = BTreeSet::new();
+    let mut rest = bare.as_str();
+    while let Some(start) = rest.find(|c: char| c.is_ascii_alphanumeric() || "_:.".contains(c)) {
+        rest = &rest[start..];
+        let end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || "_:.".contains(c)))
+            .unwrap_or(rest.len());
+        let word = &rest[..end];
+        rest = rest[end..].trim_start();
+        if GROUPING.contains(&word) && rest.starts_with('(') {
+            rest = &rest[rest.find(')').unwrap() + 1..];
+        } else if !(word.starts_with(|c: char| c.is_ascii_digit() || c == '.')
+            || rest.starts_with('(')
+            || KEYWORDS.contains(&word))
+        {
+            names.insert(word.to_owned());
+        }
+    }
+    names
+}
+
+#[test]
+fn promql_names_are_read_off_expressions() {
+    let expr = r#"histogram_quantile(0.99, sum by (le) (rate(x_bucket{route="/a/{id}"}[5m])))
+        + max without (mode) (z) + count(w) by (le)
+        / on (instance) group_left () hmdp:y:ratio > bool 0.5 and up offset 1m"#;
+    let expected: BTreeSet<String> = ["x_bucket", "z", "w", "hmdp:y:ratio", "up"]
+        .map(String::from)
+        .into();
+    assert_eq!(metric_names(expr), expected);
+}
+
+/// Every panel of deploy/grafana/hmdp.json with a query: (title, exprs).
+fn dashboard_panels() -> Vec<(String, Vec<String>)> {
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&read_repo_file("deploy/grafana/hmdp.json"))
+            .expect("deploy/grafana/hmdp.json parses");
+    assert_eq!(dashboard["uid"], "hmdp");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let ids: BTreeSet<u64> = panels.iter().filter_map(|p| p["id"].as_u64()).collect();
+    assert_eq!(ids.len(), panels.len(), "each panel has an id of its own");
+    (panels.iter())
+        .filter(|panel| panel["type"] != "row")
+        .map(|panel| {
+            let title = panel["title"].as_str().expect("a title").to_owned();
+            let grid = &panel["gridPos"];
+            let right = grid["x"].as_u64().unwrap() + grid["w"].as_u64().unwrap();
+            assert!(right <= 24, "{title}: past the grid's 24 columns");
+            assert_eq!(panel["datasource"]["uid"], "${datasource}", "{title}");
+            let targets = panel["targets"].as_array().expect("targets");
+            assert!(!targets.is_empty(), "{title} queries nothing");
+            let exprs = (targets.iter())
+                .map(|target| target["expr"].as_str().expect("an expr").to_owned())
+                .collect();
+            (title, exprs)
+        })
+        .collect()
+}
+
+#[test]
+fn the_dashboard_queries_parse_and_read_only_what_the_nodes_and_rules_give() {
+    let mut known = exported_metrics();
+    let rules = rules();
+    known.extend(rules.iter().filter_map(|(record, _, _)| record.clone()));
+    // Prometheus' own series for each target: 1 when its scrape answered.
+    known.insert("up".to_owned());
+
+    let panels = dashboard_panels();
+    let mut checked = Vec::new();
+    for (title, exprs) in &panels {
+        for expr in exprs {
+            for name in metric_names(expr) {
+                assert!(known.contains(&name), "{title}: no metric {name} in {expr}");
+            }
+            // Grafana's interval variable, for promtool to parse.
+            let expr = expr.replace("$__rate_interval", "1m");
+            let record = format!("panel_{}", checked.len());
+            checked.push(serde_json::json!({"record": record, "expr": expr}));
+        }
+    }
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let groups = serde_json::json!({"groups": [{"name": "dashboard", "rules": checked}]});
+    std::fs::write(file.path(), groups.to_string()).unwrap();
+    let path = file.path().to_str().unwrap();
+    let parsed = promtool(&["check", "rules", path]);
+    assert!(
+        parsed.contains(&format!("SUCCESS: {} rules found", checked.len())),
+        "{parsed}"
+    );
+
+    // Each alert has a panel showing what it watches.
+    let shown: BTreeSet<String> = (panels.iter())
+        .flat_map(|(_, exprs)| exprs.iter().flat_map(|expr| metric_names(expr)))
+        .collect();
+    for (_, alert, expr) in rules {
+        let Some(alert) = alert else { continue };
+        assert!(
+            metric_names(&expr).iter().any(|name| shown.contains(name)),
+            "{alert}: no panel shows {expr}"
         );
     }
 }

@@ -25,6 +25,7 @@ use hmdp_lock::LockMode;
 use serde::Serialize;
 use serde_json::json;
 
+use super::prometheus::{Prometheus, PrometheusSettings};
 use super::{node_flags, until_signal, Cluster, ClusterSpec, Sandbox, NODE_IDS};
 use crate::loadtest::crowd::CrowdReport;
 use crate::loadtest::{self, tokens::Login, Drain, Plan, Report};
@@ -129,6 +130,9 @@ pub struct DemoSettings {
     /// --redis-url.
     #[arg(long)]
     pub redis_cluster: bool,
+
+    #[command(flatten)]
+    pub prometheus: PrometheusSettings,
 
     /// MySQL server (the demo creates and drops its own database on it) and
     /// Redis (the demo uses its own key prefix and removes its keys).
@@ -342,6 +346,8 @@ pub async fn run(settings: DemoSettings) -> anyhow::Result<()> {
 /// logged in, the database and the sales' Redis side.
 struct Stage {
     cluster: Cluster,
+    /// Scrapes the nodes, which keep their ports through every restart.
+    prometheus: Option<Prometheus>,
     client: reqwest::Client,
     tokens: Vec<String>,
     store: Store,
@@ -405,6 +411,12 @@ async fn demo(
         }
     };
     report(settings, &runs, sync_run.zip(unshared), crowd.as_ref())?;
+    if let Some(prometheus) = &stage.prometheus {
+        match prometheus.api().summary(chrono::Utc::now()).await {
+            Ok(summary) => print!("\n{summary}"),
+            Err(error) => println!("\nPrometheus not read: {error:#}"),
+        }
+    }
     judge(&runs)
 }
 
@@ -422,6 +434,10 @@ async fn stage(
         sandbox.database.url, sandbox.redis.prefix
     );
     let cluster = Cluster::start(spec.clone(), flags).await?;
+    let prometheus = settings.prometheus.start(&cluster).await?;
+    if let Some(prometheus) = &prometheus {
+        eprintln!("Prometheus at {} scrapes both nodes", prometheus.url());
+    }
     let client = loadtest::http_client(settings.concurrency)?;
     let redis =
         hmdp::config::connect_redis(&sandbox.redis.redis_url, settings.store.backend_timeout())?;
@@ -439,6 +455,7 @@ async fn stage(
     let sales = SaleState::new(redis.clone(), keys.clone(), store.clone());
     Ok(Stage {
         cluster,
+        prometheus,
         client,
         tokens,
         store,

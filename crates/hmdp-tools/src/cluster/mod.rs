@@ -1,10 +1,12 @@
 //! Two `hmdp serve` nodes and nginx in front of them, as local child
 //! processes on free ports with a private nginx prefix: what `hmdp demo` runs
-//! and what the cluster tests start, the same way.
+//! and what the cluster tests start, the same way; Prometheus beside them
+//! when asked (`prometheus`).
 
 pub mod demo;
 pub mod nginx;
 pub mod node;
+pub mod prometheus;
 mod sandbox;
 pub mod soak;
 pub mod up;

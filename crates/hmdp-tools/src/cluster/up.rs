@@ -1,6 +1,7 @@
-//! `hmdp cluster`: the demo's two nodes and nginx, left running for outside
-//! tools (wrk, oha, JMeter, `hmdp loadtest`) until Ctrl-C or SIGTERM, in a
-//! sandbox database and Redis prefix that are removed when it stops.
+//! `hmdp cluster`: the demo's two nodes and nginx (and with --prometheus,
+//! Prometheus scraping them), left running for outside tools (wrk, oha,
+//! JMeter, `hmdp loadtest`) until Ctrl-C or SIGTERM, in a sandbox database
+//! and Redis prefix that are removed when it stops.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -9,6 +10,7 @@ use anyhow::Context;
 use clap::Args;
 use hmdp_lock::LockMode;
 
+use super::prometheus::{Prometheus, PrometheusSettings};
 use super::{node_flags, until_signal};
 use super::{Cluster, ClusterSpec, Sandbox};
 use hmdp::config::{DatabaseSettings, RedisSettings, SeckillMode};
@@ -31,9 +33,13 @@ pub struct ClusterSettings {
     /// Once everything answers, write `NAME=value` lines here (nginx's URL,
     /// the sandbox's `DATABASE_URL`, `HMDP_REDIS_PREFIX`, `HMDP_ADMIN_TOKEN`,
     /// the nodes' own URLs (for their `/metrics`), the process ids of the
-    /// nodes and of nginx) for a shell to source.
+    /// nodes and of nginx, and with --prometheus its URL) for a shell to
+    /// source.
     #[arg(long)]
     pub env_file: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub prometheus: PrometheusSettings,
 
     /// MySQL server: a sandbox database is created on it.
     #[command(flatten)]
@@ -73,7 +79,8 @@ async fn serve(settings: &ClusterSettings, exe: PathBuf, sandbox: &Sandbox) -> a
         &node_flags(settings.lock, settings.seckill, settings.chaos_hold_ms),
     )
     .await?;
-    let env = describe(&cluster, sandbox);
+    let prometheus = settings.prometheus.start(&cluster).await?;
+    let env = describe(&cluster, sandbox, prometheus.as_ref());
     if let Some(path) = &settings.env_file {
         std::fs::write(path, &env).with_context(|| format!("writing {}", path.display()))?;
     }
@@ -82,11 +89,17 @@ async fn serve(settings: &ClusterSettings, exe: PathBuf, sandbox: &Sandbox) -> a
         "two nodes ({}, {}) behind nginx; Ctrl-C stops them",
         settings.lock, settings.seckill
     );
+    if let Some(prometheus) = &prometheus {
+        eprintln!(
+            "Prometheus at {} scrapes both nodes every second with deploy/prometheus/alerts.yml",
+            prometheus.url()
+        );
+    }
     std::future::pending().await
 }
 
 /// The cluster as shell variable assignments.
-fn describe(cluster: &Cluster, sandbox: &Sandbox) -> String {
+fn describe(cluster: &Cluster, sandbox: &Sandbox, prometheus: Option<&Prometheus>) -> String {
     let pids: Vec<String> = cluster
         .node_pids()
         .iter()
@@ -102,6 +115,9 @@ fn describe(cluster: &Cluster, sandbox: &Sandbox) -> String {
     let _ = writeln!(out, "HMDP_NODE_PIDS=\"{}\"", pids.join(" "));
     if let Some(pid) = cluster.nginx_pid() {
         let _ = writeln!(out, "HMDP_NGINX_PID={pid}");
+    }
+    if let Some(prometheus) = prometheus {
+        let _ = writeln!(out, "HMDP_PROMETHEUS={}", prometheus.url());
     }
     out
 }
