@@ -293,7 +293,7 @@ impl ServerCommand {
     pub fn node_id(&self) -> Option<String> {
         match self {
             ServerCommand::Serve(settings) => settings.node_id_before_listening(),
-            ServerCommand::Migrate(_) => None,
+            ServerCommand::Migrate(_) | ServerCommand::Openapi => None,
         }
     }
 
