@@ -31,7 +31,7 @@ pub(super) struct CodeQuery {
     phone: String,
 }
 
-/// Issues a 6-digit login code for the phone, kept in Redis for five
+/// Issues a 6-digit login code for the phone, kept in Redis for two
 /// minutes (there is no SMS gateway); one phone may ask once per
 /// `--code-interval-secs`.
 #[utoipa::path(

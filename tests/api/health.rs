@@ -64,7 +64,8 @@ async fn made_up_methods_share_one_metrics_label() {
             .send()
             .await
             .unwrap();
-        assert_eq!(response.status(), 404);
+        assert_eq!(response.status(), 405);
+        assert_eq!(response.headers()["allow"], "GET");
     }
     let text = app.get("/metrics", None).await.text().await.unwrap();
     assert!(text.contains("method=\"OTHER\""), "{text}");
