@@ -2,7 +2,7 @@
 //! `docs/openapi.json`, it is a valid OpenAPI document, and what fuzzing it
 //! found stays fixed (the fuzzing itself runs against two nodes behind
 //! nginx: `the_api_holds_its_contract_under_schemathesis` in the tools'
-//! cluster tests).
+//! `tests/contract.rs`).
 
 use std::path::Path;
 use std::process::Command;

@@ -3,124 +3,19 @@
 //! modes keep one order per user across nodes, and what a node crash does.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use hmdp::config::{RedisSettings, SeckillMode};
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
-use hmdp::store::Store;
 use hmdp_lock::LockMode;
-use hmdp_test_support::{mysql_server_url, poll_until, redis_url, wait_until, RedisCluster};
-use hmdp_tools::cluster::{node_flags, Cluster, ClusterSpec, Sandbox, NODE_IDS};
+
+mod common;
+use common::cluster::{run, TestCluster};
+use hmdp_test_support::{poll_until, redis_url, wait_until, RedisCluster};
+use hmdp_tools::cluster::NODE_IDS;
 use hmdp_tools::loadtest::tokens::Login;
 use hmdp_tools::loadtest::{self, Plan, Report};
-
-/// A cluster in its own sandbox, with users logged in through nginx. Fields
-/// drop in order: the processes go before their database does.
-struct TestCluster {
-    cluster: Cluster,
-    client: reqwest::Client,
-    store: Store,
-    tokens: Vec<String>,
-    sandbox: Sandbox,
-}
-
-impl TestCluster {
-    async fn start(mode: LockMode, chaos_hold_ms: u64, users: usize) -> TestCluster {
-        Self::start_on(&redis_url(), mode, &[], chaos_hold_ms, users).await
-    }
-
-    /// Nodes on the Redis at `redis_url` (a cluster's too), with `extra`
-    /// flags.
-    async fn start_on(
-        redis_url: &str,
-        mode: LockMode,
-        extra: &[&str],
-        chaos_hold_ms: u64,
-        users: usize,
-    ) -> TestCluster {
-        hmdp::telemetry::init();
-        let sandbox = Sandbox::create(&mysql_server_url(), &RedisSettings::at(redis_url), "test")
-            .await
-            .expect("MySQL is reachable (scripts/services.sh starts it)");
-        let spec = ClusterSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
-        // Several clusters run at once next to the other test binaries' nodes:
-        // small pools keep them all within MySQL's connection limit.
-        let mut flags = node_flags(mode, SeckillMode::Sync, chaos_hold_ms);
-        flags.push("--db-pool=16".into());
-        flags.extend(extra.iter().map(|flag| flag.to_string()));
-        let cluster = Cluster::start(spec, &flags)
-            .await
-            .unwrap_or_else(|error| panic!("cluster did not start: {error:#}"));
-        let client = loadtest::http_client(200).unwrap();
-        let redis =
-            hmdp::config::connect_redis(&sandbox.redis.redis_url, Duration::from_secs(10)).unwrap();
-        let tokens = Login::new(
-            client.clone(),
-            &cluster.url(),
-            redis,
-            Keys::new(sandbox.redis.prefix.clone()),
-        )
-        .users(0, users, 32)
-        .await
-        .expect("users log in through nginx");
-        TestCluster {
-            cluster,
-            client,
-            store: sandbox.store(2).unwrap(),
-            tokens,
-            sandbox,
-        }
-    }
-
-    /// A voucher on sale now, created through nginx as the load test does.
-    async fn create_voucher(&self, stock: i64) -> i64 {
-        let stock = i32::try_from(stock).unwrap();
-        loadtest::create_voucher(
-            &self.client,
-            &self.cluster.url(),
-            &self.cluster.spec().admin_token,
-            stock,
-        )
-        .await
-        .unwrap()
-    }
-
-    fn plan(&self, voucher: i64, users: usize, per_user: usize) -> Plan {
-        Plan {
-            target: self.cluster.url(),
-            voucher,
-            tokens: self.tokens[..users].to_vec(),
-            per_user,
-            concurrency: 200,
-            progress: loadtest::progress_bar((users * per_user) as u64),
-        }
-    }
-
-    async fn run(&self, plan: &Plan, stock: i64) -> Report {
-        run(&self.store, plan, stock).await
-    }
-}
-
-/// Runs the plan and audits the voucher, as `loadtest --verify` does.
-async fn run(store: &Store, plan: &Plan, stock: i64) -> Report {
-    let measured = loadtest::run(plan).await.unwrap();
-    let mut report = Report::new(plan, &measured);
-    report.add_audit(
-        stock,
-        &store
-            .audit_voucher(VoucherId::new(plan.voucher))
-            .await
-            .unwrap(),
-        // Each test asserts the duplicates its lock mode should (or should
-        // not) let through.
-        false,
-    );
-    println!("{}", report.table());
-    report
-}
 
 fn assert_served_by_both_nodes(report: &Report) {
     for node in NODE_IDS {
@@ -391,52 +286,6 @@ async fn the_storm_workload_runs_three_times_in_a_row() {
         );
         assert!(summary.contains("duplicates   0 users"), "{summary}");
     }
-}
-
-/// The API against its contract: schemathesis generates requests from
-/// `/openapi.json` (settings in `tests/schemathesis.toml`) and sends them
-/// through nginx to both nodes, logged in and with the admin token. No
-/// answer may be a 5xx or stray from the contract: its statuses, bodies,
-/// headers, `Allow` on a method a path does not take, 401 without the
-/// session. Logout is left out: it would end the session the rest uses.
-/// The seed is fixed, so a run is the same run until the contract changes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_api_holds_its_contract_under_schemathesis() {
-    let test = TestCluster::start(LockMode::Reentrant, 0, 1).await;
-    let url = test.cluster.url();
-    // Found by the fuzzing: nginx refuses TRACE itself, and its 405 named
-    // no method; the node's answer to OPTIONS names them.
-    let trace = (test.client)
-        .request(reqwest::Method::TRACE, format!("{url}/api/user/code"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(trace.status(), 405);
-    assert_eq!(trace.headers()["allow"], "POST");
-
-    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/schemathesis.toml");
-    // Its example database goes where it runs: not into the source tree.
-    let output = tokio::process::Command::new("schemathesis")
-        .current_dir(std::env::temp_dir())
-        .args(["--no-color", "--config-file", config, "run"])
-        .arg(format!("{url}/openapi.json"))
-        .args(["--url", &url, "--seed", "20261202", "--max-examples", "100"])
-        .args(["--exclude-path", "/user/logout"])
-        .args(["-H", &format!("authorization: {}", test.tokens[0])])
-        .args([
-            "-H",
-            &format!("x-admin-token: {}", test.cluster.spec().admin_token),
-        ])
-        .output()
-        .await
-        .expect("schemathesis is installed (scripts/services.sh)");
-    let report = String::from_utf8_lossy(&output.stdout);
-    println!("{report}{}", String::from_utf8_lossy(&output.stderr));
-    assert!(output.status.success(), "schemathesis found failures");
-    let generated: u64 = (report.lines())
-        .find_map(|line| line.trim().split_once(" generated,")?.0.parse().ok())
-        .expect("schemathesis reports how many test cases it generated");
-    assert!(generated >= 2000, "only {generated} requests generated");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

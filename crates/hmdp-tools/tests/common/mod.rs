@@ -4,6 +4,8 @@
 // Every test binary compiles this module and uses a part of it.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::process::Command;
 
 use chrono::{Local, TimeDelta};
