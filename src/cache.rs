@@ -82,7 +82,8 @@ impl ShopCache {
         // hmdp's `tryLock`: `SET NX` with a 10 s lease (the default one),
         // no waiting; the release checks the owner, which hmdp's `DEL` does not.
         let rebuild_lock = hmdp_lock::LockBuilder::redis_lua()
-            .build_sharing(redis.clone(), hmdp_lock::RedisSource::from_url(redis_url)?)?;
+            .sharing(redis.clone())
+            .build(hmdp_lock::RedisSource::from_url(redis_url)?)?;
         Ok(ShopCache {
             redis,
             keys,

@@ -34,7 +34,7 @@ use crate::seckill::Seckill;
 use crate::store::{self, Store};
 use crate::telemetry::RequestIdSpan;
 
-/// The lock `settings` configure, on `redis` (see [`hmdp_lock::LockBuilder::build_sharing`]),
+/// The lock `settings` configure, sending its commands on `redis` (see [`hmdp_lock::LockBuilder::sharing`]),
 /// counting its events into the node's metrics.
 pub fn build_lock(
     settings: &LockSettings,
@@ -46,7 +46,8 @@ pub fn build_lock(
     settings
         .builder()
         .observer(Arc::new(metrics::LockMetrics))
-        .build_sharing(redis, source)
+        .sharing(redis.into())
+        .build(source)
         .with_context(|| format!("cannot build --lock {}", settings.mode))
 }
 

@@ -29,9 +29,8 @@ use crate::set_nx::SetNx;
 
 /// How to make a lock: its mode, then what applies to it, one method each;
 /// [`build`](Self::build) makes it on a Redis (a `redis::Client`, or a Redis
-/// Cluster's nodes: a [`RedisSource`]), or
-/// [`build_sharing`](Self::build_sharing) on a connection the caller
-/// already has.
+/// Cluster's nodes: a [`RedisSource`]), on a connection of its own or, with
+/// [`sharing`](Self::sharing), on one the caller already has.
 ///
 /// ```
 /// use std::time::Duration;
@@ -63,6 +62,8 @@ pub struct LockBuilder {
     sync_replicas: u32,
     sync_replicas_timeout: Duration,
     reply_timeout: Duration,
+    /// The caller's connection the lock sends its commands on, if any.
+    shared: Option<Connection>,
     #[cfg(feature = "fault-injection")]
     faults: Faults,
     observer: Arc<dyn Observer>,
@@ -93,6 +94,7 @@ impl LockBuilder {
             sync_replicas: 0,
             sync_replicas_timeout: Self::DEFAULT_SYNC_REPLICAS_TIMEOUT,
             reply_timeout: Self::DEFAULT_REPLY_TIMEOUT,
+            shared: None,
             #[cfg(feature = "fault-injection")]
             faults: Faults::none(),
             observer: Unobserved::shared(),
@@ -211,45 +213,43 @@ impl LockBuilder {
         }
     }
 
-    /// Builds the lock on `redis`, opening its own connection to it (a
-    /// reconnecting one, or a cluster connection), which waits no longer
-    /// than the reply timeout. Nothing connects yet: connections open on
-    /// first use. Call it inside a Tokio runtime (the reconnecting
-    /// connection starts a task of its own).
+    /// Sends the lock's commands on `connection`, which the caller shares
+    /// with its other commands, instead of a connection of the lock's own.
+    /// [`build`](Self::build)'s Redis must be the same Redis: the lock still
+    /// opens a connection of its own for the release subscription of
+    /// `reentrant`, and for its commands when it waits for replicas
+    /// ([`sync_replicas`](Self::sync_replicas)): `WAIT` counts the replicas
+    /// that have every write sent *on its connection*, so the lock's writes
+    /// and its `WAIT` share one; and `WAIT` blocks that connection while it
+    /// waits, which on the shared connection would hold up every other
+    /// command queued behind it. A slow replica then costs acquisitions
+    /// their wait, and nothing else. Modes that send nothing to that Redis
+    /// (`local`, `none`, the quorum modes without fencing) leave it unused.
+    pub fn sharing(mut self, connection: impl Into<Connection>) -> Self {
+        self.shared = Some(connection.into());
+        self
+    }
+
+    /// Builds the lock on `redis`: on the connection given to
+    /// [`sharing`](Self::sharing), else on a connection of its own (a
+    /// reconnecting one, or a cluster connection) that waits no longer than
+    /// the reply timeout. Nothing connects yet: connections open on first
+    /// use. Call it inside a Tokio runtime (the reconnecting connection
+    /// starts a task of its own).
     pub fn build(
         &self,
         redis: impl Into<RedisSource>,
     ) -> Result<Arc<dyn DistributedLock>, BuildError> {
-        let source = redis.into();
-        let connection = open(&source, self.reply_timeout)?;
-        self.build_sharing(connection, source)
-    }
-
-    /// Builds the lock on `connection`, which the caller shares with its
-    /// other commands; `redis` is the same Redis, for what the lock must open
-    /// a connection of its own for (the release subscription of
-    /// `reentrant`, and the lock's connection when it waits for replicas).
-    ///
-    /// With [`sync_replicas`](Self::sync_replicas), the lock opens a
-    /// connection of its own instead: `WAIT` counts the replicas that have
-    /// every write sent *on its connection*, so the lock's writes and its
-    /// `WAIT` share one; and `WAIT` blocks that connection while it waits,
-    /// which on the shared connection would hold up every other command
-    /// queued behind it. A slow replica then costs acquisitions their wait,
-    /// and nothing else.
-    pub fn build_sharing(
-        &self,
-        connection: impl Into<Connection>,
-        redis: impl Into<RedisSource>,
-    ) -> Result<Arc<dyn DistributedLock>, BuildError> {
         self.ensure_used()?;
         let source = redis.into();
-        let redis = if self.sync_replicas > 0 && self.mode.uses_main_redis() {
+        let redis = match &self.shared {
             // A command queued behind a `WAIT` waits for it: its reply may
             // take the `WAIT`'s timeout and a round trip.
-            open(&source, self.sync_replicas_timeout + SYNC_REPLY_MARGIN)?
-        } else {
-            connection.into()
+            _ if self.sync_replicas > 0 && self.mode.uses_main_redis() => {
+                open(&source, self.sync_replicas_timeout + SYNC_REPLY_MARGIN)?
+            }
+            Some(shared) => shared.clone(),
+            None => open(&source, self.reply_timeout)?,
         };
         let set_nx = || {
             SetNx::new(
@@ -344,6 +344,7 @@ impl std::fmt::Debug for LockBuilder {
             .field("sync_replicas", &self.sync_replicas)
             .field("sync_replicas_timeout", &self.sync_replicas_timeout)
             .field("reply_timeout", &self.reply_timeout)
+            .field("sharing", &self.shared.is_some())
             .finish_non_exhaustive()
     }
 }

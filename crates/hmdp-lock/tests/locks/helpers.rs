@@ -58,10 +58,8 @@ impl Subject {
             builder = builder.lease(lease);
         }
         builder
-            .build_sharing(
-                self.redis.clone(),
-                RedisSource::from_url(&redis_url()).expect("a Redis URL"),
-            )
+            .sharing(self.redis.clone())
+            .build(RedisSource::from_url(&redis_url()).expect("a Redis URL"))
             .expect("mode is available")
     }
 

@@ -219,7 +219,8 @@ impl Lab {
         settings
             .builder()
             .faults(self.faults())
-            .build_sharing(redis.clone(), hmdp_lock::RedisSource::from_url(redis_url)?)
+            .sharing(redis.clone())
+            .build(hmdp_lock::RedisSource::from_url(redis_url)?)
             .with_context(|| format!("cannot build --lock {}", settings.mode))
     }
 
