@@ -9,6 +9,7 @@ pub mod api;
 pub mod auth;
 pub mod cache;
 pub mod config;
+pub mod contract;
 pub mod error;
 pub mod id_worker;
 pub mod idempotency;

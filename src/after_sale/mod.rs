@@ -58,7 +58,7 @@ pub struct OrderView {
     pub order: VoucherOrder,
     /// An unpaid order: when it closes unpaid.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = crate::api::openapi::local_time)]
+    #[schema(schema_with = crate::contract::local_time)]
     pub pay_deadline: Option<NaiveDateTime>,
 }
 

@@ -7,10 +7,10 @@ use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::openapi::{Backend, BadInput, SignedIn};
 use super::page_number;
 use super::response::{ok_data, ApiResult};
 use crate::auth::CurrentUser;
+use crate::contract::{Backend, BadInput, SignedIn};
 use crate::error::Error;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {

@@ -6,9 +6,9 @@ use redis::AsyncCommands;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::openapi::Backend;
 use super::response::{ok_data, ApiResult};
 use super::AppState;
+use crate::contract::Backend;
 use crate::error::Error;
 use crate::metrics;
 use crate::redis_handle::RedisConnection;

@@ -22,7 +22,7 @@ pub struct ApiResult<T> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub total: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<super::openapi::ErrorCode>)]
+    #[schema(value_type = Option<crate::contract::ErrorCode>)]
     pub error_code: Option<&'static str>,
 }
 

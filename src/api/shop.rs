@@ -6,10 +6,10 @@ use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use super::openapi::{Backend, BadInput, NoRoute};
 use super::page_number;
 use super::response::{ok_data, ApiResult};
 use super::AppState;
+use crate::contract::{Backend, BadInput, NoRoute};
 use crate::error::{Error, Rejection};
 use crate::ids::{positive_id, ShopId};
 use crate::store::Shop;

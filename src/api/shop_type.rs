@@ -3,9 +3,9 @@
 
 use actix_web::{web, HttpResponse};
 
-use super::openapi::Backend;
 use super::response::{ok_data, ApiResult};
 use super::AppState;
+use crate::contract::Backend;
 use crate::error::Error;
 use crate::store::ShopType;
 

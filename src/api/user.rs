@@ -6,10 +6,10 @@ use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
 use super::guards::ClientIp;
-use super::openapi::{Backend, BadBody, BadInput, Limited, NoRoute, SignedIn};
 use super::response::{ok, ok_data, ApiResult};
 use super::AppState;
 use crate::auth::{CurrentUser, Phone};
+use crate::contract::{Backend, BadBody, BadInput, Limited, NoRoute, SignedIn};
 use crate::error::Error;
 use crate::ids::UserId;
 use crate::limits::{Rule, EVERYONE};

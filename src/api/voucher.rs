@@ -6,9 +6,9 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::guards::Admin;
-use super::openapi::{AdminOnly, Backend, BadBody, BadInput, NoRoute};
 use super::response::{ok_data, ApiResult};
 use super::AppState;
+use crate::contract::{AdminOnly, Backend, BadBody, BadInput, NoRoute};
 use crate::error::Error;
 use crate::ids::{ShopId, VoucherId};
 use crate::shards::Layout;
@@ -24,7 +24,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 #[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct VoucherBody {
-    #[schema(schema_with = super::openapi::unsigned_64)]
+    #[schema(schema_with = crate::contract::unsigned_64)]
     shop_id: u64,
     /// Not blank (a character `trim` keeps); at most 255 characters.
     #[schema(
@@ -38,7 +38,7 @@ pub(super) struct VoucherBody {
     #[schema(max_length = 1024)]
     rules: Option<String>,
     /// The price, in fen (分).
-    #[schema(schema_with = super::openapi::unsigned_64)]
+    #[schema(schema_with = crate::contract::unsigned_64)]
     pay_value: u64,
     /// The value, in fen; not negative.
     #[schema(minimum = 0)]
@@ -63,10 +63,10 @@ pub(super) struct SeckillVoucherBody {
     #[schema(minimum = 0)]
     stock: i32,
     /// When the sale opens (1971 to 2038).
-    #[schema(schema_with = super::openapi::local_time)]
+    #[schema(schema_with = crate::contract::local_time)]
     begin_time: NaiveDateTime,
     /// When it ends: after `beginTime`, before 2038.
-    #[schema(schema_with = super::openapi::local_time)]
+    #[schema(schema_with = crate::contract::local_time)]
     end_time: NaiveDateTime,
     /// How many shards the sale is split into in Redis (not in hmdp): the
     /// node's `--seckill-shards` when absent.

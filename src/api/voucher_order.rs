@@ -8,11 +8,11 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::guards::{Admin, ClientIp};
-use super::openapi::{AdminOnly, Backend, BadBody, BadInput, Failure, Limited, NoRoute, SignedIn};
 use super::response::{ok_data, ApiResult};
 use super::AppState;
 use crate::after_sale::{OrderView, PAY_TYPES};
 use crate::auth::CurrentUser;
+use crate::contract::{AdminOnly, Backend, BadBody, BadInput, Failure, Limited, NoRoute, SignedIn};
 use crate::error::{Error, Rejection};
 use crate::idempotency::IdempotencyKey;
 use crate::ids::{OrderId, UserId, VoucherId};

@@ -35,15 +35,15 @@ pub struct VoucherOrder {
     /// 1 unpaid, 2 paid, 3 used, 4 closed (cancelled or past its deadline),
     /// 5 refunding, 6 refunded.
     pub status: u8,
-    #[schema(schema_with = crate::api::openapi::local_time)]
+    #[schema(schema_with = crate::contract::local_time)]
     pub create_time: NaiveDateTime,
-    #[schema(schema_with = crate::api::openapi::local_time_or_null)]
+    #[schema(schema_with = crate::contract::local_time_or_null)]
     pub pay_time: Option<NaiveDateTime>,
-    #[schema(schema_with = crate::api::openapi::local_time_or_null)]
+    #[schema(schema_with = crate::contract::local_time_or_null)]
     pub use_time: Option<NaiveDateTime>,
-    #[schema(schema_with = crate::api::openapi::local_time_or_null)]
+    #[schema(schema_with = crate::contract::local_time_or_null)]
     pub refund_time: Option<NaiveDateTime>,
-    #[schema(schema_with = crate::api::openapi::local_time)]
+    #[schema(schema_with = crate::contract::local_time)]
     pub update_time: NaiveDateTime,
 }
 

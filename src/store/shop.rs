@@ -36,10 +36,10 @@ pub struct Shop {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub open_hours: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = crate::api::openapi::local_time)]
+    #[schema(schema_with = crate::contract::local_time)]
     pub create_time: Option<NaiveDateTime>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = crate::api::openapi::local_time)]
+    #[schema(schema_with = crate::contract::local_time)]
     pub update_time: Option<NaiveDateTime>,
 }
 
@@ -57,10 +57,10 @@ pub struct ShopType {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sort: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = crate::api::openapi::local_time)]
+    #[schema(schema_with = crate::contract::local_time)]
     pub create_time: Option<NaiveDateTime>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = crate::api::openapi::local_time)]
+    #[schema(schema_with = crate::contract::local_time)]
     pub update_time: Option<NaiveDateTime>,
 }
 

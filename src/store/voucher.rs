@@ -48,10 +48,10 @@ pub struct Voucher {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stock: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = crate::api::openapi::local_time)]
+    #[schema(schema_with = crate::contract::local_time)]
     pub begin_time: Option<NaiveDateTime>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = crate::api::openapi::local_time)]
+    #[schema(schema_with = crate::contract::local_time)]
     pub end_time: Option<NaiveDateTime>,
 }
 
