@@ -13,11 +13,12 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
 use hmdp_lock::{LockEvent, LostReason};
 use prometheus::{
-    register_gauge_vec_with_registry, register_histogram_vec_with_registry,
-    register_histogram_with_registry, register_int_counter_vec_with_registry,
-    register_int_counter_with_registry, register_int_gauge_vec_with_registry,
-    register_int_gauge_with_registry, Encoder, GaugeVec, Histogram, HistogramVec, IntCounter,
-    IntCounterVec, IntGauge, IntGaugeVec, Registry, TextEncoder,
+    register_gauge_vec_with_registry, register_gauge_with_registry,
+    register_histogram_vec_with_registry, register_histogram_with_registry,
+    register_int_counter_vec_with_registry, register_int_counter_with_registry,
+    register_int_gauge_vec_with_registry, register_int_gauge_with_registry, Encoder, Gauge,
+    GaugeVec, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry,
+    TextEncoder,
 };
 
 static REGISTRY: LazyLock<Registry> = LazyLock::new(Registry::new);
@@ -87,6 +88,11 @@ metric!(STOCK_MOVES: IntCounterVec = register_int_counter_vec_with_registry(
      (a transfer sent twice), no_sale, sale_reloaded (the load counted it), settled_stale \
      (delivered for a mover that stopped)",
     &["step"]));
+metric!(STOCK_TRANSIT_OLDEST: Gauge = register_gauge_with_registry(
+    "hmdp_stock_transit_oldest_seconds",
+    "Age of the oldest units lent between a sharded sale's shards and not yet settled (0: none), \
+     as this node's last sweep that read every shard's transit hash found them (every second; \
+     queue and stream nodes). The sweep delivers units older than 2 s: past 3 s, it cannot"));
 metric!(LOCK_ACQUIRE: HistogramVec = register_histogram_vec_with_registry(
     "lock_acquire_duration_seconds", "Time to acquire (or give up on) the per-user lock",
     &["mode"], LATENCY_BUCKETS.to_vec()));
@@ -165,6 +171,11 @@ metric!(GIVEBACKS: IntCounterVec = register_int_counter_vec_with_registry(
     "Closed orders' units and buyers' turns this node sent back to the Redis sale, by outcome \
      (given: now; already: an earlier send or a reload had; no_sale: Redis holds no sale, \
      which its next load reads from MySQL)", &["outcome"]));
+metric!(GIVEBACKS_OWED: IntGauge = register_int_gauge_with_registry(
+    "hmdp_givebacks_owed",
+    "Closed orders whose unit and buyer's turn have been owed to the Redis sale for over 2 s \
+     (a closer gives its own back at once: these wait for Redis to take them), as this node's \
+     closer last counted them in MySQL (every 5 s; every node counts the same orders)"));
 metric!(UNPAID_OVERDUE: IntGauge = register_int_gauge_with_registry(
     "hmdp_unpaid_overdue_oldest_seconds",
     "How long past its payment deadline the oldest unpaid order is (0: none is)"));
@@ -250,6 +261,8 @@ pub fn init(mode: &str) {
     LazyLock::force(&CACHE_READS);
     LazyLock::force(&ORDERS_PAID);
     LazyLock::force(&UNPAID_OVERDUE);
+    LazyLock::force(&GIVEBACKS_OWED);
+    LazyLock::force(&STOCK_TRANSIT_OLDEST);
     LazyLock::force(&SYNC_BATCH_ORDERS);
     LOCK_ACQUIRE.with_label_values(&[mode]);
     LOCK_BUSY.with_label_values(&[mode]);

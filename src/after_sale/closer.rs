@@ -43,7 +43,8 @@ const SWEEP_BATCH: u32 = 500;
 const OWED_FOR: Duration = Duration::from_secs(2);
 const RESEND_EVERY: Duration = Duration::from_secs(1);
 const RESEND_BATCH: u32 = 500;
-/// How often the order metrics are read from MySQL.
+/// How often the order metrics (the give-backs owed among them) are read
+/// from MySQL.
 const METRICS_EVERY: Duration = Duration::from_secs(5);
 
 /// A node's closer.
@@ -207,6 +208,12 @@ impl Closer {
         match store.oldest_overdue_seconds(timeout).await {
             Ok(seconds) => metrics::UNPAID_OVERDUE.set(seconds),
             Err(error) => tracing::debug!(%error, "oldest overdue order not read"),
+        }
+        // Those the resend works on: younger ones are their closers' own,
+        // on their way to Redis.
+        match store.count_givebacks_owed(OWED_FOR).await {
+            Ok(owed) => metrics::GIVEBACKS_OWED.set(owed),
+            Err(error) => tracing::debug!(%error, "owed give-backs not counted"),
         }
     }
 }

@@ -303,6 +303,18 @@ impl Store {
         .await
     }
 
+    /// How many give-backs have been owed to Redis for at least
+    /// `older_than`: all those [`Store::givebacks_owed`] lists, unlimited.
+    pub async fn count_givebacks_owed(&self, older_than: Duration) -> Result<i64, sqlx::Error> {
+        sqlx::query_scalar(
+            "SELECT CAST(COUNT(*) AS SIGNED) FROM tb_order_giveback \
+             WHERE create_time <= NOW() - INTERVAL ? SECOND",
+        )
+        .bind(older_than.as_secs())
+        .fetch_one(&self.pool)
+        .await
+    }
+
     /// The give-backs of `voucher_id` still owed to Redis, each with how
     /// many seconds it has been owed: what the audit reconciles.
     pub async fn givebacks_owed_of(

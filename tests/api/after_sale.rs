@@ -2,7 +2,8 @@
 //! nodes: pay, cancel, use, the unpaid-order timeout, the unit and the
 //! buyer's turn given back exactly once (a payment racing the close, two
 //! nodes closing one order, a node killed between MySQL and Redis, due
-//! times lost with Redis), and `Idempotency-Key` on purchases.
+//! times lost with Redis, give-backs owed while Redis is gone and counted
+//! on `hmdp_givebacks_owed`), and `Idempotency-Key` on purchases.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -479,6 +480,61 @@ async fn due_times_lost_with_a_redis_restart_are_closed_by_the_sweep() {
     .await;
     let audit = app.audit(voucher).await;
     assert_eq!((audit.active_orders, audit.stock_left), (0, 2), "{audit:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn give_backs_redis_cannot_take_are_counted_owed_until_it_takes_them() {
+    let mut redis = RedisServer::start().await.unwrap();
+    let app = spawn_app(|s| {
+        s.store.redis.url = redis.url();
+        s.after_sale.pay_timeout_secs = PAY_TIMEOUT_SECS;
+    })
+    .await;
+    // The gauge is read off a node in a process of its own (the nodes of
+    // every test in this process set one registry's gauges), which sweeps
+    // MySQL for overdue orders every second.
+    let redis_url = format!("--redis-url={}", redis.url());
+    let node = NodeProcess::start(&app, &[&redis_url, "--pay-sweep-secs=1"]).await;
+    let owed = "hmdp_givebacks_owed";
+    assert_eq!(metric(&node.address, owed).await, 0.0);
+    let voucher = app.create_open_seckill(1).await;
+    let token = app.login_many(1).await.remove(0);
+    let order: i64 = bought(&app, &app.address, voucher, &token)
+        .await
+        .parse()
+        .unwrap();
+
+    // Redis goes away; the order, past its deadline in MySQL, is closed by
+    // the sweep, and its give-back has nowhere to go.
+    redis.kill();
+    sqlx::query(
+        "UPDATE tb_voucher_order SET create_time = create_time - INTERVAL 1 DAY WHERE id = ?",
+    )
+    .bind(order)
+    .execute(app.store.pool())
+    .await
+    .unwrap();
+    wait_until("the give-back counted owed", WAIT, || async {
+        metric(&node.address, owed).await == 1.0
+    })
+    .await;
+    let owed_in_mysql = || async {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM tb_order_giveback WHERE order_id = ?")
+            .bind(order)
+            .fetch_one(app.store.pool())
+            .await
+            .unwrap()
+    };
+    assert_eq!(owed_in_mysql().await, 1);
+
+    // Redis is back (empty): the closers send the give-back, and it is
+    // owed no more.
+    redis.restart().await.unwrap();
+    wait_until("the give-back no longer counted owed", WAIT, || async {
+        metric(&node.address, owed).await == 0.0
+    })
+    .await;
+    assert_eq!(owed_in_mysql().await, 0);
 }
 
 fn keyed_purchase(voucher: VoucherId, token: &str, key: &str) -> String {

@@ -2,7 +2,10 @@
 //! shards land evenly on the masters, one order per user holds across
 //! shards under two nodes' storms, every unit sells (the buyers' shard
 //! empty or not), and a node killed while it moves stock between shards
-//! loses no unit and doubles none.
+//! loses no unit and doubles none. On the machine's Redis: a cancelled
+//! order's unit goes back to its shard, and a unit its receiving shard
+//! cannot take ages on `hmdp_stock_transit_oldest_seconds` until it is
+//! delivered.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -13,10 +16,11 @@ use hmdp::ids::{UserId, VoucherId};
 use hmdp::seckill::{STALE_AFTER, SWEEP_EVERY};
 use hmdp::shards::{slot, Layout};
 use hmdp_lock::LockMode;
-use hmdp_test_support::{wait_until, RedisCluster};
+use hmdp_test_support::{wait_for, wait_until, RedisCluster};
+use redis::AsyncCommands;
 use serde_json::Value;
 
-use crate::helpers::{buy_at, spawn_app, NodeProcess, TestApp};
+use crate::helpers::{buy_at, metric, spawn_app, NodeProcess, TestApp};
 
 const SHARDS: u16 = 6;
 
@@ -443,4 +447,68 @@ async fn a_cancelled_order_gives_its_unit_back_to_its_shard_and_a_buyer_of_anoth
             shard.initial + shard.received - shard.lent
         );
     }
+}
+
+/// Units lent between shards whose receiving shard fails every receive:
+/// the sweeping node's `hmdp_stock_transit_oldest_seconds` climbs past the
+/// bound a stranded unit is delivered within, and drops back to 0 once the
+/// receive succeeds and the units are settled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_oldest_unit_in_transit_ages_on_the_gauge_until_it_is_delivered() {
+    const STOCK: i64 = 4;
+    const WAIT: Duration = Duration::from_secs(30);
+    let app = spawn_app(|s| {
+        s.seckill = SeckillMode::Stream;
+        s.seckill_shards = 2;
+    })
+    .await;
+    // The gauge is read off a node in a process of its own (the nodes of
+    // every test in this process set one registry's gauges), whose moves
+    // stop for a minute between the lend and the receive.
+    let node = NodeProcess::start(&app, &["--seckill=stream", "--chaos-move-pause-ms=60000"]).await;
+    let oldest = "hmdp_stock_transit_oldest_seconds";
+    assert_eq!(metric(&node.address, oldest).await, 0.0);
+    let voucher = app.create_open_seckill(STOCK).await;
+    let layout = Layout::new(2).unwrap();
+    let (first_shard, _): (Vec<_>, Vec<_>) =
+        (users(&app, 16).await.into_iter()).partition(|(user, _)| layout.position_of(*user) == 0);
+    // The first shard's two units, sold.
+    for (_, token) in &first_shard[..2] {
+        let answer = buy_at(&app.address, voucher, token).await;
+        assert!(order_of(&answer).is_some(), "{answer}");
+    }
+    // The first shard fails every receive: its received set is no set.
+    let received = app.keys().shard(layout.shard(0)).received(voucher);
+    (app.redis.clone())
+        .set::<_, _, ()>(&received, "no set")
+        .await
+        .unwrap();
+
+    // A third buyer of the first shard, at the node: a unit of the second
+    // is lent and stops there, and no sweep can deliver it.
+    let address = node.address.clone();
+    let token = first_shard[2].1.clone();
+    let stopped_mover = tokio::spawn(async move { buy_at(&address, voucher, &token).await });
+    let bound = (STALE_AFTER + SWEEP_EVERY).as_secs_f64();
+    let stranded_for = wait_for("the unit in transit past the bound", WAIT, || async {
+        let age = metric(&node.address, oldest).await;
+        (age > bound).then_some(age)
+    })
+    .await;
+    let sale = app.redis_sale(voucher).await.unwrap();
+    assert_eq!(sale.in_transit, 1, "{stranded_for} s: {sale:?}");
+
+    // The receive works again: a sweep delivers the unit.
+    (app.redis.clone()).del::<_, ()>(&received).await.unwrap();
+    wait_until("the gauge back to 0", WAIT, || async {
+        metric(&node.address, oldest).await == 0.0
+    })
+    .await;
+    let sale = app.redis_sale(voucher).await.unwrap();
+    assert_eq!(
+        (sale.in_transit, sale.shards[0].stock, sale.shards[1].stock),
+        (0, 1, 1),
+        "{sale:?}"
+    );
+    stopped_mover.abort();
 }

@@ -19,11 +19,13 @@
 //! changes nothing if the mover was only slow. A buyer who finds units in
 //! transit waits for them, looking again every [`IN_TRANSIT_PAUSE`]. A unit
 //! is thus stranded at most `STALE_AFTER + SWEEP_EVERY` (3 s) after its
-//! mover died. A receiving shard of another load (a new epoch) refuses
-//! the units: they go back to the lender, unless the lender too was loaded
-//! again (that load counted its units from MySQL). A mover that finds the
-//! sale's shards of different loads (a load that died half-way) moves
-//! nothing: the sale is loaded again as a whole.
+//! mover died, unless its delivery fails: the age of the oldest record a
+//! node's sweep finds is its `hmdp_stock_transit_oldest_seconds`. A
+//! receiving shard of another load (a new epoch) refuses the units: they go
+//! back to the lender, unless the lender too was loaded again (that load
+//! counted its units from MySQL). A mover that finds the sale's shards of
+//! different loads (a load that died half-way) moves nothing: the sale is
+//! loaded again as a whole.
 //!
 //! A writer counting again an order Redis lost (`lua/seckill_readmit.lua`)
 //! borrows the same way when the order's shard has no unit left.
@@ -145,6 +147,18 @@ impl Transfer {
         };
         fields.next().is_none().then_some(transfer)
     }
+
+    /// How long ago it was lent, at `now_ms` by the clock that stamped it.
+    fn age_at(&self, now_ms: i64) -> Duration {
+        Duration::from_millis((now_ms - self.lent_ms).max(0) as u64)
+    }
+}
+
+/// A transfer record as a sweep read it.
+struct Lent {
+    id: String,
+    transfer: Transfer,
+    age: Duration,
 }
 
 /// A transfer of a sale's units between two of its shards, as its record
@@ -202,13 +216,14 @@ impl SaleState {
                     .arg(&id)
                     .query_async(&mut self.redis.clone())
                     .await?;
+                let age = transfer.age_at(now_ms);
                 transfers.push(InTransit {
                     id,
                     from,
                     to: transfer.to,
                     units: transfer.units,
                     epoch: transfer.epoch,
-                    age: Duration::from_millis((now_ms - transfer.lent_ms).max(0) as u64),
+                    age,
                     received,
                 });
             }
@@ -434,33 +449,44 @@ impl SaleState {
         Ok(())
     }
 
-    /// Receives and settles every transfer `shard` lent more than
-    /// [`STALE_AFTER`] ago (its mover is taken for dead); how many.
-    async fn settle_stale(&self, shard: Shard) -> Result<usize, Error> {
+    /// The transfer records of `shard`'s transit hash that read back, each
+    /// with its age; one that does not is left as it is.
+    async fn lent_by(&self, shard: Shard) -> Result<Vec<Lent>, Error> {
         let (records, now_ms) = self.transit_records(shard).await?;
-        let mut settled = 0;
-        for (transfer_id, record) in records {
+        let lent = records.into_iter().filter_map(|(id, record)| {
             let Some(transfer) = Transfer::parse(&record) else {
-                tracing::warn!(%transfer_id, %record, "unreadable transfer record; left as it is");
-                continue;
+                tracing::warn!(transfer_id = %id, %record,
+                    "unreadable transfer record; left as it is");
+                return None;
             };
-            if now_ms - transfer.lent_ms < STALE_AFTER.as_millis() as i64 {
+            let age = transfer.age_at(now_ms);
+            Some(Lent { id, transfer, age })
+        });
+        Ok(lent.collect())
+    }
+
+    /// Receives and settles every transfer of `lent`, `shard`'s, lent more
+    /// than [`STALE_AFTER`] ago (its mover is taken for dead).
+    async fn settle_stale(&self, shard: Shard, lent: Vec<Lent>) -> Result<(), Error> {
+        for Lent { id, transfer, age } in lent {
+            if age < STALE_AFTER {
                 continue;
             }
-            tracing::warn!(%transfer_id, voucher_id = %transfer.voucher_id, units = transfer.units,
-                from = shard.tag(), to = transfer.to.tag(),
+            tracing::warn!(transfer_id = %id, voucher_id = %transfer.voucher_id,
+                units = transfer.units, from = shard.tag(), to = transfer.to.tag(),
                 "stock moved between shards by a mover that stopped; delivering it");
-            self.deliver(shard, &transfer_id, &transfer).await?;
+            self.deliver(shard, &id, &transfer).await?;
             metrics::STOCK_MOVES
                 .with_label_values(&["settled_stale"])
                 .inc();
-            settled += 1;
         }
-        Ok(settled)
+        Ok(())
     }
 
     /// Every node's sweep, for as long as it runs: every [`SWEEP_EVERY`],
-    /// stale transfers of every shard in use are delivered.
+    /// stale transfers of every shard in use are delivered, and the age of
+    /// the oldest transfer found is the node's
+    /// `hmdp_stock_transit_oldest_seconds`.
     pub async fn sweep_transfers(&self) {
         loop {
             tokio::time::sleep(SWEEP_EVERY).await;
@@ -471,10 +497,27 @@ impl SaleState {
                     continue;
                 }
             };
+            // Only a sweep that read every shard knows that no transfer is
+            // older than those it found: one that did not leaves the gauge
+            // as the last one set it.
+            let mut oldest = Some(Duration::ZERO);
             for shard in shards.into_iter().filter(|&shard| shard != Shard::SINGLE) {
-                if let Err(error) = self.settle_stale(shard).await {
+                let lent = match self.lent_by(shard).await {
+                    Ok(lent) => lent,
+                    Err(error) => {
+                        tracing::warn!(?error, shard = shard.tag(), "transit hash not read");
+                        oldest = None;
+                        continue;
+                    }
+                };
+                oldest = oldest
+                    .map(|oldest| lent.iter().map(|lent| lent.age).fold(oldest, Duration::max));
+                if let Err(error) = self.settle_stale(shard, lent).await {
                     tracing::warn!(?error, shard = shard.tag(), "stale transfers not delivered");
                 }
+            }
+            if let Some(oldest) = oldest {
+                metrics::STOCK_TRANSIT_OLDEST.set(oldest.as_secs_f64());
             }
         }
     }
