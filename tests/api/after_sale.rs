@@ -182,7 +182,16 @@ async fn order_life_on_two_nodes(mode: SeckillMode) {
         "ORDER_CLOSED"
     );
     // Two units came back: every node sells them (its sold-out memory is
-    // forgotten within its re-read of the voucher).
+    // forgotten within its re-read of the voucher). A close commits before
+    // its give-back reaches the sale: both have, once none is owed.
+    wait_until("both give-backs made", WAIT, || async {
+        app.store
+            .givebacks_owed_of(voucher)
+            .await
+            .unwrap()
+            .is_empty()
+    })
+    .await;
     wait_for("the units given back on sale", WAIT, || async {
         (buy_at(two, voucher, rebuyer).await["success"] == true).then_some(())
     })
