@@ -460,23 +460,33 @@ impl SaleState {
     }
 
     /// Every node's sweep, for as long as it runs: every [`SWEEP_EVERY`],
-    /// stale transfers of every shard in use are delivered.
+    /// a [`sweep_transfers_once`](Self::sweep_transfers_once).
     pub async fn sweep_transfers(&self) {
         loop {
             tokio::time::sleep(SWEEP_EVERY).await;
-            let shards = match self.shards_in_use().await {
-                Ok(shards) => shards,
+            self.sweep_transfers_once().await;
+        }
+    }
+
+    /// Delivers the stale transfers of every shard in use, now; how many.
+    pub async fn sweep_transfers_once(&self) -> usize {
+        let shards = match self.shards_in_use().await {
+            Ok(shards) => shards,
+            Err(error) => {
+                tracing::debug!(?error, "shards in use not read; sweeping none");
+                return 0;
+            }
+        };
+        let mut delivered = 0;
+        for shard in shards.into_iter().filter(|&shard| shard != Shard::SINGLE) {
+            match self.settle_stale(shard).await {
+                Ok(settled) => delivered += settled,
                 Err(error) => {
-                    tracing::debug!(?error, "shards in use not read; sweeping none");
-                    continue;
-                }
-            };
-            for shard in shards.into_iter().filter(|&shard| shard != Shard::SINGLE) {
-                if let Err(error) = self.settle_stale(shard).await {
-                    tracing::warn!(?error, shard = shard.tag(), "stale transfers not delivered");
+                    tracing::warn!(?error, shard = shard.tag(), "stale transfers not delivered")
                 }
             }
         }
+        delivered
     }
 }
 
