@@ -209,6 +209,12 @@ impl Application {
         self.port
     }
 
+    /// The node's closer, which [`run_until_stopped`](Self::run_until_stopped)
+    /// runs in the background; a clone runs a round of it at once.
+    pub fn closer(&self) -> &Closer {
+        &self.closer
+    }
+
     /// Serves until stopped; SIGTERM and SIGINT stop accepting and let
     /// in-flight requests finish (actix's graceful shutdown). The order
     /// stream's consumer, if any, runs alongside and is stopped after the

@@ -12,8 +12,8 @@
 //! the two leaves the row, which any node's closer sends again.
 //!
 //! - `deadlines.rs` — the due times of unpaid orders in Redis
-//! - `closer.rs` — each node's background closer: due times, the MySQL
-//!   sweep, owed give-backs, the metrics
+//! - `closer.rs` — each node's closer, in the background or one round on
+//!   demand: due times, the MySQL sweep, owed give-backs, the metrics
 
 mod closer;
 mod deadlines;
@@ -25,7 +25,7 @@ use chrono::NaiveDateTime;
 use redis::Script;
 use serde::Serialize;
 
-pub use closer::Closer;
+pub use closer::{Closer, Round};
 pub use deadlines::PayDeadlines;
 
 use crate::error::{Error, Rejection};

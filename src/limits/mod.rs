@@ -72,6 +72,39 @@ impl Rule {
             Rule::WrongCodesByPhone => "wrong-codes-phone",
         }
     }
+
+    /// The `hmdp serve` flag that sets the rule's quota
+    /// ([`LimitSettings`]).
+    pub fn flag(self) -> &'static str {
+        match self {
+            Rule::PurchaseByUser => "--limit-purchase-user",
+            Rule::PurchaseByIp => "--limit-purchase-ip",
+            Rule::OrderByUser => "--limit-order-user",
+            Rule::OrderByIp => "--limit-order-ip",
+            Rule::CodeByIp => "--limit-code-ip",
+            Rule::CodeByAll => "--limit-code-all",
+            Rule::LoginByIp => "--limit-login-ip",
+            Rule::LoginByAll => "--limit-login-all",
+            Rule::WrongCodesByPhone => "--limit-wrong-codes",
+        }
+    }
+
+    /// The `hmdp serve` flags that turn the limits on with only `quotas`
+    /// (`(Rule::PurchaseByUser, "2/1m")`) enforced, every other rule off:
+    /// for a node that must limit one thing and nothing else.
+    pub fn flags_enforcing_only(quotas: &[(Rule, &str)]) -> Vec<String> {
+        let each = Rule::ALL.iter().map(|rule| {
+            let quota = quotas.iter().find(|(named, _)| named == rule);
+            format!(
+                "{}={}",
+                rule.flag(),
+                quota.map_or("off", |(_, quota)| quota)
+            )
+        });
+        std::iter::once("--limits=on".to_owned())
+            .chain(each)
+            .collect()
+    }
 }
 
 /// The subject of a rule counted for every client together.

@@ -205,6 +205,26 @@ mod tests {
         assert_eq!(parsed("5/10s").unwrap().unwrap().to_string(), "5/10s");
     }
 
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        limits: LimitSettings,
+    }
+
+    #[test]
+    fn each_rule_is_set_by_its_own_flag() {
+        use clap::Parser;
+        for rule in Rule::ALL {
+            let flags = Rule::flags_enforcing_only(&[(rule, "3/1m")]);
+            let args = std::iter::once("hmdp".to_owned()).chain(flags);
+            let limits = Flags::try_parse_from(args).expect("flags parse").limits;
+            for other in Rule::ALL {
+                let quota = limits.quota(other).map(Quota::count);
+                assert_eq!(quota, (other == rule).then_some(3), "{}", rule.flag());
+            }
+        }
+    }
+
     #[test]
     fn a_quota_that_allows_nothing_or_cannot_be_read_is_refused() {
         for raw in [

@@ -21,7 +21,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::helpers::{
-    buy_at, metric, socket_address, spawn_app, NodeProcess, TestApp, ADMIN_TOKEN,
+    buy_at, metric, socket_address, spawn_app, NodeProcess, TestApp, ADMIN_TOKEN, OVERDUE_BY,
 };
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -75,19 +75,19 @@ async fn bought(app: &TestApp, address: &str, voucher: VoucherId, token: &str) -
 }
 
 /// `retry` answered with anything but `ORDER_PENDING`, within [`WAIT`].
-async fn settled(mut retry: impl AsyncFnMut() -> Value) -> Value {
-    let answered = tokio::time::timeout(WAIT, async {
-        loop {
-            let answer = retry().await;
-            if answer["errorCode"] != "ORDER_PENDING" {
-                return answer;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+async fn settled<F, Fut>(mut retry: F) -> Value
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Value>,
+{
+    wait_for("an answer other than ORDER_PENDING", WAIT, || {
+        let answer = retry();
+        async move {
+            let answer = answer.await;
+            (answer["errorCode"] != "ORDER_PENDING").then_some(answer)
         }
-    });
-    answered
-        .await
-        .unwrap_or_else(|_| panic!("still ORDER_PENDING after {WAIT:?}"))
+    })
+    .await
 }
 
 /// Far longer than the test takes: an order closes at its deadline only
@@ -117,7 +117,7 @@ async fn order_life_on_two_nodes(mode: SeckillMode) {
     let paid = bought(&app, one, voucher, payer).await;
     let unpaid = order_at(one, &paid, payer).await;
     assert!(unpaid["data"]["payDeadline"].is_string(), "{unpaid}");
-    let answer = settled(async || pay_at(two, &paid, payer).await).await;
+    let answer = settled(|| pay_at(two, &paid, payer)).await;
     assert_eq!(answer["success"], true, "{answer}");
     assert_eq!(
         (
@@ -421,7 +421,20 @@ async fn a_node_killed_between_the_mysql_close_and_the_redis_give_back_leaves_a_
         "the unit is not back in Redis yet"
     );
 
-    // The live node sends the owed give-back: the unit sells again.
+    // The give-back has been owed for long (moved back, instead of waiting
+    // until it is): the live node's closer sends it, and the unit sells
+    // again.
+    sqlx::query("UPDATE tb_order_giveback SET create_time = create_time - INTERVAL ? SECOND")
+        .bind(OVERDUE_BY.as_secs())
+        .execute(app.store.pool())
+        .await
+        .unwrap();
+    app.closer.run_once().await;
+    assert_eq!(
+        app.redis_sale(voucher).await.unwrap().stock,
+        1,
+        "the unit back in Redis"
+    );
     wait_for("the stranded unit sold again", WAIT, || async {
         let answer = buy_at(&app.address, voucher, &tokens[1]).await;
         (answer["success"] == true).then_some(())
@@ -443,8 +456,9 @@ async fn due_times_lost_with_a_redis_restart_are_closed_by_the_sweep() {
         s.store.redis.url = redis.url();
         // Far longer than the test: the order is overdue only once the
         // test moves it past its deadline, after its due time is lost.
+        // The node's own sweep runs as it starts, then only after the
+        // test: the test runs the round that sweeps.
         s.after_sale.pay_timeout_secs = 900;
-        s.after_sale.pay_sweep_secs = 1;
     })
     .await;
     let voucher = app.create_open_seckill(2).await;
@@ -472,21 +486,15 @@ async fn due_times_lost_with_a_redis_restart_are_closed_by_the_sweep() {
         .unwrap();
     assert_eq!(status, 1, "still unpaid when Redis lost its due time");
     app.make_overdue(&order).await;
-    wait_until("the order closed by the sweep", WAIT, || async {
-        let status: u8 = sqlx::query_scalar("SELECT status FROM tb_voucher_order WHERE id = ?")
-            .bind(order.parse::<i64>().unwrap())
-            .fetch_one(app.store.pool())
-            .await
-            .unwrap();
-        status == 4
-    })
-    .await;
-    // The close is counted a moment after its commit, which the poll above
-    // may see first.
-    wait_until("the close counted as the sweep's", WAIT, || async {
-        metric(&app.address, swept).await > swept_before
-    })
-    .await;
+    let round = app.closer.run_once().await;
+    assert_eq!((round.closed_due, round.swept), (0, 1), "{round:?}");
+    let status: u8 = sqlx::query_scalar("SELECT status FROM tb_voucher_order WHERE id = ?")
+        .bind(order.parse::<i64>().unwrap())
+        .fetch_one(app.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(status, 4, "closed by the sweep");
+    assert!(metric(&app.address, swept).await > swept_before);
     let audit = app.audit(voucher).await;
     assert_eq!((audit.active_orders, audit.stock_left), (0, 2), "{audit:?}");
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use futures::future::join_all;
+use hmdp::after_sale::Closer;
 use hmdp::config::AdminToken;
 use hmdp::config::ServeSettings;
 use hmdp::ids::{UserId, VoucherId};
@@ -49,6 +50,9 @@ pub struct TestApp {
     pub store: Store,
     pub redis: hmdp_lock::Connection,
     pub prefix: String,
+    /// The node's closer, for a test to run a round of at once instead of
+    /// waiting for its timers (the node runs it in the background too).
+    pub closer: Closer,
     /// The test's database and Redis namespace, removed when the app is
     /// dropped; declared last so they go after the connections above.
     database: TestDatabase,
@@ -106,6 +110,7 @@ pub async fn spawn_app_on(
         hmdp::config::connect_redis(&settings.store.redis.url, Duration::from_secs(10)).unwrap();
     let app = Application::build(settings).await.expect("node starts");
     let address = format!("http://127.0.0.1:{}", app.port());
+    let closer = app.closer().clone();
     tokio::spawn(app.run_until_stopped());
     TestApp {
         address,
@@ -113,6 +118,7 @@ pub async fn spawn_app_on(
         store,
         redis,
         prefix: namespace.prefix.clone(),
+        closer,
         database,
         _namespace: namespace,
     }
@@ -339,7 +345,8 @@ impl TestApp {
     /// instead of waiting for it: created [`OVERDUE_BY`] ago in MySQL (past
     /// any pay timeout a test sets, and the sweep's grace), due now in Redis
     /// if Redis has its due time. The nodes' closers then close it within a
-    /// tick, or their sweep does.
+    /// tick, or their sweep does, or a round the test runs
+    /// ([`TestApp::closer`]).
     pub async fn make_overdue(&self, order_id: &str) {
         let order_id: i64 = order_id.parse().expect("an order id");
         sqlx::query(

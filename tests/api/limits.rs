@@ -4,39 +4,21 @@
 //! guessing cut off per phone.
 
 use hmdp::config::ServeSettings;
-use hmdp::limits::LimitSettings;
+use hmdp::limits::{LimitSettings, Rule};
 use hmdp_test_support::{phone, RedisServer};
 use serde_json::{json, Value};
 
 use crate::helpers::{command_calls, metric, serve_settings, spawn_app, NodeProcess, TestApp};
 
-/// Every limit's flag, each turned off unless a test names it.
-const LIMIT_FLAGS: [&str; 9] = [
-    "--limit-purchase-user",
-    "--limit-purchase-ip",
-    "--limit-order-user",
-    "--limit-order-ip",
-    "--limit-code-ip",
-    "--limit-code-all",
-    "--limit-login-ip",
-    "--limit-login-all",
-    "--limit-wrong-codes",
-];
-
-/// The limits on, with only `quotas` (`("--limit-purchase-user", "2/1m")`)
+/// The limits on, with only `quotas` (`(Rule::PurchaseByUser, "2/1m")`)
 /// enforced: the others would count the test's own setup against it.
-fn only(quotas: &[(&str, &str)]) -> LimitSettings {
-    let flags: Vec<String> = std::iter::once("--limits=on".to_owned())
-        .chain(LIMIT_FLAGS.iter().map(|flag| {
-            let quota = quotas.iter().find(|(named, _)| named == flag);
-            format!("{flag}={}", quota.map_or("off", |(_, quota)| quota))
-        }))
-        .collect();
+fn only(quotas: &[(Rule, &str)]) -> LimitSettings {
+    let flags = Rule::flags_enforcing_only(quotas);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     serve_settings(&flags).limits
 }
 
-async fn spawn_limited(quotas: &[(&str, &str)]) -> TestApp {
+async fn spawn_limited(quotas: &[(Rule, &str)]) -> TestApp {
     let limits = only(quotas);
     spawn_app(move |s: &mut ServeSettings| s.limits = limits).await
 }
@@ -83,7 +65,7 @@ async fn assert_limited(response: reqwest::Response, policy: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purchase_over_the_users_limit_is_answered_429_with_retry_after_and_ratelimit() {
-    let app = spawn_limited(&[("--limit-purchase-user", "2/1m")]).await;
+    let app = spawn_limited(&[(Rule::PurchaseByUser, "2/1m")]).await;
     let voucher = app.create_open_seckill(10).await;
     let token = app.login(&phone(1)).await;
     let other = app.login(&phone(2)).await;
@@ -110,7 +92,7 @@ async fn a_purchase_over_the_users_limit_is_answered_429_with_retry_after_and_ra
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_share_one_users_limit() {
-    let app = spawn_limited(&[("--limit-purchase-user", "3/1m")]).await;
+    let app = spawn_limited(&[(Rule::PurchaseByUser, "3/1m")]).await;
     let second = NodeProcess::start(&app, &["--limits=on", "--limit-purchase-user=3/1m"]).await;
     let token = app.login(&phone(1)).await;
     // A voucher that does not exist: each purchase is counted all the same,
@@ -134,7 +116,7 @@ async fn two_nodes_share_one_users_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purchases_are_limited_per_client_address_as_nginx_reports_it() {
-    let app = spawn_limited(&[("--limit-purchase-ip", "2/1m")]).await;
+    let app = spawn_limited(&[(Rule::PurchaseByIp, "2/1m")]).await;
     let tokens = app.login_many(4).await;
     let missing = "999999";
 
@@ -153,7 +135,7 @@ async fn purchases_are_limited_per_client_address_as_nginx_reports_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_redis_down_each_node_still_limits_on_its_own() {
     let mut redis = RedisServer::start().await.unwrap();
-    let limits = only(&[("--limit-order-user", "2/1m")]);
+    let limits = only(&[(Rule::OrderByUser, "2/1m")]);
     let redis_url = redis.url();
     let app = spawn_app(move |s: &mut ServeSettings| {
         s.store.redis.url = redis_url;
@@ -190,7 +172,7 @@ async fn with_redis_down_each_node_still_limits_on_its_own() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guessing_a_phones_code_is_cut_off_after_its_wrong_codes() {
-    let limits = only(&[("--limit-wrong-codes", "3/1h")]);
+    let limits = only(&[(Rule::WrongCodesByPhone, "3/1h")]);
     let app = spawn_app(move |s: &mut ServeSettings| {
         s.limits = limits;
         // The victim asks for a second code right away.
@@ -241,7 +223,7 @@ async fn guessing_a_phones_code_is_cut_off_after_its_wrong_codes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn code_requests_are_limited_per_address_and_for_everyone() {
-    let app = spawn_limited(&[("--limit-code-ip", "2/1m"), ("--limit-code-all", "3/1m")]).await;
+    let app = spawn_limited(&[(Rule::CodeByIp, "2/1m"), (Rule::CodeByAll, "3/1m")]).await;
     let request_code = |phone: String, ip: &'static str| {
         let client = app.client.clone();
         let url = app.url("/user/code");
@@ -268,7 +250,7 @@ async fn code_requests_are_limited_per_address_and_for_everyone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subject_refused_is_refused_from_memory_until_its_retry_after() {
     let redis = RedisServer::start().await.unwrap();
-    let limits = only(&[("--limit-purchase-user", "1/1m")]);
+    let limits = only(&[(Rule::PurchaseByUser, "1/1m")]);
     let redis_url = redis.url();
     let app = spawn_app(move |s: &mut ServeSettings| {
         s.store.redis.url = redis_url;
@@ -295,7 +277,7 @@ async fn a_subject_refused_is_refused_from_memory_until_its_retry_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sale_known_sold_out_is_answered_so_before_the_limits_count() {
-    let app = spawn_limited(&[("--limit-purchase-user", "2/1m")]).await;
+    let app = spawn_limited(&[(Rule::PurchaseByUser, "2/1m")]).await;
     let voucher = app.create_open_seckill(1).await;
     let tokens = app.login_many(2).await;
     let path = format!("/voucher-order/seckill/{voucher}");

@@ -141,8 +141,9 @@ impl ChildProcess {
     }
 }
 
-/// Sends `signal` (as `kill` names it: `TERM`, `STOP`, `CONT`) to `pid`.
-pub(crate) fn send_signal(pid: u32, signal: &str) -> anyhow::Result<()> {
+/// Sends `signal` (as `kill` names it: `TERM`, `STOP`, `CONT`) to `pid`:
+/// for a process a test started some other way than [`ChildProcess`].
+pub fn send_signal(pid: u32, signal: &str) -> anyhow::Result<()> {
     let status = std::process::Command::new("kill")
         .arg(format!("-{signal}"))
         .arg(pid.to_string())

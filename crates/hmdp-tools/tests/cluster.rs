@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use hmdp::ids::VoucherId;
 use hmdp::keys::Keys;
+use hmdp::limits::Rule;
 use hmdp_lock::LockMode;
 
 mod common;
@@ -317,30 +318,11 @@ async fn nginx_serves_the_api_under_api_too_and_keeps_the_request_id() {
     assert_eq!(id.len(), 32, "nginx's $request_id: {id}");
 }
 
-/// Every limit of the nodes off but `only`: the test's own logins stay
-/// clear of the others.
-fn limits_only(only: &str) -> Vec<String> {
-    let rules = [
-        "purchase-user",
-        "purchase-ip",
-        "order-user",
-        "order-ip",
-        "code-ip",
-        "code-all",
-        "login-ip",
-        "login-all",
-        "wrong-codes",
-    ];
-    let mut flags = vec!["--limits=on".to_owned()];
-    flags.extend(rules.iter().map(|rule| format!("--limit-{rule}=off")));
-    flags.retain(|flag| !flag.starts_with(only.split('=').next().unwrap()));
-    flags.push(only.to_owned());
-    flags
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_nginx_a_limit_answers_429_and_the_front_end_its_message() {
-    let flags = limits_only("--limit-purchase-user=1/1m");
+    // Every limit of the nodes off but this one: the test's own logins
+    // stay clear of the others.
+    let flags = Rule::flags_enforcing_only(&[(Rule::PurchaseByUser, "1/1m")]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let test = TestCluster::start_on(&redis_url(), LockMode::Reentrant, &flags, 0, 1).await;
     let purchase = |prefix: &str| {
@@ -416,13 +398,8 @@ async fn nginx_turns_away_a_flooding_address_before_the_nodes() {
 async fn a_crowd_of_buyers_and_bots_is_measured_class_by_class() {
     // The purchase limits at their defaults; the logins of the test's own
     // users, all from this machine's one address, not limited.
-    let flags = [
-        "--limits=on",
-        "--limit-code-ip=off",
-        "--limit-code-all=off",
-        "--limit-login-ip=off",
-        "--limit-login-all=off",
-    ];
+    let flags = loadtest::crowd::limit_flags();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let test = TestCluster::start_on(&redis_url(), LockMode::Reentrant, &flags, 0, 48).await;
     let voucher = test.create_voucher(10).await;
     let mut humans = test.tokens.clone();

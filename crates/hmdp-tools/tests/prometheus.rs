@@ -18,7 +18,9 @@ use hmdp::config::connect_redis;
 use hmdp::ids::UserId;
 use hmdp::keys::Keys;
 use hmdp::redis_handle::RedisConnection;
-use hmdp_test_support::{free_ports, mysql_server_url, phone, redis_url, wait_for, wait_until};
+use hmdp_test_support::{
+    free_ports, mysql_server_url, phone, redis_url, send_signal, wait_for, wait_until,
+};
 use hmdp_tools::cluster::prometheus::{Alert, PrometheusApi, Target};
 use hmdp_tools::loadtest::{self, tokens::Login};
 
@@ -90,7 +92,7 @@ impl RunningCluster {
 
     /// SIGTERM, then its exit status once it has stopped everything.
     async fn stop(&mut self) -> std::process::ExitStatus {
-        signal(self.child.id(), "TERM");
+        send_signal(self.child.id(), "TERM").unwrap();
         let child = &mut self.child;
         wait_for("hmdp cluster to stop", Duration::from_secs(30), || {
             let status = child.try_wait().unwrap();
@@ -105,7 +107,7 @@ impl Drop for RunningCluster {
         if self.child.try_wait().ok().flatten().is_some() {
             return;
         }
-        signal(self.child.id(), "TERM");
+        send_signal(self.child.id(), "TERM").unwrap();
         for _ in 0..300 {
             if self.child.try_wait().ok().flatten().is_some() {
                 return;
@@ -128,16 +130,6 @@ fn read_env(path: &Path) -> BTreeMap<String, String> {
         .filter_map(|line| line.split_once('='))
         .map(|(name, value)| (name.to_owned(), value.trim_matches('"').to_owned()))
         .collect()
-}
-
-/// Sends `kill -SIGNAL pid`.
-fn signal(pid: u32, name: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill -{name} {pid}");
 }
 
 fn instance_of(labels: &BTreeMap<String, String>) -> &str {
@@ -248,7 +240,7 @@ async fn prometheus_scrapes_both_nodes_and_fires_locks_lost_for_a_node_frozen_ho
 
     // node1 freezes: Prometheus finds it down, and its lease runs out in
     // Redis with nobody to renew it.
-    signal(node1_pid, "STOP");
+    send_signal(node1_pid, "STOP").unwrap();
     let down = wait_for_alert(&api, "HmdpNodeDown", "node1", "pending").await;
     print_answer("GET /api/v1/alerts (node1 frozen)", &down);
     let lease_out = || lock_is_in_redis(false);
@@ -258,7 +250,7 @@ async fn prometheus_scrapes_both_nodes_and_fires_locks_lost_for_a_node_frozen_ho
         lease_out,
     )
     .await;
-    signal(node1_pid, "CONT");
+    send_signal(node1_pid, "CONT").unwrap();
 
     // Running again, node1's watchdog finds the lock gone; the purchase
     // rolls back and Prometheus fires at the next scrape.

@@ -484,41 +484,46 @@ impl SaleState {
     }
 
     /// Every node's sweep, for as long as it runs: every [`SWEEP_EVERY`],
-    /// stale transfers of every shard in use are delivered, and the age of
-    /// the oldest transfer found is the node's
-    /// `hmdp_stock_transit_oldest_seconds`.
+    /// a [`sweep_transfers_once`](Self::sweep_transfers_once).
     pub async fn sweep_transfers(&self) {
         loop {
             tokio::time::sleep(SWEEP_EVERY).await;
-            let shards = match self.shards_in_use().await {
-                Ok(shards) => shards,
+            self.sweep_transfers_once().await;
+        }
+    }
+
+    /// Delivers the stale transfers of every shard in use, now, and sets
+    /// the node's `hmdp_stock_transit_oldest_seconds` to the age of the
+    /// oldest transfer found.
+    pub async fn sweep_transfers_once(&self) {
+        let shards = match self.shards_in_use().await {
+            Ok(shards) => shards,
+            Err(error) => {
+                tracing::debug!(?error, "shards in use not read; sweeping none");
+                return;
+            }
+        };
+        // Only a sweep that read every shard knows that no transfer is older
+        // than those it found: one that did not leaves the gauge as the last
+        // one set it.
+        let mut oldest = Some(Duration::ZERO);
+        for shard in shards.into_iter().filter(|&shard| shard != Shard::SINGLE) {
+            let lent = match self.lent_by(shard).await {
+                Ok(lent) => lent,
                 Err(error) => {
-                    tracing::debug!(?error, "shards in use not read; sweeping none");
+                    tracing::warn!(?error, shard = shard.tag(), "transit hash not read");
+                    oldest = None;
                     continue;
                 }
             };
-            // Only a sweep that read every shard knows that no transfer is
-            // older than those it found: one that did not leaves the gauge
-            // as the last one set it.
-            let mut oldest = Some(Duration::ZERO);
-            for shard in shards.into_iter().filter(|&shard| shard != Shard::SINGLE) {
-                let lent = match self.lent_by(shard).await {
-                    Ok(lent) => lent,
-                    Err(error) => {
-                        tracing::warn!(?error, shard = shard.tag(), "transit hash not read");
-                        oldest = None;
-                        continue;
-                    }
-                };
-                oldest = oldest
-                    .map(|oldest| lent.iter().map(|lent| lent.age).fold(oldest, Duration::max));
-                if let Err(error) = self.settle_stale(shard, lent).await {
-                    tracing::warn!(?error, shard = shard.tag(), "stale transfers not delivered");
-                }
+            oldest =
+                oldest.map(|oldest| lent.iter().map(|lent| lent.age).fold(oldest, Duration::max));
+            if let Err(error) = self.settle_stale(shard, lent).await {
+                tracing::warn!(?error, shard = shard.tag(), "stale transfers not delivered");
             }
-            if let Some(oldest) = oldest {
-                metrics::STOCK_TRANSIT_OLDEST.set(oldest.as_secs_f64());
-            }
+        }
+        if let Some(oldest) = oldest {
+            metrics::STOCK_TRANSIT_OLDEST.set(oldest.as_secs_f64());
         }
     }
 }

@@ -83,19 +83,26 @@ async fn sharded_subscriber(cluster: &RedisCluster) -> u16 {
 
 /// A task waiting for the lock; while the slot's master is down the lock
 /// answers with an error (Redis unreachable, the cluster down), and the
-/// task tries again, as a purchase retried by its user would.
+/// task tries again, as a purchase retried by its user would, for at most
+/// a [`LEASE`] (a hang guard: by then the hold would have expired, and the
+/// waiter could no longer tell a release from its end).
 fn waiter(lock: &Arc<dyn DistributedLock>) -> JoinHandle<Option<Box<dyn LockGuard>>> {
     let lock = lock.clone();
     tokio::spawn(async move {
-        loop {
-            match lock.acquire(KEY).await {
-                Ok(held) => return held,
-                Err(error) => {
-                    println!("waiter: {error}; trying again");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+        let retried = async {
+            loop {
+                match lock.acquire(KEY).await {
+                    Ok(held) => return held,
+                    Err(error) => {
+                        println!("waiter: {error}; trying again");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
                 }
             }
-        }
+        };
+        tokio::time::timeout(LEASE, retried)
+            .await
+            .expect("the lock answered without an error within a lease")
     })
 }
 

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hdrhistogram::Histogram;
+use hmdp::limits::Rule;
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
@@ -33,6 +34,22 @@ pub struct Crowd {
     pub bot_addresses: usize,
     /// Over how long the honest buyers' first purchases are spread.
     pub spread: Duration,
+}
+
+/// The `hmdp serve` flags of the limits a crowd runs under: on, at their
+/// defaults, but for the logins, which the crowd's users all made from
+/// this machine's one address before it came.
+pub fn limit_flags() -> Vec<String> {
+    let logins = [
+        Rule::CodeByIp,
+        Rule::CodeByAll,
+        Rule::LoginByIp,
+        Rule::LoginByAll,
+    ];
+    let off = logins.map(|rule| format!("{}=off", rule.flag()));
+    std::iter::once("--limits=on".to_owned())
+        .chain(off)
+        .collect()
 }
 
 /// How long an honest buyer waits before their retry when the refusal

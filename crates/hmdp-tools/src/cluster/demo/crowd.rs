@@ -10,15 +10,6 @@ use super::{DemoSettings, Stage};
 use crate::loadtest::crowd::{self, Crowd, CrowdReport};
 use crate::loadtest::{self, tokens::Login};
 
-/// The limits the crowd runs under: on, but for the logins.
-const CROWD_LIMITS: [&str; 5] = [
-    "--limits=on",
-    "--limit-code-ip=off",
-    "--limit-code-all=off",
-    "--limit-login-ip=off",
-    "--limit-login-all=off",
-];
-
 /// How many addresses the bots share.
 const BOT_ADDRESSES: usize = 4;
 
@@ -33,7 +24,7 @@ pub(super) async fn run(
     flags: &[String],
 ) -> anyhow::Result<CrowdReport> {
     let mut flags = flags.to_vec();
-    flags.extend(CROWD_LIMITS.map(str::to_owned));
+    flags.extend(crowd::limit_flags());
     stage.cluster.restart_nodes(&flags).await?;
     let target = stage.cluster.url();
     eprintln!(
