@@ -430,6 +430,14 @@ async fn a_batch_writes_many_orders_in_one_transaction() {
     add_orders(&app, voucher, 1..=ORDERS).await;
     let node = NodeProcess::start(&app, &[STREAM, "--stream-batch=50"]).await;
     wait_drained(&app, voucher, ORDERS as i64).await;
+    // A batch is counted once its transaction has committed: the last one
+    // may be in MySQL a moment before it is in the histogram.
+    wait_until(
+        "every order counted in a batch",
+        Duration::from_secs(10),
+        || async { metric(&node.address, "hmdp_stream_batch_orders_sum").await == ORDERS as f64 },
+    )
+    .await;
 
     let transactions = metric(&node.address, "hmdp_stream_batch_orders_count").await;
     let written = metric(&node.address, "hmdp_stream_batch_orders_sum").await;
