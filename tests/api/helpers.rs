@@ -506,9 +506,23 @@ impl DerefMut for NodeProcess {
 /// A purchase of `voucher` by `token`'s user at the node at `address`; the
 /// answer's body.
 pub async fn buy_at(address: &str, voucher: VoucherId, token: &str) -> Value {
-    reqwest::Client::new()
+    buy_with_headers(address, voucher, token, &[]).await
+}
+
+/// [`buy_at`], the request carrying `headers` too.
+pub async fn buy_with_headers(
+    address: &str,
+    voucher: VoucherId,
+    token: &str,
+    headers: &[(&str, &str)],
+) -> Value {
+    let request = reqwest::Client::new()
         .post(format!("{address}/voucher-order/seckill/{voucher}"))
-        .header("authorization", token)
+        .header("authorization", token);
+    (headers.iter())
+        .fold(request, |request, (name, value)| {
+            request.header(*name, *value)
+        })
         .send()
         .await
         .unwrap()

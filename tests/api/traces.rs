@@ -11,15 +11,13 @@ use std::time::Duration;
 
 use actix_web::dev::ServerHandle;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
-use hmdp::ids::VoucherId;
 use hmdp_test_support::{phone, wait_for};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
-use serde_json::Value;
 
-use crate::helpers::{buy_at, spawn_app, NodeProcess};
+use crate::helpers::{buy_at, buy_with_headers, spawn_app, NodeProcess};
 
 /// The exported name of a purchase's request span.
 const PURCHASE_REQUEST: &str = "POST /voucher-order/seckill/{voucherId}";
@@ -255,20 +253,6 @@ fn attribute(span: &Span, key: &str) -> String {
 }
 
 /// A purchase of `voucher` by `token`'s user at `address`, sent with the
-/// W3C `traceparent` a caller's trace gives it; the answer's body.
-async fn buy_in_trace(address: &str, voucher: VoucherId, token: &str, traceparent: &str) -> Value {
-    reqwest::Client::new()
-        .post(format!("{address}/voucher-order/seckill/{voucher}"))
-        .header("authorization", token)
-        .header("traceparent", traceparent)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn traces_a_purchase_from_its_request_through_the_lock_to_the_release() {
     let receiver = Receiver::start();
@@ -283,7 +267,13 @@ async fn traces_a_purchase_from_its_request_through_the_lock_to_the_release() {
     let caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let caller_span = "00f067aa0ba902b7";
     let traceparent = format!("00-{caller_trace}-{caller_span}-01");
-    let answer = buy_in_trace(&node.address, voucher, &token, &traceparent).await;
+    let answer = buy_with_headers(
+        &node.address,
+        voucher,
+        &token,
+        &[("traceparent", &traceparent)],
+    )
+    .await;
     assert_eq!(answer["success"], true, "{answer}");
     let order_id = answer["data"].as_str().expect("an order id").to_owned();
     node.terminate().expect("SIGTERM sent");
