@@ -90,7 +90,7 @@ pub fn with_file(
 }
 
 /// The effective settings of the subcommand `matches` ran, one `key =
-/// "value"  # source` line each (the settings file's format), secrets
+/// value  # source` line each (the settings file's format), secrets
 /// masked: `from_file`, the keys the file gave.
 pub fn print_out(command: &Command, matches: &ArgMatches, from_file: &BTreeSet<String>) -> String {
     let Some((name, matches)) = matches.subcommand() else {
@@ -119,9 +119,23 @@ pub fn print_out(command: &Command, matches: &ArgMatches, from_file: &BTreeSet<S
             _ => "default",
         };
         let value = if secret { "***".to_owned() } else { value };
-        out += &format!("{key} = {value:?}  # {source}\n");
+        out += &format!("{key} = {}  # {source}\n", as_toml(value));
     }
     out
+}
+
+/// A flag's value as the settings file would hold it: a whole number or a
+/// boolean bare, anything else a TOML string. A number is written bare only
+/// when it reads back as the same text (`007` stays a string).
+fn as_toml(value: String) -> toml::Value {
+    match value.as_str() {
+        "true" => toml::Value::Boolean(true),
+        "false" => toml::Value::Boolean(false),
+        text => match text.parse::<i64>() {
+            Ok(n) if n.to_string() == text => toml::Value::Integer(n),
+            _ => toml::Value::String(value),
+        },
+    }
 }
 
 /// A TOML scalar as a flag's value; `None` for a table or a list.

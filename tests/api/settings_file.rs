@@ -34,11 +34,11 @@ fn print_config_shows_each_setting_with_its_source_and_masks_secrets() {
     for line in [
         "lock = \"local\"  # flag",
         "seckill = \"stream\"  # environment",
-        "backend-timeout-ms = \"1500\"  # file",
-        "fencing = \"true\"  # file",
+        "backend-timeout-ms = 1500  # file",
+        "fencing = true  # file",
         "database-url = \"mysql://root:***@db:3306/hmdp\"  # file",
         "admin-token = \"***\"  # flag",
-        "sync-batch-max = \"128\"  # default",
+        "sync-batch-max = 128  # default",
     ] {
         assert!(
             printed.lines().any(|printed| printed == line),
@@ -46,6 +46,57 @@ fn print_config_shows_each_setting_with_its_source_and_masks_secrets() {
         );
     }
     assert!(!printed.contains("secret"), "{printed}");
+}
+
+/// `--print-config` of a node with the settings `args` and no
+/// environment of its own, and the file `config` if given.
+fn print_config(config: Option<&std::path::Path>, args: &[&str]) -> String {
+    let mut command = Command::new(NODE_BINARY);
+    command.arg("--print-config").args(args);
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("HMDP_") || name == "DATABASE_URL" {
+            command.env_remove(name);
+        }
+    }
+    let output = command.output().unwrap();
+    let printed = String::from_utf8(output.stdout).unwrap();
+    assert!(output.status.success(), "{printed}");
+    printed
+}
+
+/// The settings without their sources: `key = value` lines.
+fn settings(printed: &str) -> Vec<&str> {
+    (printed.lines())
+        .filter(|line| !line.starts_with('#'))
+        .map(|line| line.split("  # ").next().unwrap())
+        .collect()
+}
+
+#[test]
+fn the_print_out_is_a_settings_file_that_gives_the_same_settings() {
+    let printed = print_config(
+        None,
+        &[
+            "--lock=redis-lua",
+            "--fencing",
+            "--backend-timeout-ms=1500",
+            "--redis-prefix=007",
+            "--node-id=a \"quoted\" name",
+        ],
+    );
+    let table: toml::Table = printed.parse().unwrap_or_else(|error| {
+        panic!("the print-out is no TOML ({error}):\n{printed}");
+    });
+    assert_eq!(table["backend-timeout-ms"], toml::Value::Integer(1500));
+    assert_eq!(table["fencing"], toml::Value::Boolean(true));
+    assert_eq!(table["redis-prefix"], toml::Value::String("007".into()));
+    assert_eq!(table["lock"], toml::Value::String("redis-lua".into()));
+    let file = settings_file(&printed);
+    let read_back = print_config(Some(file.path()), &[]);
+    assert_eq!(settings(&read_back), settings(&printed), "{read_back}");
 }
 
 #[test]

@@ -750,7 +750,10 @@ fn transit(sale: &RedisSale, transfers: &[InTransit], within: Duration) -> Check
             "the shards are of {} different loads (a load that died half-way): {}",
             epochs.len(),
             (sale.shards.iter())
-                .map(|shard| format!("{} {:?}", shard.shard.tag(), shard.epoch))
+                .map(|shard| match shard.epoch {
+                    Some(epoch) => format!("{} epoch {epoch}", shard.shard.tag()),
+                    None => format!("{} no epoch", shard.shard.tag()),
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         ));
