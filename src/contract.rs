@@ -215,7 +215,8 @@ impl IntoResponses for Backend {
 }
 
 /// A local date and time as hmdp writes them: `2026-12-02T20:00:00`, no
-/// zone (MySQL's `TIMESTAMP` in the session's time zone).
+/// zone (MySQL's `TIMESTAMP` in the session's time zone), in the years a
+/// voucher's times may take (1971 to 2037).
 pub fn local_time() -> Schema {
     local_time_of(Type::String.into())
 }
@@ -233,7 +234,7 @@ fn local_time_of(schema_type: utoipa::openapi::schema::SchemaType) -> Schema {
     ObjectBuilder::new()
         .schema_type(schema_type)
         .pattern(Some(concat!(
-            r"^(19[7-9][0-9]|20[0-3][0-9])-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])",
+            r"^(197[1-9]|19[89][0-9]|20[0-2][0-9]|203[0-7])-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])",
             r"T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]+)?$",
         )))
         .description(Some("A local date and time, without a zone."))

@@ -70,7 +70,8 @@ pub(super) struct SeckillVoucherBody {
     end_time: NaiveDateTime,
     /// How many shards the sale is split into in Redis (not in hmdp): the
     /// node's `--seckill-shards` when absent.
-    #[schema(minimum = 1)]
+    // 64 is `shards::MAX_SHARDS`: utoipa takes a literal here.
+    #[schema(minimum = 1, maximum = 64)]
     shards: Option<i64>,
 }
 
