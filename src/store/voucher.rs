@@ -31,6 +31,38 @@ pub struct NewSeckillVoucher {
     pub shards: u16,
 }
 
+impl NewVoucher {
+    /// A flash-sale voucher of hmdp's first sample shop titled `title`,
+    /// paying 100 for 200: what the labs, benchmarks and tests sell.
+    pub fn flash_sale(title: impl Into<String>) -> NewVoucher {
+        NewVoucher {
+            shop_id: 1,
+            title: title.into(),
+            sub_title: None,
+            rules: None,
+            pay_value: 100,
+            actual_value: 200,
+            voucher_type: 1,
+            status: 1,
+        }
+    }
+}
+
+impl NewSeckillVoucher {
+    /// `stock` units on sale from an hour ago to an hour from now (local
+    /// time, as the columns hold it), in one shard: a sale open the moment
+    /// it is created, whatever the clocks' skew.
+    pub fn open_now(stock: i32) -> NewSeckillVoucher {
+        let now = chrono::Local::now().naive_local();
+        NewSeckillVoucher {
+            stock,
+            begin_time: now - chrono::TimeDelta::hours(1),
+            end_time: now + chrono::TimeDelta::hours(1),
+            shards: 1,
+        }
+    }
+}
+
 /// A voucher as listed for a shop, seckill fields merged (hmdp's `Voucher`).
 #[derive(Debug, Clone, Serialize, FromRow, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]

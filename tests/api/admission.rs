@@ -498,25 +498,10 @@ async fn a_reused_voucher_id_never_inherits_the_sale_redis_kept() {
     // finds the sale's token is not the voucher's, and replaces it.
     reset().await;
     let store = app.store.clone();
-    let now = Local::now().naive_local();
     let restored = store
         .insert_seckill_voucher(
-            &hmdp::store::NewVoucher {
-                shop_id: 1,
-                title: "restored".into(),
-                sub_title: None,
-                rules: None,
-                pay_value: 100,
-                actual_value: 200,
-                voucher_type: 1,
-                status: 1,
-            },
-            &hmdp::store::NewSeckillVoucher {
-                stock: 3,
-                begin_time: now - TimeDelta::hours(1),
-                end_time: now + TimeDelta::hours(1),
-                shards: 1,
-            },
+            &hmdp::store::NewVoucher::flash_sale("restored"),
+            &hmdp::store::NewSeckillVoucher::open_now(3),
         )
         .await
         .unwrap();

@@ -57,7 +57,7 @@ pub async fn run(args: BenchDbArgs) -> anyhow::Result<BenchDbResult> {
     )?;
     db.migrate().await?;
     let voucher_id = db
-        .insert_seckill_voucher(&bench_voucher(), &unlimited_sale())
+        .insert_seckill_voucher(&bench_voucher(), &NewSeckillVoucher::open_now(i32::MAX))
         .await?;
 
     let next_order_id = Arc::new(AtomicI64::new(chrono::Utc::now().timestamp_micros() << 8));
@@ -126,24 +126,10 @@ pub async fn run(args: BenchDbArgs) -> anyhow::Result<BenchDbResult> {
 }
 
 pub(super) fn bench_voucher() -> NewVoucher {
+    // Of no shop and off the shelves (status 2): listed nowhere.
     NewVoucher {
         shop_id: 0,
-        title: "bench-db".into(),
-        sub_title: None,
-        rules: None,
-        pay_value: 1,
-        actual_value: 1,
-        voucher_type: 1,
         status: 2,
-    }
-}
-
-pub(super) fn unlimited_sale() -> NewSeckillVoucher {
-    let now = chrono::Local::now().naive_local();
-    NewSeckillVoucher {
-        stock: i32::MAX,
-        begin_time: now,
-        end_time: now + chrono::Duration::days(1),
-        shards: 1,
+        ..NewVoucher::flash_sale("bench-db")
     }
 }

@@ -17,7 +17,7 @@ use clap::Args;
 use futures::future::try_join_all;
 use serde::Serialize;
 
-use super::db::{bench_voucher, unlimited_sale};
+use super::db::bench_voucher;
 use super::write_json;
 use hmdp::config::connect_redis;
 use hmdp::config::StoreSettings;
@@ -25,7 +25,7 @@ use hmdp::ids::{UserId, VoucherId};
 use hmdp::keys::Keys;
 use hmdp::seckill::{Admission, SaleRef, SaleState};
 use hmdp::shards::Layout;
-use hmdp::store::Store;
+use hmdp::store::{NewSeckillVoucher, Store};
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchDrainArgs {
@@ -76,7 +76,7 @@ pub async fn run(args: BenchDrainArgs) -> anyhow::Result<BenchDrainResult> {
     let keys = Keys::new(args.store.redis.prefix.clone());
     let sale = Arc::new(SaleState::new(redis, keys, store.clone()));
     let voucher = store
-        .insert_seckill_voucher(&bench_voucher(), &unlimited_sale())
+        .insert_seckill_voucher(&bench_voucher(), &NewSeckillVoucher::open_now(i32::MAX))
         .await
         .context("cannot create the benchmark's voucher (are the nodes' migrations applied?)")?;
     let measured = measure(&args, &store, &sale, voucher).await;

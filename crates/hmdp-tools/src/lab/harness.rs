@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use chrono::{Local, TimeDelta};
 use futures::FutureExt;
 use hmdp_lock::Connection as RedisConnection;
 use hmdp_lock::{DistributedLock, Faults, Holder, LockGuard, LockMode, Release};
@@ -36,25 +35,10 @@ pub(super) async fn open_voucher(
     title: &str,
     stock: i32,
 ) -> anyhow::Result<VoucherId> {
-    let now = Local::now().naive_local();
     store
         .insert_seckill_voucher(
-            &NewVoucher {
-                shop_id: 1,
-                title: title.into(),
-                sub_title: None,
-                rules: None,
-                pay_value: 100,
-                actual_value: 200,
-                voucher_type: 1,
-                status: 1,
-            },
-            &NewSeckillVoucher {
-                stock,
-                begin_time: now - TimeDelta::hours(1),
-                end_time: now + TimeDelta::hours(1),
-                shards: 1,
-            },
+            &NewVoucher::flash_sale(title),
+            &NewSeckillVoucher::open_now(stock),
         )
         .await
         .context("cannot create the lab's voucher")

@@ -8,7 +8,6 @@ pub mod cluster;
 
 use std::process::Command;
 
-use chrono::{Local, TimeDelta};
 use hmdp::config::RedisSettings;
 use hmdp::store::{NewSeckillVoucher, NewVoucher, Store};
 use hmdp_test_support::{mysql_server_url, redis_url};
@@ -46,25 +45,10 @@ pub fn hmdp(sandbox: &Sandbox, args: &[&str]) -> (i32, String) {
 /// A seckill voucher of `stock` on sale for the next hour, inserted in
 /// MySQL without any node knowing; its id.
 pub async fn seckill_voucher_in_mysql(store: &Store, stock: i32) -> i64 {
-    let now = Local::now().naive_local();
     store
         .insert_seckill_voucher(
-            &NewVoucher {
-                shop_id: 1,
-                title: "in MySQL only".into(),
-                sub_title: None,
-                rules: None,
-                pay_value: 100,
-                actual_value: 200,
-                voucher_type: 1,
-                status: 1,
-            },
-            &NewSeckillVoucher {
-                stock,
-                begin_time: now,
-                end_time: now + TimeDelta::hours(1),
-                shards: 1,
-            },
+            &NewVoucher::flash_sale("in MySQL only"),
+            &NewSeckillVoucher::open_now(stock),
         )
         .await
         .unwrap()
