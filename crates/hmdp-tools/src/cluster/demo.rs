@@ -699,6 +699,7 @@ async fn sale_plan(
         tokens: tokens.to_vec(),
         per_user: settings.per_user,
         concurrency: settings.concurrency,
+        addresses: 1,
         progress: loadtest::progress_bar((tokens.len() * settings.per_user) as u64),
     })
 }

@@ -802,6 +802,7 @@ impl LoadSide {
             tokens,
             per_user: settings.per_user,
             concurrency: settings.concurrency,
+            addresses: 1,
             progress: loadtest::progress_bar(0),
         };
         let mut measured = loadtest::run(&plan).await?;

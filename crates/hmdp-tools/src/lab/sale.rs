@@ -149,6 +149,7 @@ impl SaleStage {
             tokens,
             per_user: 1,
             concurrency: 64,
+            addresses: 1,
             progress: indicatif::ProgressBar::hidden(),
         };
         let measured = loadtest::run(&plan).await?;

@@ -1,5 +1,6 @@
 //! The load generator's connections: at most `concurrency` keep-alive
-//! HTTP/1.1 connections to one target, each carrying one request at a time.
+//! HTTP/1.1 connections to one target, each carrying one request at a time,
+//! from one client or, spread over loopback source addresses, from many.
 //!
 //! Built on hyper's connection API rather than a general client: the
 //! generator shares the machine's cores with the nginx, nodes, Redis and
@@ -7,6 +8,7 @@
 //! up a shared pool is CPU taken from the system under test. Here the
 //! request line is fixed once and a connection is a `Vec` pop.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -17,7 +19,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{HeaderValue, AUTHORIZATION, CONNECTION, HOST};
 use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 /// Longest wait for one answer; a request past it counts as `TIMEOUT`.
@@ -31,7 +33,11 @@ pub struct Lanes {
     host: HeaderValue,
     /// The path every request of the run goes to.
     path: Uri,
-    idle: Mutex<Vec<SendRequest<Empty<Bytes>>>>,
+    /// The address each client's connections leave from: the system's
+    /// choice for one client, 127.3.x.y each for many.
+    sources: Vec<Option<IpAddr>>,
+    /// Each client's kept connections.
+    idle: Mutex<Vec<Vec<SendRequest<Empty<Bytes>>>>>,
     budget: Semaphore,
 }
 
@@ -86,9 +92,31 @@ impl Lanes {
             ),
             host: HeaderValue::from_str(authority.as_str())?,
             path: format!("{base}{path}").parse().context("request path")?,
-            idle: Mutex::new(Vec::new()),
+            sources: vec![None],
+            idle: Mutex::new(vec![Vec::new()]),
             budget: Semaphore::new(concurrency.max(1)),
         })
+    }
+
+    /// The same lanes as `clients` clients, each sending from a loopback
+    /// address of its own (127.3.0.1, 127.3.0.2, ...): per-address limits,
+    /// nginx's and the nodes', see that many clients instead of one. Only
+    /// for a target on this machine's loopback.
+    pub fn spread_over(mut self, clients: usize) -> anyhow::Result<Lanes> {
+        if clients <= 1 {
+            return Ok(self);
+        }
+        let host = self.address.rsplit_once(':').map_or("", |(host, _)| host);
+        let loopback =
+            host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        if !loopback {
+            bail!("clients of their own address need a target on 127.0.0.1, not {host}");
+        }
+        self.sources = (0..clients)
+            .map(|client| client_address(client).map(Some))
+            .collect::<anyhow::Result<_>>()?;
+        self.idle = Mutex::new((0..clients).map(|_| Vec::new()).collect());
+        Ok(self)
     }
 
     /// The concurrency budget: `n` requests may go out at once.
@@ -99,16 +127,28 @@ impl Lanes {
             .expect("the semaphore is never closed")
     }
 
-    /// One `POST` with `authorization: token`, `idempotency-key: key` and
-    /// no body, on an idle connection or a new one. Call it under a
+    /// One `POST` from `client` (taken modulo the clients there are) with
+    /// `authorization: token`, `idempotency-key: key` and no body, on one
+    /// of the client's idle connections or a new one. Call it under a
     /// `reserve` permit.
-    pub async fn post(&self, token: &HeaderValue, key: &HeaderValue) -> Result<Answer, ShotError> {
-        tokio::time::timeout(ANSWER_TIMEOUT, self.exchange(token, key))
+    pub async fn post(
+        &self,
+        client: usize,
+        token: &HeaderValue,
+        key: &HeaderValue,
+    ) -> Result<Answer, ShotError> {
+        let client = client % self.sources.len();
+        tokio::time::timeout(ANSWER_TIMEOUT, self.exchange(client, token, key))
             .await
             .unwrap_or(Err(ShotError::Timeout))
     }
 
-    async fn exchange(&self, token: &HeaderValue, key: &HeaderValue) -> Result<Answer, ShotError> {
+    async fn exchange(
+        &self,
+        client: usize,
+        token: &HeaderValue,
+        key: &HeaderValue,
+    ) -> Result<Answer, ShotError> {
         let mut request = Request::new(Empty::new());
         *request.method_mut() = Method::POST;
         *request.uri_mut() = self.path.clone();
@@ -120,15 +160,15 @@ impl Lanes {
         // server ended it after its last answer). A request it did not send
         // goes out again on a new connection: no server saw it, so even a
         // purchase is safe to resend. One that was sent is never resent.
-        let mut kept = self.checkout();
+        let mut kept = self.checkout(client);
         loop {
             let fresh = kept.is_none();
             let mut sender = match kept.take() {
                 Some(sender) => sender,
-                None => self.connect().await?,
+                None => self.connect(client).await?,
             };
             match sender.try_send_request(request).await {
-                Ok(response) => return self.answer(sender, response).await,
+                Ok(response) => return self.answer(client, sender, response).await,
                 Err(mut error) => match error.take_message() {
                     Some(unsent) if !fresh => request = unsent,
                     _ => return Err(ShotError::Transport(error.into_error())),
@@ -141,6 +181,7 @@ impl Lanes {
     /// unless the server said it closes it.
     async fn answer(
         &self,
+        client: usize,
         sender: SendRequest<Empty<Bytes>>,
         response: hyper::Response<hyper::body::Incoming>,
     ) -> Result<Answer, ShotError> {
@@ -156,14 +197,14 @@ impl Lanes {
             .map(str::to_owned);
         let body = response.into_body().collect().await?.to_bytes();
         if !closing && !sender.is_closed() {
-            self.idle.lock().expect("lanes poisoned").push(sender);
+            self.idle.lock().expect("lanes poisoned")[client].push(sender);
         }
         Ok(Answer { status, node, body })
     }
 
-    fn checkout(&self) -> Option<SendRequest<Empty<Bytes>>> {
+    fn checkout(&self, client: usize) -> Option<SendRequest<Empty<Bytes>>> {
         let mut idle = self.idle.lock().expect("lanes poisoned");
-        while let Some(sender) = idle.pop() {
+        while let Some(sender) = idle[client].pop() {
             if !sender.is_closed() {
                 return Some(sender);
             }
@@ -171,10 +212,12 @@ impl Lanes {
         None
     }
 
-    async fn connect(&self) -> Result<SendRequest<Empty<Bytes>>, ShotError> {
-        let stream = TcpStream::connect(&self.address)
-            .await
-            .map_err(ShotError::Connect)?;
+    async fn connect(&self, client: usize) -> Result<SendRequest<Empty<Bytes>>, ShotError> {
+        let stream = match self.sources[client] {
+            None => TcpStream::connect(&self.address).await,
+            Some(source) => from_source(source, &self.address).await,
+        }
+        .map_err(ShotError::Connect)?;
         stream.set_nodelay(true).map_err(ShotError::Connect)?;
         let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
         // The connection task ends when its sender is dropped or the peer
@@ -184,6 +227,27 @@ impl Lanes {
         });
         Ok(sender)
     }
+}
+
+/// A connection to `address` leaving from `source`.
+async fn from_source(source: IpAddr, address: &str) -> std::io::Result<TcpStream> {
+    let remote = (tokio::net::lookup_host(address).await?)
+        .find(SocketAddr::is_ipv4)
+        .ok_or_else(|| std::io::Error::other(format!("{address} has no IPv4 address")))?;
+    let socket = TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::new(source, 0))?;
+    socket.connect(remote).await
+}
+
+/// The `i`th client's address: 127.3.0.1, 127.3.0.2, ...
+fn client_address(i: usize) -> anyhow::Result<IpAddr> {
+    let offset = u32::try_from(i + 1)
+        .ok()
+        .filter(|offset| *offset < 1 << 16)
+        .context("at most 65,535 clients (one 127.3.x.y address each)")?;
+    Ok(IpAddr::V4(Ipv4Addr::from(
+        u32::from(Ipv4Addr::new(127, 3, 0, 0)) + offset,
+    )))
 }
 
 #[cfg(test)]
@@ -221,7 +285,7 @@ mod tests {
         };
         let lanes = Lanes::new(&format!("http://{refused}"), "/x", 1).unwrap();
         let error = lanes
-            .post(&token, &token)
+            .post(0, &token, &token)
             .await
             .err()
             .expect("nothing listens");
@@ -236,7 +300,11 @@ mod tests {
             }
         });
         let lanes = Lanes::new(&format!("http://{address}"), "/x", 1).unwrap();
-        let error = lanes.post(&token, &token).await.err().expect("no answer");
+        let error = lanes
+            .post(0, &token, &token)
+            .await
+            .err()
+            .expect("no answer");
         assert_eq!(error.outcome(), "TRANSPORT_ERROR");
     }
 
@@ -286,8 +354,51 @@ mod tests {
         let lanes = Lanes::new(&format!("http://{address}"), "/x", 1).unwrap();
         let token = HeaderValue::from_static("token");
         for attempt in 0..3 {
-            let answer = lanes.post(&token, &token).await;
+            let answer = lanes.post(0, &token, &token).await;
             assert!(answer.is_ok(), "request {attempt}: {:?}", answer.err());
         }
+    }
+
+    /// Many clients: each connection leaves from its client's own loopback
+    /// address, and a client's connection is kept for that client alone.
+    #[tokio::test]
+    async fn each_client_sends_from_an_address_of_its_own() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (peers, mut seen) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((mut socket, peer)) = listener.accept().await {
+                peers.send(peer.ip()).unwrap();
+                tokio::spawn(async move {
+                    let mut chunk = [0u8; 1024];
+                    while let Ok(read) = socket.read(&mut chunk).await {
+                        if read == 0 {
+                            return;
+                        }
+                        let answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}";
+                        if socket.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let token = HeaderValue::from_static("token");
+        let lanes = Lanes::new(&format!("http://{address}"), "/x", 4)
+            .unwrap()
+            .spread_over(3)
+            .unwrap();
+        for client in [0, 1, 2, 3, 4, 5] {
+            let answer = lanes.post(client, &token, &token).await.unwrap();
+            assert_eq!(answer.status, 200);
+        }
+        let mut addresses = Vec::new();
+        while let Ok(ip) = seen.try_recv() {
+            addresses.push(ip.to_string());
+        }
+        assert_eq!(addresses, ["127.3.0.1", "127.3.0.2", "127.3.0.3"]);
+        let remote = Lanes::new("http://192.0.2.1:80", "/x", 1).unwrap();
+        assert!(remote.spread_over(2).is_err(), "a target off this machine");
     }
 }

@@ -76,6 +76,13 @@ pub struct LoadtestSettings {
     #[arg(long, default_value_t = 200)]
     pub concurrency: usize,
 
+    /// `sale` and `storm` (and --voucher): over how many source addresses
+    /// the users are spread (127.3.0.1, ...; user i sends from the (i mod
+    /// N)th), so that per-address limits see N clients instead of this
+    /// machine alone. Needs a target on 127.0.0.1. 1: the machine's own.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=65535))]
+    pub addresses: u64,
+
     /// `crowd`: bots, each sending purchase after purchase until every
     /// honest buyer is done (their users come after the --users honest ones).
     #[arg(long, default_value_t = 200)]
@@ -174,6 +181,8 @@ pub struct Plan {
     pub tokens: Vec<String>,
     pub per_user: usize,
     pub concurrency: usize,
+    /// How many source addresses the users are spread over.
+    pub addresses: usize,
     /// Advanced once per answered request; hidden when not on a terminal.
     pub progress: ProgressBar,
 }
@@ -257,11 +266,14 @@ struct ResultBody {
 /// concurrency budget is free for all of them. Fails only on a `target`
 /// that is not an `http://` URL; failed requests are outcomes.
 pub async fn run(plan: &Plan) -> anyhow::Result<Measured> {
-    let lanes = Arc::new(Lanes::new(
-        &plan.target,
-        &format!("/voucher-order/seckill/{}", plan.voucher),
-        plan.concurrency,
-    )?);
+    let lanes = Arc::new(
+        Lanes::new(
+            &plan.target,
+            &format!("/voucher-order/seckill/{}", plan.voucher),
+            plan.concurrency,
+        )?
+        .spread_over(plan.addresses)?,
+    );
     // A user needing more permits than exist would wait forever.
     let burst = plan.per_user.min(plan.concurrency.max(1)) as u32;
     let started = Instant::now();
@@ -281,7 +293,9 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Measured> {
                         .expect("hex and digits make a header value")
                 })
                 .collect();
-            let shots = keys.iter().map(|key| shoot(&lanes, &token, key, &bar));
+            let shots = keys
+                .iter()
+                .map(|key| shoot(&lanes, user, &token, key, &bar));
             (user, join_all(shots).await)
         });
     }
@@ -372,9 +386,15 @@ const IN_USE_PAUSE: Duration = Duration::from_millis(50);
 
 /// One logical purchase: sent, and resent with the same key while its
 /// answer is lost.
-async fn shoot(lanes: &Lanes, token: &HeaderValue, key: &HeaderValue, bar: &ProgressBar) -> Shot {
+async fn shoot(
+    lanes: &Lanes,
+    user: usize,
+    token: &HeaderValue,
+    key: &HeaderValue,
+    bar: &ProgressBar,
+) -> Shot {
     let started = Instant::now();
-    let mut answer = lanes.post(token, key).await;
+    let mut answer = lanes.post(user, token, key).await;
     for _ in 0..RESENDS {
         match &answer {
             Err(ShotError::Timeout | ShotError::Transport(_)) => {}
@@ -383,7 +403,7 @@ async fn shoot(lanes: &Lanes, token: &HeaderValue, key: &HeaderValue, bar: &Prog
             }
             _ => break,
         }
-        answer = lanes.post(token, key).await;
+        answer = lanes.post(user, token, key).await;
     }
     let latency = started.elapsed();
     bar.inc(1);
@@ -552,6 +572,7 @@ pub async fn run_command(settings: LoadtestSettings) -> anyhow::Result<()> {
         voucher,
         per_user,
         concurrency: settings.concurrency,
+        addresses: settings.addresses as usize,
         progress: progress_bar((tokens.len() * per_user) as u64),
         tokens,
     };

@@ -93,6 +93,7 @@ impl TestCluster {
             tokens: self.tokens[..users].to_vec(),
             per_user,
             concurrency: 200,
+            addresses: 1,
             progress: loadtest::progress_bar((users * per_user) as u64),
         }
     }

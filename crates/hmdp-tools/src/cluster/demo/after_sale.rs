@@ -366,6 +366,7 @@ async fn second_wave_round(sale: &Sale<'_>, buyers: &[usize]) -> anyhow::Result<
             .collect(),
         per_user: sale.per_user,
         concurrency: sale.concurrency,
+        addresses: 1,
         // Rounds are short and many: one line per wave says enough.
         progress: indicatif::ProgressBar::hidden(),
     };

@@ -65,6 +65,7 @@ fn ran(figures: Figures) -> ModeRun {
         tokens: vec!["0123456789abcdef0123456789abcdef".into(); users],
         per_user,
         concurrency: 200,
+        addresses: 1,
         progress: indicatif::ProgressBar::hidden(),
     };
     // Duplicates take units of the stock like any order: it still sells out.
