@@ -20,6 +20,8 @@ use hmdp::limits::Rule;
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
+use super::lanes::loopback_address;
+
 /// Who the crowd is.
 #[derive(Debug, Clone)]
 pub struct Crowd {
@@ -118,7 +120,7 @@ pub async fn run(crowd: &Crowd) -> anyhow::Result<CrowdReport> {
         .map(|i| client_at(bot_address(i), crowd.bots.len()))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let human_clients = (0..crowd.humans.len())
-        .map(|i| client_at(human_address(i)?, 1))
+        .map(|i| client_at(loopback_address(1, i, "honest buyers")?, 1))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let every = crowd.spread / u32::try_from(crowd.humans.len().max(1)).unwrap_or(u32::MAX);
     let humans_done = Arc::new(AtomicBool::new(false));
@@ -214,17 +216,6 @@ fn client_at(address: IpAddr, connections: usize) -> anyhow::Result<reqwest::Cli
         .timeout(Duration::from_secs(60))
         .build()
         .context("cannot build the HTTP client")
-}
-
-/// The `i`th honest buyer's address: 127.1.0.1, 127.1.0.2, ...
-fn human_address(i: usize) -> anyhow::Result<IpAddr> {
-    let offset = u32::try_from(i + 1)
-        .ok()
-        .filter(|offset| *offset < 1 << 16)
-        .context("at most 65,535 honest buyers (one 127.1.x.y address each)")?;
-    Ok(IpAddr::V4(Ipv4Addr::from(
-        u32::from(Ipv4Addr::new(127, 1, 0, 0)) + offset,
-    )))
 }
 
 /// The `i`th bots' address: 127.2.0.1, 127.2.0.2, ...

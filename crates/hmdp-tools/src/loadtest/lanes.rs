@@ -113,7 +113,7 @@ impl Lanes {
             bail!("clients of their own address need a target on 127.0.0.1, not {host}");
         }
         self.sources = (0..clients)
-            .map(|client| client_address(client).map(Some))
+            .map(|client| loopback_address(3, client, "clients").map(Some))
             .collect::<anyhow::Result<_>>()?;
         self.idle = Mutex::new((0..clients).map(|_| Vec::new()).collect());
         Ok(self)
@@ -239,14 +239,16 @@ async fn from_source(source: IpAddr, address: &str) -> std::io::Result<TcpStream
     socket.connect(remote).await
 }
 
-/// The `i`th client's address: 127.3.0.1, 127.3.0.2, ...
-fn client_address(i: usize) -> anyhow::Result<IpAddr> {
+/// The `i`th address of the loopback block 127.`block`.x.y
+/// (127.`block`.0.1 first): to nginx, each a client of its own. `who`
+/// names the addresses' holders when there are more than the block has.
+pub(super) fn loopback_address(block: u8, i: usize, who: &str) -> anyhow::Result<IpAddr> {
     let offset = u32::try_from(i + 1)
         .ok()
         .filter(|offset| *offset < 1 << 16)
-        .context("at most 65,535 clients (one 127.3.x.y address each)")?;
+        .with_context(|| format!("at most 65,535 {who} (one 127.{block}.x.y address each)"))?;
     Ok(IpAddr::V4(Ipv4Addr::from(
-        u32::from(Ipv4Addr::new(127, 3, 0, 0)) + offset,
+        u32::from(Ipv4Addr::new(127, block, 0, 0)) + offset,
     )))
 }
 
