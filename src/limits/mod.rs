@@ -176,6 +176,13 @@ pub struct Limits {
     refused: moka::sync::Cache<String, Refused>,
 }
 
+/// One rule to count a request under: its quota and its subject's key.
+struct Asked {
+    rule: Rule,
+    quota: Quota,
+    key: String,
+}
+
 /// A refusal remembered: until when it holds, and when its subject's
 /// quota is whole again.
 #[derive(Debug, Clone, Copy)]
@@ -208,14 +215,52 @@ impl Limits {
     /// (answered 429) by the first rule it is over, and not
     /// counted by the rules after that one. So the narrowest rule comes
     /// first: a client refused per user or per address spends nothing of
-    /// what it shares with others (its address's quota, everyone's).
+    /// what it shares with others (its address's quota, everyone's). One
+    /// call of the limit script counts them all on a single Redis; on a
+    /// Redis Cluster, whose slots part the keys, one call a rule.
     pub async fn take(&self, checks: &[(Rule, &dyn Display)]) -> Result<(), Limited> {
+        // The rules to ask Redis: those before the first this node
+        // remembers refusing, which answers for itself.
+        let mut asked = Vec::new();
+        let mut remembered = None;
         for (rule, subject) in checks {
-            if let Some(limited) = self.check(*rule, *subject, Count::Request).await {
-                return Err(limited);
+            let Some(quota) = self.settings.quota(*rule) else {
+                continue;
+            };
+            let key = self.keys.limit(rule.name(), &subject.to_string());
+            if let Some(limited) = self.still_refused(&key) {
+                remembered = Some(limited);
+                break;
             }
+            asked.push(Asked {
+                rule: *rule,
+                quota,
+                key,
+            });
         }
-        Ok(())
+        let one_call = !matches!(self.redis, RedisConnection::Cluster(_));
+        let refused = match one_call {
+            true => self.count(&asked, Count::Request).await,
+            false => {
+                let mut refused = None;
+                for one in asked.chunks(1) {
+                    refused = self.count(one, Count::Request).await;
+                    if refused.is_some() {
+                        break;
+                    }
+                }
+                refused
+            }
+        };
+        match refused.or(remembered) {
+            Some(limited) => {
+                metrics::RATE_LIMITED
+                    .with_label_values(&[limited.rule.name()])
+                    .inc();
+                Err(limited)
+            }
+            None => Ok(()),
+        }
     }
 
     /// Gives back one request counted under `rule` for `subject`: one
@@ -223,65 +268,65 @@ impl Limits {
     /// [`Rule::WrongCodesByPhone`]). Best effort: a give-back Redis cannot
     /// take leaves the request counted.
     pub async fn give_back(&self, rule: Rule, subject: &dyn Display) {
-        if self.settings.quota(rule).is_some() {
-            self.check(rule, subject, Count::GiveBack).await;
+        if let Some(quota) = self.settings.quota(rule) {
+            let key = self.keys.limit(rule.name(), &subject.to_string());
+            self.count(&[Asked { rule, quota, key }], Count::GiveBack)
+                .await;
         }
     }
 
-    /// One rule for one subject: `Some` when over the limit.
-    async fn check(&self, rule: Rule, subject: &dyn Display, count: Count) -> Option<Limited> {
-        let quota = self.settings.quota(rule)?;
-        let key = self.keys.limit(rule.name(), &subject.to_string());
-        if count == Count::Request {
-            if let Some(limited) = self.still_refused(&key) {
-                metrics::RATE_LIMITED
-                    .with_label_values(&[rule.name()])
-                    .inc();
-                return Some(limited);
-            }
+    /// One call of the limit script over `asked`, in turn: the refusal of
+    /// the first rule over its limit, remembered until it lifts.
+    async fn count(&self, asked: &[Asked], count: Count) -> Option<Limited> {
+        if asked.is_empty() {
+            return None;
         }
-        let asked: redis::RedisResult<(u8, u64, u64, u64)> = GCRA
-            .key(&key)
-            .arg(quota.interval().as_micros() as u64)
-            .arg(quota.window().as_micros() as u64)
-            .arg(match count {
-                Count::Request => "1",
-                Count::GiveBack => "-1",
-            })
-            .invoke_async(&mut self.redis.clone())
-            .await;
-        let limited = match asked {
-            Ok((1, _, _, _)) => None,
-            Ok((_, _, retry_after, reset)) => Some(Limited {
-                rule,
-                quota,
-                retry_after: Duration::from_micros(retry_after),
-                reset: Duration::from_micros(reset),
-            }),
+        let mut call = GCRA.prepare_invoke();
+        call.arg(match count {
+            Count::Request => "1",
+            Count::GiveBack => "-1",
+        });
+        for one in asked {
+            call.key(&one.key)
+                .arg(one.quota.interval().as_micros() as u64)
+                .arg(one.quota.window().as_micros() as u64);
+        }
+        let answer: redis::RedisResult<(u8, u64, u64, u64, usize)> =
+            call.invoke_async(&mut self.redis.clone()).await;
+        let (refused, key) = match answer {
+            Ok((1, ..)) => return None,
+            Ok((_, _, retry_after, reset, which)) => {
+                let one = asked.get(which.checked_sub(1)?)?;
+                let limited = Limited {
+                    rule: one.rule,
+                    quota: one.quota,
+                    retry_after: Duration::from_micros(retry_after),
+                    reset: Duration::from_micros(reset),
+                };
+                (limited, &one.key)
+            }
             Err(error) => {
-                tracing::warn!(%error, rule = rule.name(), "limit unreadable in Redis; this node limits alone");
+                tracing::warn!(%error, "limits unreadable in Redis; this node limits alone");
                 metrics::RATE_LIMIT_FALLBACKS.inc();
-                match count {
-                    Count::Request => self.fallback.take(rule, quota, &key),
-                    // This node's own count keeps what it counted: it
-                    // only loosens once Redis is back.
-                    Count::GiveBack => None,
+                // This node's own count keeps what it counted: it only
+                // loosens once Redis is back.
+                if count == Count::GiveBack {
+                    return None;
                 }
+                (asked.iter()).find_map(|one| {
+                    let limited = self.fallback.take(one.rule, one.quota, &one.key)?;
+                    Some((limited, &one.key))
+                })?
             }
         };
-        if let Some(limited) = limited {
-            metrics::RATE_LIMITED
-                .with_label_values(&[rule.name()])
-                .inc();
-            let now = Instant::now();
-            let refused = Refused {
-                limited,
-                until: now + limited.retry_after,
-                whole_at: now + limited.reset,
-            };
-            self.refused.insert(key, refused);
-        }
-        limited
+        let now = Instant::now();
+        let remembered = Refused {
+            limited: refused,
+            until: now + refused.retry_after,
+            whole_at: now + refused.reset,
+        };
+        self.refused.insert(key.clone(), remembered);
+        Some(refused)
     }
 
     /// The refusal this node remembers for `key`, if it still holds.

@@ -291,3 +291,27 @@ async fn a_sale_known_sold_out_is_answered_so_before_the_limits_count() {
         assert_eq!(refused["errorCode"], "SOLD_OUT", "{refused}");
     }
 }
+
+/// Rules are counted in turn, the narrowest first: a purchase refused per
+/// user spends nothing of its address's quota, which the other buyers
+/// behind that address still have whole.
+#[tokio::test]
+async fn a_purchase_refused_per_user_spends_nothing_of_its_addresss_quota() {
+    let app = spawn_limited(&[(Rule::PurchaseByUser, "1/1m"), (Rule::PurchaseByIp, "3/1m")]).await;
+    let tokens = app.login_many(4).await;
+    let missing = "999999";
+
+    let first = purchase_from(&app.address, missing, &tokens[0], "10.0.0.1").await;
+    assert_eq!(first.status(), 200);
+    for _ in 0..3 {
+        let again = purchase_from(&app.address, missing, &tokens[0], "10.0.0.1").await;
+        assert_limited(again, "\"purchase-user\";q=1;w=60").await;
+    }
+    // The address spent one of its three: two more buyers get through.
+    for token in &tokens[1..3] {
+        let allowed = purchase_from(&app.address, missing, token, "10.0.0.1").await;
+        assert_eq!(allowed.status(), 200);
+    }
+    let refused = purchase_from(&app.address, missing, &tokens[3], "10.0.0.1").await;
+    assert_limited(refused, "\"purchase-ip\";q=3;w=60").await;
+}
