@@ -7,6 +7,7 @@
 //! - `read`: a sale read back, its shards summed;
 //! - `admission`: a `queue` or `stream` purchase admitted in one script;
 //! - `stock_moves`: units moved between a sale's shards;
+//! - `transit`: the units on their way, and the sweep that delivers a dead mover's;
 //! - `readmit`: an order Redis lost, counted again before its commit;
 //! - `in_flight`: the orders between admission and MySQL;
 //! - `reconcile`: Redis compared with MySQL, and the sale healed.
@@ -33,14 +34,16 @@ mod read;
 mod readmit;
 mod reconcile;
 mod stock_moves;
+mod transit;
 
 pub use admission::Admission;
 pub use in_flight::{DeadLetter, PendingOrder};
 pub use read::{RedisSale, RedisShard};
 pub use readmit::Readmit;
 pub use reconcile::RECONCILE_EVERY;
+pub use stock_moves::SaleRef;
 use stock_moves::Seen;
-pub use stock_moves::{InTransit, SaleRef, STALE_AFTER, SWEEP_EVERY};
+pub use transit::{InTransit, STALE_AFTER, SWEEP_EVERY};
 
 /// What a sale in Redis holds that MySQL says it should not: the
 /// reconciler's finding (`reconcile.rs`), in words.

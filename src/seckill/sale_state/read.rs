@@ -14,7 +14,7 @@ pub struct RedisSale {
     /// Stock left to admit.
     pub stock: i64,
     /// Units lent by one shard and not yet received by another: on their
-    /// way between shards (`stock_moves.rs`).
+    /// way between shards (`transit.rs`).
     pub in_transit: i64,
     /// The sale window, Unix epoch milliseconds.
     pub begin_ms: i64,
