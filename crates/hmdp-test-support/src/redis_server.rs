@@ -13,6 +13,11 @@ use crate::process::send_signal;
 /// How long a fresh redis-server may take to answer PING.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How many free ports a start tries: a port found free can be taken by
+/// another process (an outgoing connection's local port, another test's
+/// server) before redis-server binds it, and the server then exits at once.
+const PORT_ATTEMPTS: usize = 5;
+
 /// A redis-server child process; killed when dropped.
 pub struct RedisServer {
     port: u16,
@@ -32,16 +37,26 @@ impl RedisServer {
 
     /// Starts a server with extra `redis-server` arguments
     /// (e.g. `["--replicaof", "127.0.0.1", "6380"]`).
+    /// A server that exits at once (its port taken meanwhile) is started
+    /// again on another free port.
     pub async fn start_with(extra_args: &[&str]) -> anyhow::Result<RedisServer> {
-        let [port] = free_ports()?;
         let mut server = RedisServer {
-            port,
+            port: 0,
             child: None,
             extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
             dir: tempfile::Builder::new().prefix("hmdp-redis-").tempdir()?,
         };
-        server.spawn().await?;
-        Ok(server)
+        let mut attempt = 1;
+        loop {
+            [server.port] = free_ports()?;
+            match server.spawn().await {
+                Err(error) if server.exited() && attempt < PORT_ATTEMPTS => {
+                    tracing::debug!(error = %error, "redis-server exited at start; another port");
+                    attempt += 1;
+                }
+                spawned => return spawned.map(|()| server),
+            }
+        }
     }
 
     pub fn port(&self) -> u16 {
@@ -92,6 +107,18 @@ impl RedisServer {
             .id())
     }
 
+    /// Whether the process ended on its own (reaping it if so).
+    fn exited(&mut self) -> bool {
+        let ended = match &mut self.child {
+            Some(child) => !matches!(child.try_wait(), Ok(None)),
+            None => false,
+        };
+        if ended {
+            self.child = None;
+        }
+        ended
+    }
+
     /// Starts the server again on the same port, empty.
     pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.kill();
@@ -114,11 +141,17 @@ impl RedisServer {
     }
 
     /// Polls PING until the server answers, sleeping on tokio's timer between
-    /// tries, so the runtime's other tasks keep running meanwhile.
-    async fn wait_until_ready(&self) -> anyhow::Result<()> {
+    /// tries, so the runtime's other tasks keep running meanwhile; gives up
+    /// at once should the process end.
+    async fn wait_until_ready(&mut self) -> anyhow::Result<()> {
         let client = redis::Client::open(self.url())?;
         let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
         loop {
+            if let Some(child) = &mut self.child {
+                if let Ok(Some(status)) = child.try_wait() {
+                    anyhow::bail!("redis-server on {} exited at start: {status}", self.port);
+                }
+            }
             let pong = async {
                 let mut conn = client.get_multiplexed_async_connection().await?;
                 redis::cmd("PING").query_async::<String>(&mut conn).await
