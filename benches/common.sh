@@ -38,32 +38,34 @@ timed() { # file, command...
   awk '{ printf "%.3f", $1 + $2 }' "$file.raw" >"$file"
 }
 
-# The `hmdp cluster`s (two nodes behind nginx) started so far, stopped by
-# stop_clusters (set it as the script's EXIT trap).
-CLUSTERS=()
-# Starts `hmdp cluster` with the flags given, its output in the log file,
+# The `hmdp up`s (two nodes behind nginx) started so far, stopped by
+# stop_nodes (set it as the script's EXIT trap).
+UPS=()
+# Starts `hmdp up` with the flags given, its output in the log file,
 # and waits until it has written the env file (HMDP_TARGET=..., ...);
 # shows the log and exits should it die first.
-start_cluster() { # env file, log file, hmdp cluster flags...
-  local env=$1 log=$2 pid
+start_nodes() { # env file, log file, hmdp up flags...
+  local env=$1 log=$2 pid up=up
   shift 2
   rm -f "$env"
-  "$HMDP" cluster --env-file "$env" "$@" >"$log" 2>&1 &
+  # An older build (benches/sides.sh compares one) calls it `cluster`.
+  "$HMDP" help up >/dev/null 2>&1 || up=cluster
+  "$HMDP" "$up" --env-file "$env" "$@" >"$log" 2>&1 &
   pid=$!
-  CLUSTERS+=("$pid")
+  UPS+=("$pid")
   for _ in $(seq 1 600); do
     [ -s "$env" ] && return
     kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; exit 1; }
     sleep 0.1
   done
-  echo "hmdp cluster wrote no $env within 60 s" >&2
+  echo "hmdp $up wrote no $env within 60 s" >&2
   exit 1
 }
-stop_clusters() {
+stop_nodes() {
   local pid
-  for pid in "${CLUSTERS[@]}"; do
+  for pid in "${UPS[@]}"; do
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   done
-  CLUSTERS=()
+  UPS=()
 }

@@ -13,7 +13,7 @@
 #   benches/cpu-per-request.sh OLD_BIN NEW_BIN  # two builds of `hmdp`, alternated
 #
 # With several binaries each runs RUNS times (default 2), in turn, on a
-# cluster of its own, so that the machine's drift hits them alike; compare
+# pair of nodes of its own, so that the machine's drift hits them alike; compare
 # only figures of one invocation. Knobs: RUNS, USERS (default 4000), OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,7 +43,7 @@ REDIS_PID=$(redis-cli info server | awk -F: '/^process_id:/ { print $2 + 0 }')
 POST=$OUT/post.lua
 echo 'wrk.method = "POST"' >"$POST"
 
-trap stop_clusters EXIT
+trap stop_nodes EXIT
 
 # CPU seconds so far of the nodes, nginx, Redis and MariaDB.
 snapshot() {
@@ -86,9 +86,9 @@ wrk_run() { # label, wrk arguments...
 for run in $(seq 1 "$RUNS"); do
   for HMDP; do
     printf '\n== run %s: %s\n' "$run" "$HMDP"
-    start_cluster "$OUT/cluster.env" "$OUT/cluster.log" --lock reentrant --seckill stream
+    start_nodes "$OUT/nodes.env" "$OUT/nodes.log" --lock reentrant --seckill stream
     # shellcheck disable=SC1091 # HMDP_TARGET=..., DATABASE_URL=..., ...
-    . "$OUT/cluster.env"
+    . "$OUT/nodes.env"
     "$HMDP" tokens --target "$HMDP_TARGET" --redis-url "$REDIS_URL" --redis-prefix "$HMDP_REDIS_PREFIX" \
       --users "$USERS" --out "$OUT/tokens.txt" >/dev/null
     # Warm-up: connections opened, statements prepared, sessions read.
@@ -113,6 +113,6 @@ for run in $(seq 1 "$RUNS"); do
     wrk_run "wrk POST over the user's limit (429)" -s "$POST" \
       -H "authorization: $(sed -n 2p "$OUT/tokens.txt")" \
       "$HMDP_TARGET/voucher-order/seckill/$(jq -r .voucher "$OUT/sale.json")"
-    stop_clusters
+    stop_nodes
   done
 done

@@ -20,7 +20,7 @@ export RUST_LOG=${RUST_LOG:-warn}
 . benches/common.sh
 build_hmdp
 command -v jq >/dev/null 2>&1 || { echo "benches/overload.sh needs jq" >&2; exit 1; }
-trap stop_clusters EXIT
+trap stop_nodes EXIT
 
 # Asks nginx -> /health every 20 ms until the file named second appears;
 # the seconds each took, one per line, into the first.
@@ -50,13 +50,13 @@ sale() { # label, concurrency
 }
 
 for shed in "$TARGET_MS" 0; do
-  HMDP_SHED_LATENCY_MS=$shed start_cluster "$OUT/cluster.env" "$OUT/cluster.log" --lock reentrant --seckill sync
+  HMDP_SHED_LATENCY_MS=$shed start_nodes "$OUT/nodes.env" "$OUT/nodes.log" --lock reentrant --seckill sync
   # shellcheck disable=SC1091 # HMDP_TARGET=..., DATABASE_URL=..., ...
-  . "$OUT/cluster.env"
+  . "$OUT/nodes.env"
   "$HMDP" tokens --target "$HMDP_TARGET" --redis-url "$REDIS_URL" --redis-prefix "$HMDP_REDIS_PREFIX" \
     --users "$USERS" --out "$OUT/tokens.txt" >/dev/null
   sale "warm-up, shed ${shed} ms" 64 >/dev/null
   sale "shed past ${shed} ms" "$LOW"
   sale "shed past ${shed} ms" "$HIGH"
-  stop_clusters
+  stop_nodes
 done

@@ -11,7 +11,7 @@
 #                                  asyncio Lock and node-redlock, once each
 #   hmdp bench-db                  the bare purchase transaction, best of a few
 #                                  concurrencies: the MySQL ceiling
-#   hmdp cluster + wrk             nginx -> /health of two nodes: the HTTP ceiling
+#   hmdp up + wrk                  nginx -> /health of two nodes: the HTTP ceiling
 #   hmdp loadtest --workload       `sale` and `storm` through nginx, two nodes,
 #                                  `reentrant`, the synchronous purchases'
 #                                  commits shared (--sync-batch-max); the CPU
@@ -171,27 +171,27 @@ for c in 4 8 16 32; do
 done
 echo "best: $DB_BEST tx/s at concurrency $DB_BEST_C"
 
-# --- Two clusters of two nodes behind nginx, both `reentrant`: one placing
+# --- Two pairs of nodes behind nginx, both `reentrant`: one placing
 # purchases synchronously, one admitting them in Redis and writing them from
 # the order stream (`--seckill stream`). Every synchronous purchase of a
 # voucher queues for its one stock row, so more transactions in flight than
 # bench-db's best concurrency only add waiters: the two nodes' pools share
 # that number (the stream consumers' batches use the same pools).
 export HMDP_DB_POOL=$(( (DB_BEST_C + 1) / 2 ))
-trap stop_clusters EXIT
-cluster() { # name (SYNC or STREAM, the prefix of its variables), seckill mode
-  local name=$1 seckill=$2 env=$OUT/cluster-$1.env
+trap stop_nodes EXIT
+up() { # name (SYNC or STREAM, the prefix of its variables), seckill mode
+  local name=$1 seckill=$2 env=$OUT/nodes-$1.env
   say "two nodes behind nginx (reentrant, --seckill $seckill, $HMDP_DB_POOL MySQL connections each)"
-  start_cluster "$env" "$OUT/cluster-$name.log" --lock reentrant --seckill "$seckill"
+  start_nodes "$env" "$OUT/nodes-$name.log" --lock reentrant --seckill "$seckill"
   # shellcheck disable=SC1090 # NAME_HMDP_TARGET=..., NAME_DATABASE_URL=..., ...
   . <(sed "s/^/${name}_/" "$env")
   local target=${name}_HMDP_TARGET pids=${name}_HMDP_NODE_PIDS
   echo "nginx at ${!target}, node pids ${!pids}"
 }
-cluster SYNC sync
-cluster STREAM stream
+up SYNC sync
+up STREAM stream
 
-health() { # -> requests/s of nginx -> /health of the synchronous cluster
+health() { # -> requests/s of nginx -> /health of the synchronous nodes
   if command -v wrk >/dev/null 2>&1; then
     wrk -t 2 -c 64 -d "${DURATION}s" "$SYNC_HMDP_TARGET/health" >"$OUT/health.txt"
     awk '/^Requests\/sec:/ {print $2}' "$OUT/health.txt"
@@ -200,8 +200,8 @@ health() { # -> requests/s of nginx -> /health of the synchronous cluster
     jq -r '.summary.requestsPerSec' "$OUT/health.json"
   fi
 }
-# CPU seconds so far of MariaDB, a cluster's two nodes, Redis and nginx.
-sale_cpu() { # cluster name (SYNC or STREAM)
+# CPU seconds so far of MariaDB, one pair's two nodes, Redis and nginx.
+sale_cpu() { # nodes' name (SYNC or STREAM)
   local nodes=${1}_HMDP_NODE_PIDS nginx=${1}_HMDP_NGINX_PID
   # shellcheck disable=SC2086 # the nodes' pid list splits on purpose
   echo "$(cpu_s "$MARIADB_PID") $(cpu_s ${!nodes}) $(cpu_s "$REDIS_PID") $(cpu_s "${!nginx}")"
@@ -219,7 +219,7 @@ cpu_per_order() { # before, after, load generator file, orders
   l=$(per_unit 0 "$(cat "$3")" "$4")
   echo "$((m + n + r + x)) MariaDB $m + nodes $n + Redis $r + nginx $x (+ load generator $l) µs per order"
 }
-# The flags that point a tool at one cluster's Redis and key prefix, ...
+# The flags that point a tool at one pair's Redis and key prefix, ...
 redis_of() { # name
   local redis=${1}_REDIS_URL prefix=${1}_HMDP_REDIS_PREFIX
   echo "--redis-url ${!redis} --redis-prefix ${!prefix}"
@@ -234,18 +234,18 @@ target() { # name
   local target=${1}_HMDP_TARGET
   echo "--target ${!target}"
 }
-loadtest() { # cluster name, workload, json, extra flags...
+loadtest() { # nodes' name, workload, json, extra flags...
   local name=$1 workload=$2 json=$3 admin=${1}_HMDP_ADMIN_TOKEN
   shift 3
   # shellcheck disable=SC2046 # the flags split on purpose
   $HMDP loadtest $(target "$name") $(backend "$name") --admin-token "${!admin}" --workload "$workload" --users "$USERS" \
     --tokens "$OUT/tokens-$name.txt" --verify --json "$json" "$@"
 }
-# Orders of the stream cluster admitted and not yet written to MySQL: the
+# Orders of the stream nodes admitted and not yet written to MySQL: the
 # pending hash, which a consumer empties right after its commit.
 pending() { redis-cli -u "$STREAM_REDIS_URL" HLEN "${STREAM_HMDP_REDIS_PREFIX}{seckill}:pending"; }
 now() { date +%s.%N; }
-# Waits until the stream cluster has written every admitted order, polling
+# Waits until the stream nodes has written every admitted order, polling
 # every 10 ms for at most 120 s; prints the time it saw the hash empty.
 drained() {
   local deadline
@@ -332,7 +332,7 @@ for pid in $SYNC_HMDP_NODE_PIDS $STREAM_HMDP_NODE_PIDS; do
   echo "node pid $pid peak RSS $((kb / 1024)) MiB"
   [ "$kb" -gt "$RSS_KB" ] && RSS_KB=$kb
 done
-stop_clusters
+stop_nodes
 trap - EXIT
 
 # --- The ratios.

@@ -33,7 +33,7 @@ ROUNDS=${ROUNDS:-2} USERS=${USERS:-4000} SECKILL=${SECKILL:-stream}
 DRIVER=${DRIVER:-} ADDRESSES=${ADDRESSES:-1}
 OUT=$(mktemp -d)
 export HMDP_DB_POOL=4
-trap stop_clusters EXIT
+trap stop_nodes EXIT
 # The sale's answers that were not success, when there were any: a limit or
 # a shed purchase makes a side's rate another measurement.
 refused() { # loadtest JSON
@@ -45,7 +45,7 @@ side() { # label, binary, round
   HMDP=$2
   local driver=${DRIVER:-$2} spread=()
   [ "$ADDRESSES" -gt 1 ] && spread=(--addresses "$ADDRESSES")
-  start_cluster "$env" "$OUT/$label-$round.log" --lock reentrant --seckill "$SECKILL"
+  start_nodes "$env" "$OUT/$label-$round.log" --lock reentrant --seckill "$SECKILL"
   # shellcheck disable=SC1090 # HMDP_TARGET=..., DATABASE_URL=..., ...
   . "$env"
   local backend=(--database-url "$DATABASE_URL" --redis-url "$REDIS_URL" --redis-prefix "$HMDP_REDIS_PREFIX")
@@ -64,8 +64,8 @@ side() { # label, binary, round
       "$(jq -r .rps "$OUT/sale-$label-$round.json")" "$(jq -r .written_per_s "$OUT/drain-$label-$round.json")" \
       "$(refused "$OUT/sale-$label-$round.json")"
   fi
-  stop_clusters
-  CLUSTERS=()
+  stop_nodes
+  UPS=()
 }
 # Which build goes first alternates round by round: whatever a run leaves
 # behind on the shared servers weighs on both sides alike.

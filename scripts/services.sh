@@ -50,7 +50,7 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   echo "services: Redis started"
 fi
 
-# nginx binary for the two-node cluster (each run uses a private prefix and
+# nginx binary, in front of the two nodes (each run uses a private prefix and
 # config; the system-wide nginx service is left alone).
 if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
   apt_install nginx
@@ -66,7 +66,7 @@ fi
 
 # Debian's prometheus package: promtool for the tests that check the alert
 # rules in deploy/prometheus/ and the Grafana dashboard's queries, and the
-# server that `hmdp cluster --prometheus` and `hmdp demo --prometheus` start
+# server that `hmdp up --prometheus` and `hmdp demo --prometheus` start
 # (each run on a config and storage of its own; the package's own service is
 # left alone).
 if ! command -v promtool >/dev/null 2>&1 || [ ! -x /usr/bin/prometheus ]; then

@@ -458,25 +458,7 @@ async fn a_reused_voucher_id_never_inherits_the_sale_redis_kept() {
     wait_until_written(&app).await;
 
     // The voucher's rows gone, and its id the next one handed out.
-    let reset = || async {
-        for statement in [
-            "DELETE FROM tb_voucher_order WHERE voucher_id = ?",
-            "DELETE FROM tb_seckill_voucher WHERE voucher_id = ?",
-            "DELETE FROM tb_voucher WHERE id = ?",
-        ] {
-            sqlx::query(statement)
-                .bind(voucher)
-                .execute(app.store.pool())
-                .await
-                .unwrap();
-        }
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "ALTER TABLE tb_voucher AUTO_INCREMENT = {voucher}"
-        )))
-        .execute(app.store.pool())
-        .await
-        .unwrap();
-    };
+    let reset = || async { app.tables().forget_voucher(voucher.get()).await.unwrap() };
     // Every in-process node of the test run counts into one registry: the
     // count is read as what it gained during this test.
     let counted = || metric(&app.address, "hmdp_stale_sales_replaced_total");

@@ -254,19 +254,12 @@ async fn unpaid_orders(app: &TestApp, count: i64) -> (VoucherId, Vec<(OrderId, U
         .map(|i| (OrderId::new(1 << 40 | i), UserId::new(500_000 + i as u64)))
         .collect();
     for (order, user) in &orders {
-        sqlx::query("INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES (?, ?, ?)")
-            .bind(order)
-            .bind(user)
-            .bind(voucher)
-            .execute(app.store.pool())
+        (app.tables())
+            .insert_order(order.get(), user.get(), voucher.get())
             .await
             .unwrap();
     }
-    sqlx::query("UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = ?")
-        .bind(voucher)
-        .execute(app.store.pool())
-        .await
-        .unwrap();
+    app.tables().set_stock(voucher.get(), 0).await.unwrap();
     (voucher, orders)
 }
 
@@ -406,11 +399,7 @@ async fn a_node_killed_between_the_mysql_close_and_the_redis_give_back_leaves_a_
             .await;
     });
     wait_until("the close committed, its give-back owed", WAIT, || async {
-        let owed: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tb_order_giveback")
-            .fetch_one(app.store.pool())
-            .await
-            .unwrap();
-        owed == 1
+        app.tables().givebacks_owed().await.unwrap() == 1
     })
     .await;
     doomed.kill().await;
@@ -424,9 +413,8 @@ async fn a_node_killed_between_the_mysql_close_and_the_redis_give_back_leaves_a_
     // The give-back has been owed for long (moved back, instead of waiting
     // until it is): the live node's closer sends it, and the unit sells
     // again.
-    sqlx::query("UPDATE tb_order_giveback SET create_time = create_time - INTERVAL ? SECOND")
-        .bind(OVERDUE_BY.as_secs())
-        .execute(app.store.pool())
+    (app.tables())
+        .age_givebacks(OVERDUE_BY.as_secs())
         .await
         .unwrap();
     app.closer.run_once().await;
@@ -479,20 +467,13 @@ async fn due_times_lost_with_a_redis_restart_are_closed_by_the_sweep() {
     let swept_before = metric(&app.address, swept).await;
     // Redis keeps nothing on disk: the due time goes with it.
     redis.restart().await.unwrap();
-    let status: u8 = sqlx::query_scalar("SELECT status FROM tb_voucher_order WHERE id = ?")
-        .bind(order.parse::<i64>().unwrap())
-        .fetch_one(app.store.pool())
-        .await
-        .unwrap();
+    let order_id: i64 = order.parse().unwrap();
+    let status = app.tables().order_status(order_id).await.unwrap();
     assert_eq!(status, 1, "still unpaid when Redis lost its due time");
     app.make_overdue(&order).await;
     let round = app.closer.run_once().await;
     assert_eq!((round.closed_due, round.swept), (0, 1), "{round:?}");
-    let status: u8 = sqlx::query_scalar("SELECT status FROM tb_voucher_order WHERE id = ?")
-        .bind(order.parse::<i64>().unwrap())
-        .fetch_one(app.store.pool())
-        .await
-        .unwrap();
+    let status = app.tables().order_status(order_id).await.unwrap();
     assert_eq!(status, 4, "closed by the sweep");
     assert!(metric(&app.address, swept).await > swept_before);
     let audit = app.audit(voucher).await;
@@ -524,24 +505,16 @@ async fn give_backs_redis_cannot_take_are_counted_owed_until_it_takes_them() {
     // Redis goes away; the order, past its deadline in MySQL, is closed by
     // the sweep, and its give-back has nowhere to go.
     redis.kill();
-    sqlx::query(
-        "UPDATE tb_voucher_order SET create_time = create_time - INTERVAL 1 DAY WHERE id = ?",
-    )
-    .bind(order)
-    .execute(app.store.pool())
-    .await
-    .unwrap();
+    let aged = (app.tables())
+        .age_unpaid_order(order, 24 * 3600)
+        .await
+        .unwrap();
+    assert_eq!(aged, 1, "the order is unpaid");
     wait_until("the give-back counted owed", WAIT, || async {
         metric(&node.address, owed).await == 1.0
     })
     .await;
-    let owed_in_mysql = || async {
-        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM tb_order_giveback WHERE order_id = ?")
-            .bind(order)
-            .fetch_one(app.store.pool())
-            .await
-            .unwrap()
-    };
+    let owed_in_mysql = || async { app.tables().givebacks_owed_for(order).await.unwrap() };
     assert_eq!(owed_in_mysql().await, 1);
 
     // Redis is back (empty): the closers send the give-back, and it is
@@ -605,11 +578,8 @@ async fn an_idempotency_key_replayed_after_a_reset(mode: SeckillMode) {
         assert_eq!(busy.status(), 409);
     }
     let written = wait_for("the reset request's order written", WAIT, || async {
-        sqlx::query_scalar::<_, i64>("SELECT id FROM tb_voucher_order WHERE voucher_id = ?")
-            .bind(voucher)
-            .fetch_optional(app.store.pool())
-            .await
-            .unwrap()
+        let written = app.tables().order_ids_of_voucher(voucher.get()).await;
+        written.unwrap().first().copied()
     })
     .await;
     let replay = wait_for("the first answer kept", WAIT, || async {

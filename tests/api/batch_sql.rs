@@ -8,20 +8,12 @@ use std::time::Duration;
 
 use hmdp::ids::{OrderId, UserId, VoucherId};
 use hmdp::store::{self, NewOrder, Store};
-use hmdp_test_support::{MariaDbServer, TestDatabase};
-use sqlx::Row;
+use hmdp_test_support::{MariaDbServer, Tables, TestDatabase};
 
 /// The server's count of a statement command (`Com_stmt_prepare`, ...),
 /// read as text, itself no prepared statement.
 async fn com(store: &Store, name: &str) -> u64 {
-    let sql = format!("SHOW GLOBAL STATUS LIKE '{name}'");
-    let row = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-        .fetch_optional(store.pool())
-        .await
-        .unwrap()
-        .expect("a status row");
-    let value: String = row.try_get(1).unwrap();
-    value.parse().unwrap()
+    Tables::of(store.pool()).global_status(name).await.unwrap()
 }
 
 #[tokio::test]
@@ -75,9 +67,6 @@ async fn batches_of_every_size_prepare_no_statement_and_close_none() {
 
     assert_eq!(com(&store, "Com_stmt_prepare").await, prepared);
     assert_eq!(com(&store, "Com_stmt_close").await, closed);
-    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tb_voucher_order")
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
+    let left = Tables::of(store.pool()).all_orders().await.unwrap();
     assert_eq!(left, 150, "the first order of each batch kept");
 }

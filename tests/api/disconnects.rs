@@ -15,7 +15,7 @@ use hmdp::config::ServeSettings;
 use hmdp::ids::VoucherId;
 use hmdp::store::{NewSeckillVoucher, NewVoucher, Store};
 use hmdp_lock::LockMode;
-use hmdp_test_support::RedisServer;
+use hmdp_test_support::{RedisServer, Tables};
 use serde_json::Value;
 use sqlx::Connection;
 
@@ -81,29 +81,7 @@ async fn open_transactions(app: &TestApp) -> (i64, Vec<String>) {
 /// answer without it). A prepared statement's execution has no text there:
 /// it shows as `Execute`, with the rows it changed.
 async fn describe_open_transactions(app: &TestApp) -> Vec<String> {
-    sqlx::query_scalar(
-        "SELECT CONCAT_WS(' | ', CONCAT('trx ', t.trx_id), t.trx_state, \
-         CONCAT('since ', t.trx_started), CONCAT('rows modified ', t.trx_rows_modified), \
-         CONCAT('rows locked ', t.trx_rows_locked), p.command, p.state, CONCAT(p.time, ' s'), \
-         p.info, \
-         CONCAT('last statements: ', (SELECT GROUP_CONCAT(CONCAT( \
-             COALESCE(h.SQL_TEXT, SUBSTRING_INDEX(h.EVENT_NAME, '/', -1)), \
-             IF(h.ROWS_AFFECTED > 0, CONCAT(' (', h.ROWS_AFFECTED, ' rows)'), ''), \
-             IF(h.MYSQL_ERRNO <> 0, CONCAT(' (error ', h.MYSQL_ERRNO, ')'), ''), \
-             ' ', ROUND((now.TIMER_START - h.TIMER_END) / 1e12, 3), ' s ago') \
-             ORDER BY h.EVENT_ID SEPARATOR ' ; ') \
-           FROM performance_schema.events_statements_history h \
-           JOIN performance_schema.threads th ON th.THREAD_ID = h.THREAD_ID \
-           WHERE th.PROCESSLIST_ID = p.id))) \
-         FROM information_schema.innodb_trx t \
-         JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
-         LEFT JOIN performance_schema.events_statements_current now ON now.THREAD_ID = \
-           (SELECT THREAD_ID FROM performance_schema.threads WHERE PROCESSLIST_ID = CONNECTION_ID()) \
-         WHERE p.db = DATABASE()",
-    )
-    .fetch_all(app.store.pool())
-    .await
-    .unwrap()
+    app.tables().describe_open_transactions().await.unwrap()
 }
 
 /// How many of `orders` another session can see.
@@ -311,12 +289,9 @@ async fn a_transaction_cancelled_at_any_moment_never_returns_to_the_pool_open() 
     for after_ms in 0..30 {
         let write = store.insert_seckill_voucher(&voucher, &seckill);
         let _ = tokio::time::timeout(Duration::from_millis(after_ms), write).await;
-        let in_transaction: u64 = sqlx::query_scalar("SELECT @@in_transaction")
-            .fetch_one(store.pool())
-            .await
-            .unwrap();
-        assert_eq!(
-            in_transaction, 0,
+        let in_transaction = Tables::of(store.pool()).in_transaction().await.unwrap();
+        assert!(
+            !in_transaction,
             "a write cancelled after {after_ms} ms left its connection in a transaction"
         );
     }

@@ -336,19 +336,8 @@ async fn a_table_locked_elsewhere_answers_503_within_the_backend_timeout() {
 
 /// `KILL CONNECTION` for every session on the test's database but our own.
 async fn kill_connections_to(app: &TestApp) {
-    let pool = app.store.pool();
-    let ids: Vec<i64> = sqlx::query_scalar(
-        "SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID()",
-    )
-    .fetch_all(pool)
-    .await
-    .unwrap();
-    assert!(!ids.is_empty(), "the node holds connections");
-    for id in ids {
-        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("KILL CONNECTION {id}")))
-            .execute(pool)
-            .await;
-    }
+    let killed = app.tables().kill_other_connections().await.unwrap();
+    assert!(killed > 0, "the node holds connections");
 }
 
 /// A transaction dropped while open (the client gone, a timeout) must not

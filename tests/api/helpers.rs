@@ -21,7 +21,7 @@ use hmdp::store::{Store, VoucherAudit};
 pub use hmdp_test_support::phone;
 use hmdp_test_support::{
     free_ports, mysql_server_url, poll_until, redis_url, wait_for, ChildProcess, NodeCommand,
-    Probe, RedisNamespace, RedisServer, Stdout, TestDatabase,
+    Probe, RedisNamespace, RedisServer, Stdout, Tables, TestDatabase,
 };
 use redis::AsyncCommands;
 use serde_json::{json, Value};
@@ -293,14 +293,7 @@ impl TestApp {
         // The first read too comes a while after any earlier one.
         tokio::time::sleep(READS_APART).await;
         let none_open = poll_until("no open transaction", within, READS_APART, || async {
-            let now_open: i64 = sqlx::query_scalar(
-                "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.innodb_trx t \
-                 JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
-                 WHERE p.db = DATABASE()",
-            )
-            .fetch_one(self.store.pool())
-            .await
-            .unwrap();
+            let now_open = self.tables().open_transactions().await.unwrap();
             open.store(now_open, Ordering::SeqCst);
             Ok(now_open == 0)
         });
@@ -337,6 +330,11 @@ impl TestApp {
         pending as usize
     }
 
+    /// The node's tables, as a test reads and breaks them.
+    pub fn tables(&self) -> Tables<'_> {
+        Tables::of(self.store.pool())
+    }
+
     pub async fn audit(&self, voucher_id: VoucherId) -> VoucherAudit {
         self.store.audit_voucher(voucher_id).await.unwrap()
     }
@@ -349,15 +347,10 @@ impl TestApp {
     /// ([`TestApp::closer`]).
     pub async fn make_overdue(&self, order_id: &str) {
         let order_id: i64 = order_id.parse().expect("an order id");
-        sqlx::query(
-            "UPDATE tb_voucher_order SET create_time = create_time - INTERVAL ? SECOND \
-             WHERE id = ? AND status = 1",
-        )
-        .bind(OVERDUE_BY.as_secs())
-        .bind(order_id)
-        .execute(self.store.pool())
-        .await
-        .unwrap();
+        (self.tables())
+            .age_unpaid_order(order_id, OVERDUE_BY.as_secs())
+            .await
+            .unwrap();
         // A connection a Redis restart broke reconnects on a later command.
         let moved = || async {
             let now_ms = std::time::SystemTime::now()

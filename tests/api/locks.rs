@@ -187,16 +187,12 @@ async fn overlapping_first_fenced_writes_do_not_deadlock() {
             "user {user}: {newer:?}"
         );
         assert!(older.is_ok(), "user {user}: {older:?}");
-        let kept: u64 = sqlx::query_scalar("SELECT token FROM tb_lock_fence WHERE user_id = ?")
-            .bind(user)
-            .fetch_one(app.store.pool())
-            .await
-            .unwrap();
+        let kept = app.tables().fence_token(user).await.unwrap();
         assert_eq!(kept, 11, "user {user}");
     }
     // A stale token's answer does not linger on the connection into the
     // next user's first write.
-    let mut conn = app.store.pool().acquire().await.unwrap();
+    let mut conn = app.store.connection().await.unwrap();
     assert!(record_fence(&mut conn, UserId::new(100), 5).await.unwrap());
     assert!(
         !record_fence(&mut conn, UserId::new(100), 4).await.unwrap(),

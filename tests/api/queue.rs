@@ -31,12 +31,7 @@ async fn buy(node: &NodeProcess, voucher: VoucherId, tokens: &[String]) -> Vec<i
 async fn written(app: &TestApp, ids: &[i64]) -> Vec<i64> {
     let mut counts = Vec::with_capacity(ids.len());
     for id in ids {
-        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE id = ?")
-            .bind(id)
-            .fetch_one(app.store.pool())
-            .await
-            .unwrap();
-        counts.push(count);
+        counts.push(app.tables().orders_with_id(*id).await.unwrap());
     }
     counts
 }

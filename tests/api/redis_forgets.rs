@@ -34,11 +34,7 @@ async fn buy_with_key(app: &TestApp, voucher: VoucherId, token: &str, key: &str)
 
 /// How many orders MySQL holds under `id`.
 async fn written(app: &TestApp, id: i64) -> i64 {
-    sqlx::query_scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE id = ?")
-        .bind(id)
-        .fetch_one(app.store.pool())
-        .await
-        .unwrap()
+    app.tables().orders_with_id(id).await.unwrap()
 }
 
 /// Buys until the answer is final: a reloaded sale answers 503 until it

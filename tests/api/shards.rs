@@ -73,12 +73,7 @@ async fn every_success_written(app: &TestApp, voucher: VoucherId, told: &HashMap
     assert_eq!(audit.duplicate_users, 0, "{audit:?}");
     assert_eq!(audit.stock_left, 0, "{audit:?}");
     for (user, order) in told {
-        let owner: Option<u64> =
-            sqlx::query_scalar("SELECT user_id FROM tb_voucher_order WHERE id = ? AND status <> 4")
-                .bind(order)
-                .fetch_optional(app.store.pool())
-                .await
-                .unwrap();
+        let owner = app.tables().active_buyer(*order).await.unwrap();
         assert_eq!(owner, Some(user.get()), "order {order} told to user {user}");
     }
     let sale = app.redis_sale(voucher).await.expect("the sale in Redis");

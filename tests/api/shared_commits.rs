@@ -26,14 +26,8 @@ use crate::helpers::{
 
 /// Whether MySQL holds `order_id` as `user`'s order of `voucher`.
 async fn written(app: &TestApp, order_id: OrderId, user: UserId, voucher: VoucherId) -> bool {
-    let row: Option<(UserId, VoucherId)> = sqlx::query_as(
-        "SELECT user_id, CAST(voucher_id AS SIGNED) FROM tb_voucher_order WHERE id = ?",
-    )
-    .bind(order_id)
-    .fetch_optional(app.store.pool())
-    .await
-    .unwrap();
-    row == Some((user, voucher))
+    let row = app.tables().order(order_id.get()).await.unwrap();
+    row == Some((user.get(), voucher.get()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -150,10 +144,8 @@ async fn one_batch_with_a_duplicate_a_fenced_out_holder_a_lost_lock_and_a_taken_
         held.insert(*user, writer.acquire(*user).await.unwrap());
     }
     // A newer holder of `fenced`'s lock wrote (its fence row is ahead).
-    sqlx::query("INSERT INTO tb_lock_fence (user_id, token) VALUES (?, ?)")
-        .bind(fenced)
-        .bind(1_u64 << 60)
-        .execute(app.store.pool())
+    (app.tables())
+        .insert_fence(fenced.get(), 1_u64 << 60)
         .await
         .unwrap();
     // A newer holder took `lost`'s lock (its Redis counter is ahead).
@@ -168,11 +160,8 @@ async fn one_batch_with_a_duplicate_a_fenced_out_holder_a_lost_lock_and_a_taken_
     // `taken`'s order id belongs to an order of another voucher.
     let base = chrono::Utc::now().timestamp_micros() << 8;
     let id = |n: i64| OrderId::new(base + n);
-    sqlx::query("INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES (?, ?, ?)")
-        .bind(id(3))
-        .bind(fine)
-        .bind(elsewhere)
-        .execute(app.store.pool())
+    (app.tables())
+        .insert_order(id(3).get(), fine.get(), elsewhere.get())
         .await
         .unwrap();
 

@@ -42,12 +42,7 @@ async fn save_shops(app: &TestApp, shops: impl IntoIterator<Item = Shop>) {
 }
 
 async fn rename_in_mysql(app: &TestApp, id: u64, name: &str) {
-    sqlx::query("UPDATE tb_shop SET name = ? WHERE id = ?")
-        .bind(name)
-        .bind(id)
-        .execute(app.store.pool())
-        .await
-        .unwrap();
+    app.tables().rename_shop(id, name).await.unwrap();
 }
 
 async fn ttl(app: &TestApp, key: &str) -> Duration {
@@ -338,14 +333,7 @@ async fn user_info_is_data_when_filled_in_and_a_bare_success_otherwise() {
         json!({"success": true})
     );
 
-    sqlx::query(
-        "INSERT INTO tb_user_info (user_id, city, introduce, fans, gender, birthday, level) \
-         VALUES (?, '杭州', '爱吃爱玩', 3, 1, '2000-01-02', 2)",
-    )
-    .bind(user_id)
-    .execute(app.store.pool())
-    .await
-    .unwrap();
+    app.tables().insert_user_info(user_id.get()).await.unwrap();
     let body = app.get_json(&path, Some(&token)).await;
 
     assert_eq!(

@@ -651,13 +651,12 @@ pub async fn an_order_in_its_transaction_when_redis_restarts_is_counted_in_the_r
         || async {
             let mut all = true;
             for id in &told {
-                let count: i64 =
-                    sqlx::query_scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE id = ?")
-                        .bind(id)
-                        .fetch_one(app.store.pool())
-                        .await
-                        .unwrap();
-                all &= count == 1;
+                all &= app
+                    .tables()
+                    .orders_with_id(id.parse().unwrap())
+                    .await
+                    .unwrap()
+                    == 1;
             }
             all
         },
@@ -692,10 +691,7 @@ async fn fenced_batches_of_two_consumers_write_every_order_without_a_failed_roun
         (audit.active_orders, audit.duplicate_users),
         (ORDERS as i64, 0)
     );
-    let fences: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tb_lock_fence")
-        .fetch_one(app.store.pool())
-        .await
-        .unwrap();
+    let fences = app.tables().fenced_users().await.unwrap();
     assert_eq!(fences, ORDERS as i64, "one fence per user");
     for node in [&first, &second] {
         assert_eq!(

@@ -156,11 +156,7 @@ async fn a_seckill_voucher_keeps_the_shard_count_it_was_created_with() {
             .await
             .unwrap();
         let id: i64 = created["data"].as_str().unwrap().parse().unwrap();
-        sqlx::query_scalar::<_, u16>("SELECT shards FROM tb_seckill_voucher WHERE voucher_id = ?")
-            .bind(id)
-            .fetch_one(app.store.pool())
-            .await
-            .unwrap()
+        app.tables().shards(id).await.unwrap()
     };
     assert_eq!(shards_of(&body).await, 4);
     body["shards"] = json!(64);

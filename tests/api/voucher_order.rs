@@ -171,11 +171,7 @@ async fn an_order_id_already_taken_is_replaced_by_the_next_one_with(fencing: boo
     let now = chrono::Utc::now();
     for ahead in 0..5 {
         let taken = hmdp::id_worker::compose(now + chrono::Duration::seconds(ahead), 1);
-        sqlx::query("INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES (?, 1, 1)")
-            .bind(taken)
-            .execute(app.store.pool())
-            .await
-            .unwrap();
+        app.tables().insert_order(taken, 1, 1).await.unwrap();
     }
 
     let bought = app.purchase(voucher, &token).await;

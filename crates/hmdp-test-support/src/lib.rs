@@ -1,6 +1,7 @@
 //! What hmdp's tests and tools share: the servers they run against, a
 //! database and a Redis key prefix of their own, private redis-servers, child
-//! processes killed on drop (nodes among them), and free ports. It depends on
+//! processes killed on drop (nodes among them), free ports, and the
+//! tables as a test reads and breaks them. It depends on
 //! neither the product nor the lock crate, so both can test with it.
 
 use std::future::Future;
@@ -14,6 +15,7 @@ pub mod process;
 pub mod redis_cluster;
 pub mod redis_keys;
 pub mod redis_server;
+pub mod tables;
 pub mod tcp_proxy;
 
 pub use database::TestDatabase;
@@ -23,6 +25,7 @@ pub use process::{send_signal, ChildProcess, Stdout};
 pub use redis_cluster::RedisCluster;
 pub use redis_keys::{remove_keys_with_prefix, RedisNamespace};
 pub use redis_server::{calls_in, command_calls, is_master, RedisServer};
+pub use tables::Tables;
 pub use tcp_proxy::{Direction, Faults, Listening, TcpProxy, Verdict};
 
 /// The window of a sale open whenever a test or a load runs: begun long

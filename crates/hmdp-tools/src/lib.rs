@@ -5,11 +5,11 @@
 
 pub mod audit;
 pub mod bench;
-pub mod cluster;
 pub mod dead_letters;
 pub mod history;
 pub mod lab;
 pub mod latency;
 pub mod loadtest;
+pub mod nodes;
 pub mod payers;
 pub mod seed;

@@ -17,7 +17,8 @@ use hmdp::ids::{OrderId, UserId, VoucherId};
 use hmdp::keys::Keys;
 use hmdp::shards::{slot, Layout, Shard};
 use hmdp_lock::LockMode;
-use hmdp_tools::cluster::{node_flags, Cluster, ClusterSpec, Sandbox};
+use hmdp_test_support::Tables;
+use hmdp_tools::nodes::{node_flags, Nodes, NodesSpec, Sandbox};
 use redis::AsyncCommands;
 
 use common::{hmdp, seckill_voucher_in_mysql};
@@ -28,26 +29,26 @@ fn audit(sandbox: &Sandbox, voucher: i64) -> (i32, String) {
 
 /// Two `stream` nodes (with `extra` flags) behind nginx, on a sandbox of
 /// their own.
-async fn stream_nodes(extra: &[&str]) -> (Sandbox, ClusterSpec, Cluster) {
+async fn stream_nodes(extra: &[&str]) -> (Sandbox, NodesSpec, Nodes) {
     let sandbox = common::sandbox().await;
-    let spec = ClusterSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
+    let spec = NodesSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
     let mut flags = node_flags(LockMode::Reentrant, SeckillMode::Stream, 0);
     flags.push("--db-pool=8".to_owned());
     flags.extend(extra.iter().map(|flag| flag.to_string()));
-    let cluster = Cluster::start(spec.clone(), &flags).await.unwrap();
-    (sandbox, spec, cluster)
+    let nodes = Nodes::start(spec.clone(), &flags).await.unwrap();
+    (sandbox, spec, nodes)
 }
 
 /// `hmdp loadtest --workload=sale --verify` through the nodes, with `extra`
 /// arguments, which must succeed: its output and its JSON report.
 fn verified_sale(
     sandbox: &Sandbox,
-    spec: &ClusterSpec,
-    cluster: &Cluster,
+    spec: &NodesSpec,
+    nodes: &Nodes,
     extra: &[&str],
 ) -> (String, serde_json::Value) {
     let json = tempfile::NamedTempFile::new().unwrap();
-    let target = cluster.url();
+    let target = nodes.url();
     let mut args = vec!["loadtest", "--target", &target, "--workload=sale"];
     args.extend(extra);
     args.extend(["--admin-token", &spec.admin_token, "--verify", "--json"]);
@@ -60,10 +61,10 @@ fn verified_sale(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
-    let (sandbox, spec, mut cluster) = stream_nodes(&[]).await;
+    let (sandbox, spec, mut nodes) = stream_nodes(&[]).await;
 
     // A verified sale through nginx: drained, then audited.
-    let (out, report) = verified_sale(&sandbox, &spec, &cluster, &["--users=30"]);
+    let (out, report) = verified_sale(&sandbox, &spec, &nodes, &["--users=30"]);
     assert!(out.contains("drained "), "{out}");
     assert!(report["drain_s"].as_f64().is_some(), "{report}");
     assert_eq!(report["orders"], 30);
@@ -100,17 +101,16 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
     assert_eq!(report["orders"], 300, "{report}");
     assert!(report["written_per_s"].as_f64().unwrap() > 0.0, "{report}");
     let drained: i64 = report["voucher"].as_str().unwrap().parse().unwrap();
-    let left: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM tb_voucher_order WHERE voucher_id = ?")
-            .bind(drained)
-            .fetch_one(sandbox.store(1).unwrap().pool())
-            .await
-            .unwrap();
+    let store = sandbox.store(1).unwrap();
+    let left = (Tables::of(store.pool()))
+        .orders_of_voucher(drained)
+        .await
+        .unwrap();
     assert_eq!(left, 0, "the benchmark's orders are removed");
 
     // The nodes stop: their reconciler would heal what the test breaks.
-    cluster.kill_node(0).await;
-    cluster.kill_node(1).await;
+    nodes.kill_node(0).await;
+    nodes.kill_node(1).await;
 
     // A buyer Redis admitted who has no order and none on its way.
     let keys = Keys::new(sandbox.redis.prefix.clone());
@@ -131,18 +131,9 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
 
     // An order row deleted by hand: its buyer has lost the order.
     let store = sandbox.store(1).unwrap();
-    let (order, user): (i64, u64) = sqlx::query_as(
-        "SELECT id, user_id FROM tb_voucher_order WHERE voucher_id = ? ORDER BY id LIMIT 1",
-    )
-    .bind(voucher)
-    .fetch_one(store.pool())
-    .await
-    .unwrap();
-    sqlx::query("DELETE FROM tb_voucher_order WHERE id = ?")
-        .bind(order)
-        .execute(store.pool())
-        .await
-        .unwrap();
+    let tables = Tables::of(store.pool());
+    let (order, user) = tables.first_order(voucher).await.unwrap();
+    tables.delete_order(order).await.unwrap();
     let (code, out) = audit(&sandbox, voucher);
     assert_eq!(code, 1, "{out}");
     assert!(
@@ -239,8 +230,8 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
 /// broke.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_of_a_sharded_sale_shows_each_shard_and_the_total() {
-    let (sandbox, spec, mut cluster) = stream_nodes(&["--seckill-shards=4"]).await;
-    let (_, report) = verified_sale(&sandbox, &spec, &cluster, &["--users=40", "--stock=48"]);
+    let (sandbox, spec, mut nodes) = stream_nodes(&["--seckill-shards=4"]).await;
+    let (_, report) = verified_sale(&sandbox, &spec, &nodes, &["--users=40", "--stock=48"]);
     let voucher = report["voucher"].as_i64().unwrap();
     // Ten buyers and two units left in each shard.
     assert_eq!(
@@ -264,8 +255,8 @@ async fn the_audit_of_a_sharded_sale_shows_each_shard_and_the_total() {
     let keys = Keys::new(sandbox.redis.prefix.clone());
     let mut redis = common::redis().await;
     // The nodes stop: their reconciler would heal what the test breaks.
-    cluster.kill_node(0).await;
-    cluster.kill_node(1).await;
+    nodes.kill_node(0).await;
+    nodes.kill_node(1).await;
 
     // A unit that appeared in shard 2 out of nowhere.
     let shard = layout.shard(2);
@@ -304,11 +295,11 @@ fn holds(sandbox: &Sandbox, voucher: i64, after: &str) {
 /// and the audit holds again once the corruption is undone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_corruption_of_the_stores_is_reported_broken() {
-    let (sandbox, spec, mut cluster) = stream_nodes(&["--seckill-shards=2"]).await;
-    let (_, report) = verified_sale(&sandbox, &spec, &cluster, &["--users=20", "--stock=24"]);
+    let (sandbox, spec, mut nodes) = stream_nodes(&["--seckill-shards=2"]).await;
+    let (_, report) = verified_sale(&sandbox, &spec, &nodes, &["--users=20", "--stock=24"]);
     let voucher = report["voucher"].as_i64().unwrap();
-    cluster.kill_node(0).await;
-    cluster.kill_node(1).await;
+    nodes.kill_node(0).await;
+    nodes.kill_node(1).await;
     let voucher_id = VoucherId::new(voucher);
     let layout = Layout::new(2).unwrap();
     let keys = Keys::new(sandbox.redis.prefix.clone());
@@ -325,24 +316,11 @@ async fn every_corruption_of_the_stores_is_reported_broken() {
 
     // The stores' state the corruptions start from: a closed order whose
     // unit is back in both, and an order on its way in shard 0.
-    let (closed, closed_user): (i64, u64) = sqlx::query_as(
-        "SELECT id, user_id FROM tb_voucher_order WHERE voucher_id = ? ORDER BY id LIMIT 1",
-    )
-    .bind(voucher)
-    .fetch_one(store.pool())
-    .await
-    .unwrap();
+    let tables = Tables::of(store.pool());
+    let (closed, closed_user) = tables.first_order(voucher).await.unwrap();
     let closed_shard = keys.shard(Shard::of_order(OrderId::new(closed)));
-    sqlx::query("UPDATE tb_voucher_order SET status = 4 WHERE id = ?")
-        .bind(closed)
-        .execute(store.pool())
-        .await
-        .unwrap();
-    sqlx::query("UPDATE tb_seckill_voucher SET stock = stock + 1 WHERE voucher_id = ?")
-        .bind(voucher)
-        .execute(store.pool())
-        .await
-        .unwrap();
+    tables.mark_closed(closed).await.unwrap();
+    tables.add_stock(voucher, 1).await.unwrap();
     let (): () = redis::pipe()
         .srem(closed_shard.buyers(voucher_id), closed_user)
         .sadd(closed_shard.given_back(voucher_id), closed)
@@ -379,13 +357,7 @@ async fn every_corruption_of_the_stores_is_reported_broken() {
     holds(&sandbox, voucher, "the units undone");
 
     // 3: a buyer with an order removed from Redis.
-    let buyer: u64 = sqlx::query_scalar(
-        "SELECT user_id FROM tb_voucher_order WHERE voucher_id = ? AND status = 1 LIMIT 1",
-    )
-    .bind(voucher)
-    .fetch_one(store.pool())
-    .await
-    .unwrap();
+    let (_, buyer) = tables.first_unpaid_order(voucher).await.unwrap();
     let buyers = keys
         .shard(layout.shard_of(UserId::new(buyer)))
         .buyers(voucher_id);
@@ -446,12 +418,7 @@ async fn every_corruption_of_the_stores_is_reported_broken() {
     let _: () = redis.hset(&pending, coming, &coming_entry).await.unwrap();
 
     // 7: MySQL's stock changed by hand.
-    let change_stock = |by: i64| {
-        sqlx::query("UPDATE tb_seckill_voucher SET stock = stock + ? WHERE voucher_id = ?")
-            .bind(by)
-            .bind(voucher)
-            .execute(store.pool())
-    };
+    let change_stock = |by: i64| tables.add_stock(voucher, by);
     change_stock(1).await.unwrap();
     reported_broken(
         &sandbox,
@@ -479,12 +446,7 @@ async fn every_corruption_of_the_stores_is_reported_broken() {
     holds(&sandbox, voucher, "every corruption undone");
 
     // 10: an order row deleted.
-    sqlx::query("DELETE FROM tb_voucher_order WHERE voucher_id = ? AND user_id = ?")
-        .bind(voucher)
-        .bind(buyer)
-        .execute(store.pool())
-        .await
-        .unwrap();
+    tables.delete_orders_of(voucher, buyer).await.unwrap();
     reported_broken(
         &sandbox,
         voucher,

@@ -1,12 +1,12 @@
 //! The API against its contract (`/openapi.json`, docs/openapi.json),
 //! fuzzed through nginx and two nodes with real MySQL and Redis. A binary of
-//! its own: the fuzzing loads the machine, and the cluster tests' timings
+//! its own: the fuzzing loads the machine, and the two-node tests' timings
 //! should not share it.
 
 use hmdp_lock::LockMode;
 
 mod common;
-use common::cluster::TestCluster;
+use common::nodes::TestNodes;
 
 /// The API against its contract: schemathesis generates requests from
 /// `/openapi.json` (settings in `tests/schemathesis.toml`) and sends them
@@ -17,8 +17,8 @@ use common::cluster::TestCluster;
 /// The seed is fixed, so a run is the same run until the contract changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_holds_its_contract_under_schemathesis() {
-    let test = TestCluster::start(LockMode::Reentrant, 0, 1).await;
-    let url = test.cluster.url();
+    let test = TestNodes::start(LockMode::Reentrant, 0, 1).await;
+    let url = test.nodes.url();
     // Found by the fuzzing: nginx refuses TRACE itself, and its 405 named
     // no method; the node's answer to OPTIONS names them.
     let trace = (test.client)
@@ -40,7 +40,7 @@ async fn the_api_holds_its_contract_under_schemathesis() {
         .args(["-H", &format!("authorization: {}", test.tokens[0])])
         .args([
             "-H",
-            &format!("x-admin-token: {}", test.cluster.spec().admin_token),
+            &format!("x-admin-token: {}", test.nodes.spec().admin_token),
         ])
         .output()
         .await

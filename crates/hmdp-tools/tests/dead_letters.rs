@@ -6,14 +6,14 @@ mod common;
 
 use hmdp::keys::Keys;
 use hmdp::store::Store;
+use hmdp_test_support::Tables;
 use redis::AsyncCommands;
 
 use common::{hmdp, seckill_voucher_in_mysql};
 
 async fn orders_of(store: &Store, user: u64) -> Vec<i64> {
-    sqlx::query_scalar("SELECT id FROM tb_voucher_order WHERE user_id = ? ORDER BY id")
-        .bind(user)
-        .fetch_all(store.pool())
+    (Tables::of(store.pool()))
+        .order_ids_of_user(user)
         .await
         .unwrap()
 }
@@ -26,17 +26,13 @@ async fn dead_letters_are_listed_and_replayed_once_or_left_listed_with_the_reaso
     let voucher_text = voucher.to_string();
     // User 6 holds an order already; so does order 93's user 7.
     for (id, user) in [(90_i64, 6_u64), (93, 7)] {
-        sqlx::query("INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES (?, ?, ?)")
-            .bind(id)
-            .bind(user)
-            .bind(voucher)
-            .execute(store.pool())
+        (Tables::of(store.pool()))
+            .insert_order(id, user, voucher)
             .await
             .unwrap();
     }
-    sqlx::query("UPDATE tb_seckill_voucher SET stock = stock - 2 WHERE voucher_id = ?")
-        .bind(voucher)
-        .execute(store.pool())
+    (Tables::of(store.pool()))
+        .add_stock(voucher, -2)
         .await
         .unwrap();
 
@@ -115,12 +111,7 @@ async fn dead_letters_are_listed_and_replayed_once_or_left_listed_with_the_reaso
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("written: order 91 of user 5"), "{out}");
     assert_eq!(orders_of(&store, 5).await, [91]);
-    let stock: i64 =
-        sqlx::query_scalar("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = ?")
-            .bind(voucher)
-            .fetch_one(store.pool())
-            .await
-            .unwrap();
+    let stock = Tables::of(store.pool()).stock(voucher).await.unwrap();
     assert_eq!(stock, 7);
     let pending: bool = redis.hexists(keys.single().pending(), 91).await.unwrap();
     assert!(!pending);

@@ -1,5 +1,5 @@
 //! The Docker deployment, checked without a Docker engine: docker-compose.yml
-//! parses, has the services, health checks and start order a working cluster
+//! parses, has the services, health checks and start order a working deployment
 //! needs, and nginx.conf's upstreams are exactly the app services. Beside it,
 //! the Kubernetes manifests against the API's schemas, the alert rules with
 //! promtool, and the Grafana dashboard: its queries parse and read only
@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use hmdp_tools::cluster::nginx;
+use hmdp_tools::nodes::nginx;
 use serde_yaml::Value;
 
 const APP_SERVICES: [&str; 2] = ["app1", "app2"];

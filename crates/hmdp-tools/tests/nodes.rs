@@ -1,5 +1,5 @@
 //! Two nodes behind nginx, started exactly as `hmdp demo` starts them
-//! (`hmdp_tools::cluster`), against the machine's MySQL, Redis and nginx: which lock
+//! (`hmdp_tools::nodes`), against the machine's MySQL, Redis and nginx: which lock
 //! modes keep one order per user across nodes, and what a node crash does.
 
 use std::collections::BTreeSet;
@@ -12,11 +12,11 @@ use hmdp::limits::Rule;
 use hmdp_lock::LockMode;
 
 mod common;
-use common::cluster::{run, TestCluster};
-use hmdp_test_support::{poll_until, redis_url, wait_until, RedisCluster};
-use hmdp_tools::cluster::NODE_IDS;
+use common::nodes::{run, TestNodes};
+use hmdp_test_support::{poll_until, redis_url, wait_until, RedisCluster, Tables};
 use hmdp_tools::loadtest::tokens::Login;
 use hmdp_tools::loadtest::{self, Plan, Report};
+use hmdp_tools::nodes::NODE_IDS;
 
 fn assert_served_by_both_nodes(report: &Report) {
     for node in NODE_IDS {
@@ -37,7 +37,7 @@ const PER_USER: usize = 4;
 async fn a_local_lock_lets_duplicates_through_across_two_nodes() {
     // 300 ms inside the critical section: each user's simultaneous requests,
     // spread over both nodes by round robin, overlap with certainty.
-    let test = TestCluster::start(LockMode::Local, 300, USERS).await;
+    let test = TestNodes::start(LockMode::Local, 300, USERS).await;
     let voucher = test.create_voucher(STOCK).await;
 
     let report = test.run(&test.plan(voucher, USERS, PER_USER), STOCK).await;
@@ -52,7 +52,7 @@ async fn a_local_lock_lets_duplicates_through_across_two_nodes() {
 
 /// The same storm as the local lock's, through a lock every node shares.
 async fn assert_one_order_per_user_across_two_nodes(mode: LockMode) {
-    let test = TestCluster::start(mode, 300, USERS).await;
+    let test = TestNodes::start(mode, 300, USERS).await;
     let voucher = test.create_voucher(STOCK).await;
 
     let report = test.run(&test.plan(voucher, USERS, PER_USER), STOCK).await;
@@ -82,13 +82,13 @@ async fn a_reentrant_lock_keeps_one_order_per_user_across_two_nodes() {
 async fn a_killed_node_leaves_the_survivor_serving_and_the_stock_balanced() {
     const USERS: usize = 200;
     const PER_USER: usize = 2;
-    let mut test = TestCluster::start(LockMode::Reentrant, 40, USERS + 20).await;
+    let mut test = TestNodes::start(LockMode::Reentrant, 40, USERS + 20).await;
     let voucher = test.create_voucher(STOCK).await;
     let plan = test.plan(voucher, USERS, PER_USER);
     let total = plan.requests();
 
     // Kill node1 once about a quarter of the requests are answered.
-    let TestCluster { cluster, store, .. } = &mut test;
+    let TestNodes { nodes, store, .. } = &mut test;
     let (report, ()) = tokio::join!(run(store, &plan, STOCK), async {
         wait_until(
             "a quarter of the requests answered",
@@ -96,7 +96,7 @@ async fn a_killed_node_leaves_the_survivor_serving_and_the_stock_balanced() {
             || async { plan.progress.position() >= total / 4 },
         )
         .await;
-        cluster.kill_node(0).await;
+        nodes.kill_node(0).await;
     });
     // Purchases that were on node1 when it died get 502 from nginx, which
     // must not re-send them to node2; every other request is answered.
@@ -124,7 +124,7 @@ async fn a_killed_node_leaves_the_survivor_serving_and_the_stock_balanced() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tokens_and_loadtest_commands_log_in_fire_verify_and_write_json() {
     const STOCK: i64 = 10;
-    let test = TestCluster::start(LockMode::Reentrant, 0, 0).await;
+    let test = TestNodes::start(LockMode::Reentrant, 0, 0).await;
     let voucher = test.create_voucher(STOCK).await;
     let dir = tempfile::tempdir().unwrap();
     let (tokens, json) = (dir.path().join("tokens.csv"), dir.path().join("run.json"));
@@ -141,7 +141,7 @@ async fn the_tokens_and_loadtest_commands_log_in_fire_verify_and_write_json() {
         );
         String::from_utf8(output.stdout).unwrap()
     };
-    let target = test.cluster.url();
+    let target = test.nodes.url();
     let redis_flags = |command: &str| {
         vec![
             command.to_owned(),
@@ -207,19 +207,10 @@ async fn the_tokens_and_loadtest_commands_log_in_fire_verify_and_write_json() {
     // A user holding two orders of the voucher (the second written by
     // hand: no lock here lets one through) fails a verified run of this
     // synchronous sale, even with the stock balancing.
-    let user: u64 =
-        sqlx::query_scalar("SELECT user_id FROM tb_voucher_order WHERE voucher_id = ? LIMIT 1")
-            .bind(voucher)
-            .fetch_one(test.store.pool())
-            .await
-            .unwrap();
+    let tables = Tables::of(test.store.pool());
+    let (_, user) = tables.first_order(voucher).await.unwrap();
     // Id 1: far below any id the id worker mints (seconds since 2022 << 32).
-    sqlx::query("INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES (1, ?, ?)")
-        .bind(user)
-        .bind(voucher)
-        .execute(test.store.pool())
-        .await
-        .unwrap();
+    tables.insert_order(1, user, voucher).await.unwrap();
     let mut args = common("loadtest");
     args.extend([
         format!("--voucher={voucher}"),
@@ -245,14 +236,14 @@ async fn the_tokens_and_loadtest_commands_log_in_fire_verify_and_write_json() {
 /// rate-limited, and their sessions from the first run are reused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_storm_workload_runs_three_times_in_a_row() {
-    let test = TestCluster::start(LockMode::Reentrant, 0, 0).await;
+    let test = TestNodes::start(LockMode::Reentrant, 0, 0).await;
     let args = [
         "loadtest".to_owned(),
-        format!("--target={}", test.cluster.url()),
+        format!("--target={}", test.nodes.url()),
         format!("--redis-url={}", test.sandbox.redis.redis_url),
         format!("--redis-prefix={}", test.sandbox.redis.prefix),
         format!("--database-url={}", test.sandbox.database.url),
-        format!("--admin-token={}", test.cluster.spec().admin_token),
+        format!("--admin-token={}", test.nodes.spec().admin_token),
         "--workload=storm".into(),
         "--users=40".into(),
         "--per-user=3".into(),
@@ -291,10 +282,10 @@ async fn the_storm_workload_runs_three_times_in_a_row() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nginx_serves_the_api_under_api_too_and_keeps_the_request_id() {
-    let test = TestCluster::start(LockMode::Reentrant, 0, 1).await;
+    let test = TestNodes::start(LockMode::Reentrant, 0, 1).await;
     let get = |path: &str| {
         test.client
-            .get(format!("{}{path}", test.cluster.url()))
+            .get(format!("{}{path}", test.nodes.url()))
             .header("authorization", &test.tokens[0])
             .header("x-request-id", "client-chosen-id")
     };
@@ -309,7 +300,7 @@ async fn nginx_serves_the_api_under_api_too_and_keeps_the_request_id() {
     }
     let generated = test
         .client
-        .get(format!("{}/api/health", test.cluster.url()))
+        .get(format!("{}/api/health", test.nodes.url()))
         .send()
         .await
         .unwrap();
@@ -324,13 +315,13 @@ async fn through_nginx_a_limit_answers_429_and_the_front_end_its_message() {
     // stay clear of the others.
     let flags = Rule::flags_enforcing_only(&[(Rule::PurchaseByUser, "1/1m")]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let test = TestCluster::start_on(&redis_url(), LockMode::Reentrant, &flags, 0, 1).await;
+    let test = TestNodes::start_on(&redis_url(), LockMode::Reentrant, &flags, 0, 1).await;
     let purchase = |prefix: &str| {
         // A voucher that does not exist: counted all the same.
         (test.client)
             .post(format!(
                 "{}{prefix}/voucher-order/seckill/999999",
-                test.cluster.url()
+                test.nodes.url()
             ))
             .header("authorization", &test.tokens[0])
             .send()
@@ -361,7 +352,7 @@ async fn through_nginx_a_limit_answers_429_and_the_front_end_its_message() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nginx_turns_away_a_flooding_address_before_the_nodes() {
-    let test = TestCluster::start(LockMode::Reentrant, 0, 0).await;
+    let test = TestNodes::start(LockMode::Reentrant, 0, 0).await;
     // Another address of this machine than the 127.0.0.1 nginx leaves
     // alone: a client somewhere else.
     let flooder = reqwest::Client::builder()
@@ -369,7 +360,7 @@ async fn nginx_turns_away_a_flooding_address_before_the_nodes() {
         .pool_max_idle_per_host(50)
         .build()
         .unwrap();
-    let url = format!("{}/health", test.cluster.url());
+    let url = format!("{}/health", test.nodes.url());
     let mut sent = 0;
     let refused = loop {
         // Far beyond nginx's 100 a second and its burst of 200; a hang guard
@@ -400,12 +391,12 @@ async fn a_crowd_of_buyers_and_bots_is_measured_class_by_class() {
     // users, all from this machine's one address, not limited.
     let flags = loadtest::crowd::limit_flags();
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let test = TestCluster::start_on(&redis_url(), LockMode::Reentrant, &flags, 0, 48).await;
+    let test = TestNodes::start_on(&redis_url(), LockMode::Reentrant, &flags, 0, 48).await;
     let voucher = test.create_voucher(10).await;
     let mut humans = test.tokens.clone();
     let bots = humans.split_off(40);
     let crowd = loadtest::crowd::Crowd {
-        target: test.cluster.url(),
+        target: test.nodes.url(),
         voucher,
         stock: 10,
         humans,
@@ -457,7 +448,7 @@ async fn a_redis_cluster_master_killed_under_load_fails_over_and_the_sale_holds(
         .await
         .expect("a Redis Cluster starts (redis-server and redis-cli: scripts/services.sh)");
     let test =
-        TestCluster::start_on(&redis.url(), LockMode::Reentrant, &["--fencing"], 5, USERS).await;
+        TestNodes::start_on(&redis.url(), LockMode::Reentrant, &["--fencing"], 5, USERS).await;
     let voucher = test.create_voucher(STOCK).await;
     let plan = Plan {
         concurrency: 40,
@@ -507,7 +498,7 @@ async fn a_redis_cluster_master_killed_under_load_fails_over_and_the_sale_holds(
     let redis_conn = hmdp::config::connect_redis(&redis.url(), Duration::from_secs(5)).unwrap();
     let login = Login::new(
         test.client.clone(),
-        &test.cluster.url(),
+        &test.nodes.url(),
         redis_conn,
         Keys::new(test.sandbox.redis.prefix.clone()),
     );
@@ -527,7 +518,7 @@ async fn a_redis_cluster_master_killed_under_load_fails_over_and_the_sale_holds(
                 .client
                 .post(format!(
                     "{}/voucher-order/seckill/{voucher}",
-                    test.cluster.url()
+                    test.nodes.url()
                 ))
                 .header("authorization", token)
                 .send()

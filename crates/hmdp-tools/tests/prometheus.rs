@@ -1,4 +1,4 @@
-//! `hmdp cluster --prometheus` run as a user runs it, against the machine's
+//! `hmdp up --prometheus` run as a user runs it, against the machine's
 //! MySQL, Redis, nginx and Debian's Prometheus: Prometheus scrapes both
 //! nodes, and when a node is frozen (SIGSTOP, a stalled machine) while it
 //! holds a user's lock, past the lock's lease, it sees the node go down and
@@ -21,8 +21,8 @@ use hmdp::redis_handle::RedisConnection;
 use hmdp_test_support::{
     free_ports, mysql_server_url, phone, redis_url, send_signal, wait_for, wait_until,
 };
-use hmdp_tools::cluster::prometheus::{Alert, PrometheusApi, Target};
 use hmdp_tools::loadtest::{self, tokens::Login};
+use hmdp_tools::nodes::prometheus::{Alert, PrometheusApi, Target};
 
 /// How long Prometheus may take to see a change: a scrape and a rule
 /// evaluation every second, on a busy two-core machine.
@@ -32,10 +32,10 @@ const SEEN_WITHIN: Duration = Duration::from_secs(15);
 /// seconds outlasts it.
 const LEASE_MS: u64 = 1000;
 
-/// `hmdp cluster` running as a child; on drop it gets SIGTERM and is waited
+/// `hmdp up` running as a child; on drop it gets SIGTERM and is waited
 /// for, so that it stops its nodes, nginx and Prometheus and removes its
 /// sandbox (a SIGKILL would leave them all behind).
-struct RunningCluster {
+struct RunningNodes {
     child: Child,
     /// The `NAME=value` lines of its --env-file.
     env: BTreeMap<String, String>,
@@ -44,17 +44,17 @@ struct RunningCluster {
     _dir: tempfile::TempDir,
 }
 
-impl RunningCluster {
-    /// Runs `hmdp cluster` with `args` and the nodes' environment `node_env`
+impl RunningNodes {
+    /// Runs `hmdp up` with `args` and the nodes' environment `node_env`
     /// (they inherit it); returns once it wrote its env file, i.e. once
     /// nginx, both nodes and Prometheus answer.
-    async fn start(args: &[String], node_env: &[(&str, String)]) -> RunningCluster {
+    async fn start(args: &[String], node_env: &[(&str, String)]) -> RunningNodes {
         let dir = tempfile::tempdir().unwrap();
-        let env_file = dir.path().join("cluster.env");
-        let log = dir.path().join("cluster.log");
+        let env_file = dir.path().join("up.env");
+        let log = dir.path().join("up.log");
         let output = std::fs::File::create(&log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_hmdp"))
-            .arg("cluster")
+            .arg("up")
             .args(args)
             .arg("--env-file")
             .arg(&env_file)
@@ -66,22 +66,22 @@ impl RunningCluster {
             .stderr(output)
             .spawn()
             .expect("hmdp runs");
-        let mut cluster = RunningCluster {
+        let mut nodes = RunningNodes {
             child,
             env: BTreeMap::new(),
             log,
             _dir: dir,
         };
-        let (child, log) = (&mut cluster.child, &cluster.log);
-        cluster.env = wait_for("hmdp cluster's env file", Duration::from_secs(90), || {
+        let (child, log) = (&mut nodes.child, &nodes.log);
+        nodes.env = wait_for("hmdp up's env file", Duration::from_secs(90), || {
             if let Some(status) = child.try_wait().unwrap() {
-                panic!("hmdp cluster exited ({status}):\n{}", read(log));
+                panic!("hmdp up exited ({status}):\n{}", read(log));
             }
             let env = read_env(&env_file);
             async move { env.contains_key("HMDP_PROMETHEUS").then_some(env) }
         })
         .await;
-        cluster
+        nodes
     }
 
     fn var(&self, name: &str) -> &str {
@@ -94,7 +94,7 @@ impl RunningCluster {
     async fn stop(&mut self) -> std::process::ExitStatus {
         send_signal(self.child.id(), "TERM").unwrap();
         let child = &mut self.child;
-        wait_for("hmdp cluster to stop", Duration::from_secs(30), || {
+        wait_for("hmdp up to stop", Duration::from_secs(30), || {
             let status = child.try_wait().unwrap();
             async move { status }
         })
@@ -102,7 +102,7 @@ impl RunningCluster {
     }
 }
 
-impl Drop for RunningCluster {
+impl Drop for RunningNodes {
     fn drop(&mut self) {
         if self.child.try_wait().ok().flatten().is_some() {
             return;
@@ -165,17 +165,17 @@ async fn wait_until_both_up(api: &PrometheusApi) -> Vec<Target> {
 /// that holds the user's lock (for the chaos hold); the purchase on its
 /// way and the lock's key.
 async fn purchase_holding_its_lock(
-    cluster: &RunningCluster,
+    nodes: &RunningNodes,
     node: &str,
     redis: &RedisConnection,
 ) -> (JoinHandle<reqwest::Result<reqwest::Response>>, String) {
     let client = loadtest::http_client(4).unwrap();
-    let keys = Keys::new(cluster.var("HMDP_REDIS_PREFIX").to_owned());
+    let keys = Keys::new(nodes.var("HMDP_REDIS_PREFIX").to_owned());
     let token = Login::new(client.clone(), node, redis.clone(), keys.clone())
         .user(phone(0))
         .await
         .unwrap();
-    let admin_token = cluster.var("HMDP_ADMIN_TOKEN");
+    let admin_token = nodes.var("HMDP_ADMIN_TOKEN");
     let voucher = loadtest::create_voucher(&client, node, admin_token, 10)
         .await
         .unwrap();
@@ -213,8 +213,8 @@ async fn prometheus_scrapes_both_nodes_and_fires_locks_lost_for_a_node_frozen_ho
         ("HMDP_BACKEND_TIMEOUT_MS", "30000".to_owned()),
         ("HMDP_DB_POOL", "8".to_owned()),
     ];
-    let mut cluster = RunningCluster::start(&args, &node_env).await;
-    let api = PrometheusApi::new(cluster.var("HMDP_PROMETHEUS")).unwrap();
+    let mut nodes = RunningNodes::start(&args, &node_env).await;
+    let api = PrometheusApi::new(nodes.var("HMDP_PROMETHEUS")).unwrap();
     assert_eq!(
         api.url(),
         format!("http://127.0.0.1:{prometheus_port}"),
@@ -223,12 +223,12 @@ async fn prometheus_scrapes_both_nodes_and_fires_locks_lost_for_a_node_frozen_ho
     let up = wait_until_both_up(&api).await;
     print_answer("GET /api/v1/targets (both nodes scraped)", &up);
 
-    let node1 = cluster.var("HMDP_NODE_URLS").split(' ').next().unwrap();
-    let node1_pid: u32 = (cluster.var("HMDP_NODE_PIDS").split(' ').next().unwrap())
+    let node1 = nodes.var("HMDP_NODE_URLS").split(' ').next().unwrap();
+    let node1_pid: u32 = (nodes.var("HMDP_NODE_PIDS").split(' ').next().unwrap())
         .parse()
         .unwrap();
-    let redis = connect_redis(cluster.var("REDIS_URL"), Duration::from_secs(5)).unwrap();
-    let (purchase, lock) = purchase_holding_its_lock(&cluster, node1, &redis).await;
+    let redis = connect_redis(nodes.var("REDIS_URL"), Duration::from_secs(5)).unwrap();
+    let (purchase, lock) = purchase_holding_its_lock(&nodes, node1, &redis).await;
     let lock_is_in_redis = |present: bool| {
         let (mut redis, lock) = (redis.clone(), lock.clone());
         async move { redis.exists::<_, bool>(&lock).await.ok() == Some(present) }
@@ -261,14 +261,14 @@ async fn prometheus_scrapes_both_nodes_and_fires_locks_lost_for_a_node_frozen_ho
     let answer = (purchase.await.unwrap()).unwrap_or_else(|error| {
         panic!(
             "node1 did not answer the purchase: {error:?}\n{}",
-            read(&cluster.log)
+            read(&nodes.log)
         )
     });
     assert_eq!(answer.status().as_u16(), 503, "the lost lock's purchase");
     let up = wait_until_both_up(&api).await;
     print_answer("GET /api/v1/targets (node1 back)", &up);
 
-    // Prometheus stops with the cluster.
-    assert!(cluster.stop().await.success(), "{}", read(&cluster.log));
+    // Prometheus stops with the nodes.
+    assert!(nodes.stop().await.success(), "{}", read(&nodes.log));
     assert!(api.targets().await.is_err(), "Prometheus still answers");
 }

@@ -7,10 +7,10 @@ use std::time::Duration;
 use hmdp::config::RedisSettings;
 use hmdp::keys::Keys;
 use hmdp::store::Store;
-use hmdp_test_support::{free_ports, mysql_server_url, redis_url, wait_until};
-use hmdp_tools::cluster::node::Node;
-use hmdp_tools::cluster::{ClusterSpec, Sandbox};
+use hmdp_test_support::{free_ports, mysql_server_url, redis_url, wait_until, Tables};
 use hmdp_tools::loadtest::tokens::Login;
+use hmdp_tools::nodes::node::Node;
+use hmdp_tools::nodes::{NodesSpec, Sandbox};
 use serde_json::Value;
 
 /// Runs `hmdp seed` on the sandbox's database; what it printed.
@@ -26,19 +26,7 @@ fn seed(sandbox: &Sandbox) -> String {
 
 /// `SELECT COUNT(*)` of each seeded table.
 async fn seeded_counts(store: &Store) -> [i64; 4] {
-    let mut counts = [0; 4];
-    for (count, statement) in counts.iter_mut().zip([
-        "SELECT CAST(COUNT(*) AS SIGNED) FROM tb_shop_type",
-        "SELECT CAST(COUNT(*) AS SIGNED) FROM tb_shop",
-        "SELECT CAST(COUNT(*) AS SIGNED) FROM tb_voucher",
-        "SELECT CAST(COUNT(*) AS SIGNED) FROM tb_seckill_voucher",
-    ]) {
-        *count = sqlx::query_scalar(statement)
-            .fetch_one(store.pool())
-            .await
-            .unwrap();
-    }
-    counts
+    Tables::of(store.pool()).seeded_rows().await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,7 +59,7 @@ async fn seeding_twice_leaves_the_same_rows_and_a_seeded_voucher_sells_in_stream
     assert_eq!(second.lines().count(), 1, "{second}");
 
     // What the front end does next: a category, a shop, its voucher, a purchase.
-    let spec = ClusterSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
+    let spec = NodesSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
     let [port] = free_ports().unwrap();
     let log = tempfile::NamedTempFile::new().unwrap();
     let mut node = Node::new("seeded", port, log.path().to_owned());
@@ -124,13 +112,10 @@ async fn seeding_twice_leaves_the_same_rows_and_a_seeded_voucher_sells_in_stream
     assert_eq!(bought["success"], true, "{bought}");
     assert_eq!(again["errorCode"], "ALREADY_ORDERED", "{again}");
     let orders = || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT CAST(COUNT(*) AS SIGNED) FROM tb_voucher_order WHERE voucher_id = ?",
-        )
-        .bind(voucher)
-        .fetch_one(store.pool())
-        .await
-        .unwrap()
+        (Tables::of(store.pool()))
+            .orders_of_voucher(voucher)
+            .await
+            .unwrap()
     };
     wait_until("the order written", Duration::from_secs(20), || async {
         orders().await == 1

@@ -21,8 +21,8 @@ use tempfile::TempDir;
 use super::harness::Lab;
 use super::SaleLabArgs;
 use crate::audit::{self, Audit};
-use crate::cluster::{node_flags, ClusterSpec, Node, Sandbox};
 use crate::loadtest::{self, tokens::Login, Drain, Plan};
+use crate::nodes::{node_flags, Node, NodesSpec, Sandbox};
 
 /// The lease of the nodes' per-user locks, renewed while their holder lives.
 const LOCK_LEASE_MS: u64 = 2000;
@@ -31,7 +31,7 @@ const LOCK_LEASE_MS: u64 = 2000;
 /// before their database and their keys do.
 pub(super) struct SaleStage {
     nodes: Vec<Node>,
-    spec: ClusterSpec,
+    spec: NodesSpec,
     client: reqwest::Client,
     redis: hmdp_lock::Connection,
     pub store: Store,
@@ -53,7 +53,7 @@ impl SaleStage {
         let redis_url = redis.url.as_str();
         let sandbox = Sandbox::create(&args.database.url, redis, "lab").await?;
         let exe = std::env::current_exe().context("cannot find the hmdp executable")?;
-        let spec = ClusterSpec::in_sandbox(exe, &sandbox);
+        let spec = NodesSpec::in_sandbox(exe, &sandbox);
         let dir = tempfile::Builder::new().prefix("hmdp-lab-").tempdir()?;
         let ports: [u16; 2] = free_ports().context("no free local port")?;
         let nodes = (0..nodes)

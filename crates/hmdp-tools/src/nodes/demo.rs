@@ -26,7 +26,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::prometheus::{Prometheus, PrometheusSettings};
-use super::{node_flags, until_signal, Cluster, ClusterSpec, Sandbox, NODE_IDS};
+use super::{node_flags, until_signal, Nodes, NodesSpec, Sandbox, NODE_IDS};
 use crate::loadtest::crowd::CrowdReport;
 use crate::loadtest::{self, tokens::Login, Drain, Plan, Report};
 use after_sale::{AfterSale, Percent, Sale};
@@ -335,7 +335,7 @@ pub async fn run(settings: DemoSettings) -> anyhow::Result<()> {
     let outcome = until_signal(demo(&settings, exe, &sandbox, redis_cluster.as_ref()))
         .await
         .unwrap_or_else(|signal| Err(anyhow!("interrupted by {signal}: nodes and nginx stopped")));
-    // The cluster was dropped with the demo future; now the data goes too,
+    // The nodes went with the demo future; now the data goes too,
     // then the Redis Cluster.
     drop(sandbox);
     drop(redis_cluster);
@@ -345,7 +345,7 @@ pub async fn run(settings: DemoSettings) -> anyhow::Result<()> {
 /// What every run of the demo shares: two nodes and nginx, the users
 /// logged in, the database and the sales' Redis side.
 struct Stage {
-    cluster: Cluster,
+    nodes: Nodes,
     /// Scrapes the nodes, which keep their ports through every restart.
     prometheus: Option<Prometheus>,
     client: reqwest::Client,
@@ -376,7 +376,7 @@ async fn demo(
         let flags = settings.node_flags(mode, seckill, shards);
         let result = async {
             if i > 0 {
-                stage.cluster.restart_nodes(&flags).await?;
+                stage.nodes.restart_nodes(&flags).await?;
             }
             sale(&stage, settings, redis_cluster, (seckill, mode, shards)).await
         }
@@ -398,8 +398,8 @@ async fn demo(
     let unshared = match sync_run {
         Some(run) => {
             let flags = settings.node_flags(run.mode, SeckillMode::Sync, 1);
-            let (cluster, client, tokens) = (&mut stage.cluster, &stage.client, &stage.tokens);
-            Some(unshared_orders_per_s(cluster, &flags, settings, client, tokens).await)
+            let (nodes, client, tokens) = (&mut stage.nodes, &stage.client, &stage.tokens);
+            Some(unshared_orders_per_s(nodes, &flags, settings, client, tokens).await)
         }
         None => None,
     };
@@ -428,13 +428,13 @@ async fn stage(
     sandbox: &Sandbox,
     flags: &[String],
 ) -> anyhow::Result<Stage> {
-    let spec = ClusterSpec::in_sandbox(exe, sandbox);
+    let spec = NodesSpec::in_sandbox(exe, sandbox);
     eprintln!(
         "starting two nodes and nginx (database {}, Redis prefix {})",
         sandbox.database.url, sandbox.redis.prefix
     );
-    let cluster = Cluster::start(spec.clone(), flags).await?;
-    let prometheus = settings.prometheus.start(&cluster).await?;
+    let nodes = Nodes::start(spec.clone(), flags).await?;
+    let prometheus = settings.prometheus.start(&nodes).await?;
     if let Some(prometheus) = &prometheus {
         eprintln!("Prometheus at {} scrapes both nodes", prometheus.url());
     }
@@ -444,7 +444,7 @@ async fn stage(
     let keys = Keys::new(sandbox.redis.prefix.clone());
     // Sessions live in Redis, so one login serves every mode's nodes.
     eprintln!("logging {} users in through nginx", settings.users);
-    let tokens = Login::new(client.clone(), &cluster.url(), redis.clone(), keys.clone())
+    let tokens = Login::new(client.clone(), &nodes.url(), redis.clone(), keys.clone())
         .users(0, settings.users, 32)
         .await?;
     // The after-sale phase samples the orders' states while it audits.
@@ -454,7 +454,7 @@ async fn stage(
     crate::seed::seed(&store).await?;
     let sales = SaleState::new(redis.clone(), keys.clone(), store.clone());
     Ok(Stage {
-        cluster,
+        nodes,
         prometheus,
         client,
         tokens,
@@ -478,10 +478,10 @@ async fn sale(
         stage.tokens.len(),
         settings.per_user
     );
-    let plan = sale_plan(&stage.cluster, settings, &stage.client, &stage.tokens).await?;
+    let plan = sale_plan(&stage.nodes, settings, &stage.client, &stage.tokens).await?;
     let voucher = plan.voucher;
     let before = match redis_cluster {
-        Some(redis) => Some(masters::sample_idle(redis, &stage.cluster.node_urls()).await?),
+        Some(redis) => Some(masters::sample_idle(redis, &stage.nodes.node_urls()).await?),
         None => None,
     };
     let measured = loadtest::run(&plan).await?;
@@ -494,7 +494,7 @@ async fn sale(
     };
     let masters = match (redis_cluster, &before) {
         (Some(redis), Some(before)) if seckill != SeckillMode::Sync => {
-            let after = masters::sample(redis, &stage.cluster.node_urls()).await?;
+            let after = masters::sample(redis, &stage.nodes.node_urls()).await?;
             Some(masters::spread(before, &after))
         }
         _ => None,
@@ -659,7 +659,7 @@ const SYNC_BATCH_MAX_DEFAULT: u16 = 128;
 /// One more synchronous sale on nodes started with `flags`, each purchase
 /// in a transaction of its own (`--sync-batch-max 1`): its orders/s.
 async fn unshared_orders_per_s(
-    cluster: &mut Cluster,
+    nodes: &mut Nodes,
     flags: &[String],
     settings: &DemoSettings,
     client: &reqwest::Client,
@@ -667,34 +667,34 @@ async fn unshared_orders_per_s(
 ) -> anyhow::Result<f64> {
     let mut flags = flags.to_vec();
     flags.push("--sync-batch-max=1".to_owned());
-    cluster.restart_nodes(&flags).await?;
+    nodes.restart_nodes(&flags).await?;
     eprintln!(
         "sync, each purchase in a transaction of its own: {} users x {} purchases",
         tokens.len(),
         settings.per_user
     );
-    let plan = sale_plan(cluster, settings, client, tokens).await?;
+    let plan = sale_plan(nodes, settings, client, tokens).await?;
     let measured = loadtest::run(&plan).await?;
     Ok(Report::new(&plan, &measured).orders_per_s)
 }
 
-/// A fresh voucher of `settings.stock` on the cluster, and the plan of its
+/// A fresh voucher of `settings.stock` on the nodes, and the plan of its
 /// sale: every one of `tokens` sends `settings.per_user` purchases at once.
 async fn sale_plan(
-    cluster: &Cluster,
+    nodes: &Nodes,
     settings: &DemoSettings,
     client: &reqwest::Client,
     tokens: &[String],
 ) -> anyhow::Result<Plan> {
     let voucher = loadtest::create_voucher(
         client,
-        &cluster.url(),
-        &cluster.spec().admin_token,
+        &nodes.url(),
+        &nodes.spec().admin_token,
         settings.stock,
     )
     .await?;
     Ok(Plan {
-        target: cluster.url(),
+        target: nodes.url(),
         voucher,
         tokens: tokens.to_vec(),
         per_user: settings.per_user,

@@ -1,6 +1,6 @@
 //! Two `hmdp serve` nodes and nginx in front of them, as local child
 //! processes on free ports with a private nginx prefix: what `hmdp demo` runs
-//! and what the cluster tests start, the same way; Prometheus beside them
+//! and what the tools' tests of two nodes start, the same way; Prometheus beside them
 //! when asked (`prometheus`).
 
 pub mod demo;
@@ -50,9 +50,9 @@ pub fn node_flags(mode: LockMode, seckill: SeckillMode, chaos_hold_ms: u64) -> V
 /// Ids of the two nodes, as they answer in `x-served-by`.
 pub const NODE_IDS: [&str; 2] = ["node1", "node2"];
 
-/// What every node of a cluster shares.
+/// What every node of the two shares.
 #[derive(Debug, Clone)]
-pub struct ClusterSpec {
+pub struct NodesSpec {
     /// The `hmdp` executable the nodes run.
     pub exe: PathBuf,
     /// A migrated database (the nodes start with `--no-migrate`).
@@ -63,10 +63,10 @@ pub struct ClusterSpec {
     pub admin_token: String,
 }
 
-impl ClusterSpec {
+impl NodesSpec {
     /// The spec of nodes living in `sandbox`, run from `exe`.
-    pub fn in_sandbox(exe: PathBuf, sandbox: &Sandbox) -> ClusterSpec {
-        ClusterSpec {
+    pub fn in_sandbox(exe: PathBuf, sandbox: &Sandbox) -> NodesSpec {
+        NodesSpec {
             exe,
             database_url: sandbox.database.url.clone(),
             redis_url: sandbox.redis.redis_url.clone(),
@@ -78,9 +78,9 @@ impl ClusterSpec {
 
 /// Two running nodes behind a running nginx. Dropping it kills them all
 /// (`kill_on_drop`) and removes nginx's prefix directory.
-pub struct Cluster {
-    spec: ClusterSpec,
-    nodes: Vec<Node>,
+pub struct Nodes {
+    spec: NodesSpec,
+    members: Vec<Node>,
     nginx: ChildProcess,
     nginx_port: u16,
     /// nginx's prefix: config, pid, temp files, logs. Only held to be
@@ -88,13 +88,13 @@ pub struct Cluster {
     _dir: TempDir,
 }
 
-impl Cluster {
+impl Nodes {
     /// Starts the two nodes with `node_flags` (`--lock=...`, ...) and nginx
     /// rendered from the top-level `nginx.conf`; returns once nginx answers.
-    pub async fn start(spec: ClusterSpec, node_flags: &[String]) -> anyhow::Result<Cluster> {
+    pub async fn start(spec: NodesSpec, node_flags: &[String]) -> anyhow::Result<Nodes> {
         let nginx_bin = nginx::find()?;
         let dir = tempfile::Builder::new()
-            .prefix("hmdp-cluster-")
+            .prefix("hmdp-nodes-")
             .tempdir()
             .context("cannot create nginx's prefix directory")?;
         let [nginx_port, port1, port2] = free_ports().context("no free local port")?;
@@ -115,28 +115,28 @@ impl Cluster {
         nginx
             .wait_until_answers(&health, Duration::from_secs(10))
             .await?;
-        Ok(Cluster {
+        Ok(Nodes {
             spec,
-            nodes,
+            members: nodes,
             nginx,
             nginx_port,
             _dir: dir,
         })
     }
 
-    /// nginx's base URL: the cluster's front door.
+    /// nginx's base URL: the nodes' front door.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.nginx_port)
     }
 
-    pub fn spec(&self) -> &ClusterSpec {
+    pub fn spec(&self) -> &NodesSpec {
         &self.spec
     }
 
     /// Restarts both nodes, on the same ports, with other flags (another
     /// lock mode); nginx keeps running and reconnects to them.
     pub async fn restart_nodes(&mut self, node_flags: &[String]) -> anyhow::Result<()> {
-        for index in 0..self.nodes.len() {
+        for index in 0..self.members.len() {
             self.start_node(index, node_flags).await?;
         }
         Ok(())
@@ -144,12 +144,12 @@ impl Cluster {
 
     /// Each node's own base URL, bypassing nginx (for its `/metrics`).
     pub fn node_urls(&self) -> Vec<String> {
-        self.nodes.iter().map(Node::url).collect()
+        self.members.iter().map(Node::url).collect()
     }
 
     /// Process ids of the running nodes.
     pub fn node_pids(&self) -> Vec<u32> {
-        self.nodes.iter().filter_map(Node::pid).collect()
+        self.members.iter().filter_map(Node::pid).collect()
     }
 
     /// Process id of nginx (`None` once it has been reaped).
@@ -157,13 +157,13 @@ impl Cluster {
         self.nginx.id()
     }
 
-    /// (Re)starts one node on its port, e.g. after [`Cluster::kill_node`].
+    /// (Re)starts one node on its port, e.g. after [`Nodes::kill_node`].
     pub async fn start_node(&mut self, index: usize, node_flags: &[String]) -> anyhow::Result<()> {
-        self.nodes[index].start(&self.spec, node_flags).await
+        self.members[index].start(&self.spec, node_flags).await
     }
 
     /// Kills one node with SIGKILL, as a crash would.
     pub async fn kill_node(&mut self, index: usize) {
-        self.nodes[index].kill().await;
+        self.members[index].kill().await;
     }
 }

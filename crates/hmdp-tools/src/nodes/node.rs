@@ -1,4 +1,4 @@
-//! One `hmdp serve` child process: started with the cluster's shared
+//! One `hmdp serve` child process: started with the shared
 //! settings plus per-run flags, waited for until `/ready`, killed on demand
 //! or when dropped.
 
@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use hmdp_test_support::{NodeCommand, NodeProcess, Probe};
 
-use super::ClusterSpec;
+use super::NodesSpec;
 
 /// How long a node may take to answer `/ready`: a debug build on a busy
 /// two-core machine connects to MySQL and Redis well within this.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A node of the cluster, running or not.
+/// One of the two nodes, running or not.
 pub struct Node {
     pub id: String,
     pub port: u16,
@@ -35,10 +35,10 @@ impl Node {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// Starts the node with `flags` after the cluster's own settings and waits
-    /// until it is ready. Migrations were applied once by the cluster, so the
+    /// Starts the node with `flags` after the shared settings and waits
+    /// until it is ready. Migrations were applied once before the nodes started, so the
     /// two nodes never race to apply them.
-    pub async fn start(&mut self, spec: &ClusterSpec, flags: &[String]) -> anyhow::Result<()> {
+    pub async fn start(&mut self, spec: &NodesSpec, flags: &[String]) -> anyhow::Result<()> {
         self.kill().await;
         let mut command = NodeCommand::serve(&spec.exe, self.port);
         command

@@ -1,7 +1,7 @@
-//! Debian's `prometheus` as a child process beside the cluster: a generated
+//! Debian's `prometheus` as a child process beside the two nodes: a generated
 //! config and its storage in a temporary directory, both nodes' `/metrics`
 //! scraped every second, the repository's `deploy/prometheus/alerts.yml`
-//! evaluated every second. `hmdp cluster --prometheus` and
+//! evaluated every second. `hmdp up --prometheus` and
 //! `hmdp demo --prometheus` start it; [`PrometheusApi`] reads what it sees.
 
 use std::collections::BTreeMap;
@@ -20,7 +20,7 @@ use serde_json::json;
 use tempfile::TempDir;
 use tokio::process::Command;
 
-use super::Cluster;
+use super::Nodes;
 
 /// The repository's recording and alert rules, built in so that the tools
 /// run from any directory with exactly the rules promtool tests.
@@ -45,7 +45,7 @@ const SCRAPE_TIMEOUT: Duration = Duration::from_secs(20);
 /// storage and loads the rules, well within this on a busy two-core machine.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// `--prometheus[=PORT]`, shared by `hmdp cluster` and `hmdp demo`.
+/// `--prometheus[=PORT]`, shared by `hmdp up` and `hmdp demo`.
 #[derive(Debug, Clone, Default, Args)]
 pub struct PrometheusSettings {
     /// Also run Prometheus (Debian's /usr/bin/prometheus) scraping both
@@ -53,16 +53,16 @@ pub struct PrometheusSettings {
     /// deploy/prometheus/alerts.yml every second; its URL is printed (and
     /// by `hmdp demo`, at the end, its targets and alerts). On PORT if given
     /// (`--prometheus=9191`), else on 9090 if free, else on a free port. It
-    /// stops with the cluster, its data removed.
+    /// stops with the nodes, its data removed.
     #[arg(long, value_name = "PORT", num_args = 0..=1, require_equals = true)]
     pub prometheus: Option<Option<u16>>,
 }
 
 impl PrometheusSettings {
-    /// Prometheus scraping `cluster`'s nodes, if asked for.
-    pub async fn start(&self, cluster: &Cluster) -> anyhow::Result<Option<Prometheus>> {
+    /// Prometheus scraping `nodes`, if asked for.
+    pub async fn start(&self, nodes: &Nodes) -> anyhow::Result<Option<Prometheus>> {
         match self.prometheus {
-            Some(port) => Ok(Some(Prometheus::start(cluster, port).await?)),
+            Some(port) => Ok(Some(Prometheus::start(nodes, port).await?)),
             None => Ok(None),
         }
     }
@@ -79,9 +79,9 @@ pub struct Prometheus {
 
 impl Prometheus {
     /// Starts Prometheus on `port` (else 9090 if free, else a free port)
-    /// scraping `cluster`'s nodes; returns once it answers `/-/ready` and
+    /// scraping `nodes`; returns once it answers `/-/ready` and
     /// has scraped every node.
-    pub async fn start(cluster: &Cluster, port: Option<u16>) -> anyhow::Result<Prometheus> {
+    pub async fn start(nodes: &Nodes, port: Option<u16>) -> anyhow::Result<Prometheus> {
         if !Path::new(BINARY).is_file() {
             bail!("{BINARY} not found: run scripts/services.sh (Debian's prometheus package)");
         }
@@ -93,7 +93,7 @@ impl Prometheus {
             Some(port) => port,
             None => usual_or_free_port()?,
         };
-        let nodes: Vec<(&str, u16)> = (cluster.nodes.iter())
+        let nodes: Vec<(&str, u16)> = (nodes.members.iter())
             .map(|node| (node.id.as_str(), node.port))
             .collect();
         let config_file = dir.path().join("prometheus.yml");
@@ -207,7 +207,7 @@ impl Alert {
     }
 }
 
-/// The HTTP API of a Prometheus, started here or by `hmdp cluster`.
+/// The HTTP API of a Prometheus, started here or by `hmdp up`.
 #[derive(Clone)]
 pub struct PrometheusApi {
     url: String,

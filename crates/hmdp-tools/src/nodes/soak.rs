@@ -1,4 +1,4 @@
-//! `hmdp soak`: the two-node cluster under mixed load for minutes on end,
+//! `hmdp soak`: two nodes behind nginx under mixed load for minutes on end,
 //! with a fault every interval — a node SIGKILLed and restarted, Redis
 //! SIGKILLed and restarted (empty, or from its AOF), the voucher's stock
 //! row held by another MySQL session for longer than the stream's claim
@@ -26,7 +26,7 @@ use hmdp_lock::LockMode;
 use tokio::sync::Mutex;
 
 use super::{node_flags, until_signal};
-use super::{Cluster, ClusterSpec, Sandbox, NODE_IDS};
+use super::{Nodes, NodesSpec, Sandbox, NODE_IDS};
 use crate::history::{self, Event, Failure, FaultKind, Loss, Verdict};
 use crate::loadtest::{self, tokens::Login, Measured, Plan};
 use crate::payers::{self, Act, Acted, Answered};
@@ -46,7 +46,7 @@ pub struct SoakSettings {
     pub minutes: u64,
 
     /// Seconds between two faults; they take turns: node 1 killed (and
-    /// restarted 3 s later), Redis SIGKILLed and restarted (on a cluster: a
+    /// restarted 3 s later), Redis SIGKILLed and restarted (on a Redis Cluster: a
     /// master's replica that missed its last writes promoted with `CLUSTER
     /// FAILOVER TAKEOVER`), the
     /// sale's stock row held, MySQL read-only, MySQL killed and restarted,
@@ -201,7 +201,7 @@ struct Servers {
     mysql: MariaDbServer,
 }
 
-/// The soak's Redis: one server, or a cluster.
+/// The soak's Redis: one server, or a Redis Cluster.
 enum SoakRedis {
     Server(RedisServer),
     Cluster {
@@ -220,7 +220,7 @@ impl SoakRedis {
     }
 
     /// Redis loses what it was told last: one server is SIGKILLed and
-    /// restarted (from its AOF, or empty); on a cluster, the replica of the
+    /// restarted (from its AOF, or empty); on a Redis Cluster, the replica of the
     /// master serving one shard of the sales is frozen while the load goes
     /// on for `missed`, then promoted with `CLUSTER FAILOVER TAKEOVER`
     /// without what it missed, and the old master becomes its replica.
@@ -286,11 +286,11 @@ async fn soak(
     servers: &mut Servers,
 ) -> anyhow::Result<()> {
     let flags = soak_flags(settings);
-    let (mut cluster, node_user) = stage(settings, exe, sandbox, &flags).await?;
+    let (mut nodes, node_user) = stage(settings, exe, sandbox, &flags).await?;
     let started = Instant::now();
     let until = started + Duration::from_secs(settings.minutes * 60);
     let tally = Arc::new(Mutex::new(Tally::default()));
-    let front_door = FrontDoor::of(&cluster, sandbox)?;
+    let front_door = FrontDoor::of(&nodes, sandbox)?;
     let load = tokio::spawn(load_loop(
         settings.clone(),
         front_door,
@@ -302,7 +302,7 @@ async fn soak(
         sandbox,
         flags: &flags,
         stall: Duration::from_secs(settings.stall_secs),
-        cluster: &mut cluster,
+        nodes: &mut nodes,
         servers,
         tally: &tally,
     }
@@ -311,7 +311,7 @@ async fn soak(
     load.await.context("the load loop panicked")??;
     let tally = tally.lock().await;
     let (verdict, drained) = judge(settings, sandbox, &tally).await?;
-    drop(cluster);
+    drop(nodes);
     node_user.drop_user(&sandbox.database.url).await?;
     report(
         settings,
@@ -329,15 +329,15 @@ async fn stage(
     exe: PathBuf,
     sandbox: &Sandbox,
     flags: &[String],
-) -> anyhow::Result<(Cluster, NodeUser)> {
+) -> anyhow::Result<(Nodes, NodeUser)> {
     // The nodes connect as a user of their own, without READ ONLY ADMIN,
     // so that `read_only` stops their writes as it stops an application's.
     let node_user = NodeUser::create(&sandbox.database.url).await?;
-    let spec = ClusterSpec {
+    let spec = NodesSpec {
         database_url: node_user.url.clone(),
-        ..ClusterSpec::in_sandbox(exe, sandbox)
+        ..NodesSpec::in_sandbox(exe, sandbox)
     };
-    let cluster = Cluster::start(spec, flags).await?;
+    let nodes = Nodes::start(spec, flags).await?;
     eprintln!(
         "soak: {} min, --seckill {}, a fault every {} s, lock {}{}, database {}",
         settings.minutes,
@@ -351,7 +351,7 @@ async fn stage(
         },
         sandbox.database.url
     );
-    Ok((cluster, node_user))
+    Ok((nodes, node_user))
 }
 
 /// Once the orders on their way are written (or stuck), the run's history
@@ -403,7 +403,7 @@ struct Injector<'a> {
     sandbox: &'a Sandbox,
     flags: &'a [String],
     stall: Duration,
-    cluster: &'a mut Cluster,
+    nodes: &'a mut Nodes,
     servers: &'a mut Servers,
     tally: &'a Mutex<Tally>,
 }
@@ -441,10 +441,10 @@ impl Injector<'_> {
     }
 
     async fn kill_node(&mut self, index: usize, at: u64) -> anyhow::Result<String> {
-        self.cluster.kill_node(index).await;
+        self.nodes.kill_node(index).await;
         let killed = Instant::now();
         tokio::time::sleep(Duration::from_secs(3)).await;
-        self.cluster.start_node(index, self.flags).await?;
+        self.nodes.start_node(index, self.flags).await?;
         let what = format!("t={at}s SIGKILL {} (restarted 3 s later)", NODE_IDS[index]);
         let node = Some(NODE_IDS[index].to_owned());
         self.record(FaultKind::NodeKill, node, &what, killed).await;
@@ -707,7 +707,7 @@ fn allowed_losses(settings: &SoakSettings) -> Vec<Loss> {
     allowed
 }
 
-/// How the load side reaches the cluster: as a user and an admin would,
+/// How the load side reaches the nodes: as a user and an admin would,
 /// through nginx, reading login codes from Redis.
 struct FrontDoor {
     url: String,
@@ -719,10 +719,10 @@ struct FrontDoor {
 }
 
 impl FrontDoor {
-    fn of(cluster: &Cluster, sandbox: &Sandbox) -> anyhow::Result<FrontDoor> {
+    fn of(nodes: &Nodes, sandbox: &Sandbox) -> anyhow::Result<FrontDoor> {
         Ok(FrontDoor {
-            url: cluster.url(),
-            admin_token: cluster.spec().admin_token.clone(),
+            url: nodes.url(),
+            admin_token: nodes.spec().admin_token.clone(),
             redis_url: sandbox.redis.redis_url.clone(),
             keys: Keys::new(sandbox.redis.prefix.clone()),
             store: sandbox.store(1)?,

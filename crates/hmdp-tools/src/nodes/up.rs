@@ -1,4 +1,4 @@
-//! `hmdp cluster`: the demo's two nodes and nginx (and with --prometheus,
+//! `hmdp up`: the demo's two nodes and nginx (and with --prometheus,
 //! Prometheus scraping them), left running for outside tools (wrk, oha,
 //! JMeter, `hmdp loadtest`) until Ctrl-C or SIGTERM, in a sandbox database
 //! and Redis prefix that are removed when it stops.
@@ -12,12 +12,12 @@ use hmdp_lock::LockMode;
 
 use super::prometheus::{Prometheus, PrometheusSettings};
 use super::{node_flags, until_signal};
-use super::{Cluster, ClusterSpec, Sandbox};
+use super::{Nodes, NodesSpec, Sandbox};
 use hmdp::config::{DatabaseSettings, RedisSettings, SeckillMode};
 
-/// `hmdp cluster`.
+/// `hmdp up`.
 #[derive(Debug, Clone, Args)]
-pub struct ClusterSettings {
+pub struct UpSettings {
     /// Lock mode of both nodes.
     #[arg(long, value_enum, default_value_t = LockMode::Reentrant)]
     pub lock: LockMode,
@@ -51,13 +51,13 @@ pub struct ClusterSettings {
     pub redis: RedisSettings,
 }
 
-/// `hmdp cluster`: runs until interrupted, then stops the children and
+/// `hmdp up`: runs until interrupted, then stops the children and
 /// removes the sandbox.
-pub async fn run(settings: ClusterSettings) -> anyhow::Result<()> {
+pub async fn run(settings: UpSettings) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find the hmdp executable")?;
-    let sandbox = Sandbox::create(&settings.database.url, &settings.redis, "cluster").await?;
+    let sandbox = Sandbox::create(&settings.database.url, &settings.redis, "up").await?;
     // hmdp's sample shops, each with a voucher on sale: hmdp's front end,
-    // pointed at this cluster, has something to show and to sell.
+    // pointed at these nodes, has something to show and to sell.
     crate::seed::seed(&sandbox.store(1)?).await?;
     let outcome = until_signal(serve(&settings, exe, &sandbox))
         .await
@@ -65,22 +65,22 @@ pub async fn run(settings: ClusterSettings) -> anyhow::Result<()> {
             eprintln!("{signal}: stopping");
             Ok(())
         });
-    // The cluster went with the `serve` future; now the data goes too.
+    // The nodes went with the `serve` future; now the data goes too.
     drop(sandbox);
     outcome
 }
 
-/// Starts the cluster and keeps it until the future is dropped: a signal
+/// Starts the nodes and keeps them until the future is dropped: a signal
 /// during start-up stops the children as surely as one afterwards.
-async fn serve(settings: &ClusterSettings, exe: PathBuf, sandbox: &Sandbox) -> anyhow::Result<()> {
-    let spec = ClusterSpec::in_sandbox(exe, sandbox);
-    let cluster = Cluster::start(
+async fn serve(settings: &UpSettings, exe: PathBuf, sandbox: &Sandbox) -> anyhow::Result<()> {
+    let spec = NodesSpec::in_sandbox(exe, sandbox);
+    let nodes = Nodes::start(
         spec,
         &node_flags(settings.lock, settings.seckill, settings.chaos_hold_ms),
     )
     .await?;
-    let prometheus = settings.prometheus.start(&cluster).await?;
-    let env = describe(&cluster, sandbox, prometheus.as_ref());
+    let prometheus = settings.prometheus.start(&nodes).await?;
+    let env = describe(&nodes, sandbox, prometheus.as_ref());
     if let Some(path) = &settings.env_file {
         std::fs::write(path, &env).with_context(|| format!("writing {}", path.display()))?;
     }
@@ -98,22 +98,22 @@ async fn serve(settings: &ClusterSettings, exe: PathBuf, sandbox: &Sandbox) -> a
     std::future::pending().await
 }
 
-/// The cluster as shell variable assignments.
-fn describe(cluster: &Cluster, sandbox: &Sandbox, prometheus: Option<&Prometheus>) -> String {
-    let pids: Vec<String> = cluster
+/// The nodes as shell variable assignments.
+fn describe(nodes: &Nodes, sandbox: &Sandbox, prometheus: Option<&Prometheus>) -> String {
+    let pids: Vec<String> = nodes
         .node_pids()
         .iter()
         .map(|pid| pid.to_string())
         .collect();
     let mut out = String::new();
-    let _ = writeln!(out, "HMDP_TARGET={}", cluster.url());
+    let _ = writeln!(out, "HMDP_TARGET={}", nodes.url());
     let _ = writeln!(out, "DATABASE_URL={}", sandbox.database.url);
     let _ = writeln!(out, "REDIS_URL={}", sandbox.redis.redis_url);
     let _ = writeln!(out, "HMDP_REDIS_PREFIX={}", sandbox.redis.prefix);
-    let _ = writeln!(out, "HMDP_ADMIN_TOKEN={}", cluster.spec().admin_token);
-    let _ = writeln!(out, "HMDP_NODE_URLS=\"{}\"", cluster.node_urls().join(" "));
+    let _ = writeln!(out, "HMDP_ADMIN_TOKEN={}", nodes.spec().admin_token);
+    let _ = writeln!(out, "HMDP_NODE_URLS=\"{}\"", nodes.node_urls().join(" "));
     let _ = writeln!(out, "HMDP_NODE_PIDS=\"{}\"", pids.join(" "));
-    if let Some(pid) = cluster.nginx_pid() {
+    if let Some(pid) = nodes.nginx_pid() {
         let _ = writeln!(out, "HMDP_NGINX_PID={pid}");
     }
     if let Some(prometheus) = prometheus {

@@ -4,14 +4,14 @@
 // Every test binary compiles this module and uses a part of it.
 #![allow(dead_code)]
 
-pub mod cluster;
+pub mod nodes;
 
 use std::process::Command;
 
 use hmdp::config::RedisSettings;
 use hmdp::store::{NewSeckillVoucher, NewVoucher, Store};
 use hmdp_test_support::{mysql_server_url, redis_url};
-use hmdp_tools::cluster::Sandbox;
+use hmdp_tools::nodes::Sandbox;
 
 /// A sandbox of its own (a database on the machine's MySQL, a key prefix on
 /// its Redis), removed when dropped.

@@ -1,5 +1,5 @@
 //! Two nodes behind nginx in a sandbox of their own, with users logged in
-//! through nginx, started as `hmdp demo` starts them: what the cluster and
+//! through nginx, started as `hmdp demo` starts them: what the two-node and
 //! contract tests stand on.
 
 use std::path::PathBuf;
@@ -11,26 +11,26 @@ use hmdp::keys::Keys;
 use hmdp::store::Store;
 use hmdp_lock::LockMode;
 use hmdp_test_support::{mysql_server_url, redis_url};
-use hmdp_tools::cluster::{node_flags, Cluster, ClusterSpec, Sandbox};
 use hmdp_tools::loadtest::tokens::Login;
 use hmdp_tools::loadtest::{self, Plan, Report};
+use hmdp_tools::nodes::{node_flags, Nodes, NodesSpec, Sandbox};
 
-/// A cluster in its own sandbox, with users logged in through nginx. Fields
+/// Two nodes in their own sandbox, with users logged in through nginx. Fields
 /// drop in order: the processes go before their database does.
-pub struct TestCluster {
-    pub cluster: Cluster,
+pub struct TestNodes {
+    pub nodes: Nodes,
     pub client: reqwest::Client,
     pub store: Store,
     pub tokens: Vec<String>,
     pub sandbox: Sandbox,
 }
 
-impl TestCluster {
-    pub async fn start(mode: LockMode, chaos_hold_ms: u64, users: usize) -> TestCluster {
+impl TestNodes {
+    pub async fn start(mode: LockMode, chaos_hold_ms: u64, users: usize) -> TestNodes {
         Self::start_on(&redis_url(), mode, &[], chaos_hold_ms, users).await
     }
 
-    /// Nodes on the Redis at `redis_url` (a cluster's too), with `extra`
+    /// Nodes on the Redis at `redis_url` (a Redis Cluster's too), with `extra`
     /// flags.
     pub async fn start_on(
         redis_url: &str,
@@ -38,34 +38,34 @@ impl TestCluster {
         extra: &[&str],
         chaos_hold_ms: u64,
         users: usize,
-    ) -> TestCluster {
+    ) -> TestNodes {
         hmdp::telemetry::init();
         let sandbox = Sandbox::create(&mysql_server_url(), &RedisSettings::at(redis_url), "test")
             .await
             .expect("MySQL is reachable (scripts/services.sh starts it)");
-        let spec = ClusterSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
-        // Several clusters run at once next to the other test binaries' nodes:
+        let spec = NodesSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
+        // Several pairs of nodes run at once next to the other test binaries' nodes:
         // small pools keep them all within MySQL's connection limit.
         let mut flags = node_flags(mode, SeckillMode::Sync, chaos_hold_ms);
         flags.push("--db-pool=16".into());
         flags.extend(extra.iter().map(|flag| flag.to_string()));
-        let cluster = Cluster::start(spec, &flags)
+        let nodes = Nodes::start(spec, &flags)
             .await
-            .unwrap_or_else(|error| panic!("cluster did not start: {error:#}"));
+            .unwrap_or_else(|error| panic!("the nodes did not start: {error:#}"));
         let client = loadtest::http_client(200).unwrap();
         let redis =
             hmdp::config::connect_redis(&sandbox.redis.redis_url, Duration::from_secs(10)).unwrap();
         let tokens = Login::new(
             client.clone(),
-            &cluster.url(),
+            &nodes.url(),
             redis,
             Keys::new(sandbox.redis.prefix.clone()),
         )
         .users(0, users, 32)
         .await
         .expect("users log in through nginx");
-        TestCluster {
-            cluster,
+        TestNodes {
+            nodes,
             client,
             store: sandbox.store(2).unwrap(),
             tokens,
@@ -78,8 +78,8 @@ impl TestCluster {
         let stock = i32::try_from(stock).unwrap();
         loadtest::create_voucher(
             &self.client,
-            &self.cluster.url(),
-            &self.cluster.spec().admin_token,
+            &self.nodes.url(),
+            &self.nodes.spec().admin_token,
             stock,
         )
         .await
@@ -88,7 +88,7 @@ impl TestCluster {
 
     pub fn plan(&self, voucher: i64, users: usize, per_user: usize) -> Plan {
         Plan {
-            target: self.cluster.url(),
+            target: self.nodes.url(),
             voucher,
             tokens: self.tokens[..users].to_vec(),
             per_user,

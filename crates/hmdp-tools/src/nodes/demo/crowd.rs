@@ -25,8 +25,8 @@ pub(super) async fn run(
 ) -> anyhow::Result<CrowdReport> {
     let mut flags = flags.to_vec();
     flags.extend(crowd::limit_flags());
-    stage.cluster.restart_nodes(&flags).await?;
-    let target = stage.cluster.url();
+    stage.nodes.restart_nodes(&flags).await?;
+    let target = stage.nodes.url();
     eprintln!(
         "crowd: {} honest buyers and {} bots, the limits on",
         stage.tokens.len(),
@@ -41,7 +41,7 @@ pub(super) async fn run(
     .users(stage.tokens.len(), settings.crowd_bots, 32)
     .await?;
     let stock = stage.tokens.len().div_ceil(4);
-    let admin = &stage.cluster.spec().admin_token;
+    let admin = &stage.nodes.spec().admin_token;
     let voucher =
         loadtest::create_voucher(&stage.client, &target, admin, i32::try_from(stock)?).await?;
     crowd::run(&Crowd {

@@ -25,9 +25,9 @@ use hmdp::config::SeckillMode;
 
 use super::after_sale::{AfterSale, States};
 use super::{drain_ms, DemoSettings, ModeRun, Run};
-use crate::cluster::NODE_IDS;
 use crate::latency::Latency;
 use crate::loadtest::crowd::CrowdReport;
+use crate::nodes::NODE_IDS;
 
 /// The latency distribution of one run as the picture draws it: the latency
 /// at quantiles from 0 to 99.9 %, then the maximum.

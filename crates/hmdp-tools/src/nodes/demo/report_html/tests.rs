@@ -15,8 +15,8 @@ use hmdp::store::VoucherAudit;
 use hmdp_lock::LockMode;
 
 use super::*;
-use crate::cluster::demo::DRAIN_DEADLINE;
 use crate::loadtest::{Drain, Measured, Plan, Report};
+use crate::nodes::demo::DRAIN_DEADLINE;
 
 #[derive(Parser)]
 struct Cli {
