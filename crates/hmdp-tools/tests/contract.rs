@@ -1,7 +1,7 @@
 //! The API against its contract (`/openapi.json`, docs/openapi.json),
-//! fuzzed through nginx and two nodes with real MySQL and Redis. A binary of
-//! its own: the fuzzing loads the machine, and the two-node tests' timings
-//! should not share it.
+//! fuzzed through nginx and two nodes with real MySQL and Redis. It runs
+//! alone (`.config/nextest.toml`): the fuzzing loads the machine, and the
+//! other tests' backend timeouts should not share it.
 
 use hmdp_lock::LockMode;
 
