@@ -29,7 +29,7 @@ use crate::limits::Limits;
 use crate::metrics;
 use crate::overload::Overload;
 use crate::redis_handle::RedisConnection;
-use crate::seckill::stream::StreamConsumer;
+use crate::seckill::stream::{RoundsNow, StreamConsumer};
 use crate::seckill::Seckill;
 use crate::store::{self, Store};
 use crate::telemetry::RequestIdSpan;
@@ -213,6 +213,13 @@ impl Application {
     /// runs in the background; a clone runs a round of it at once.
     pub fn closer(&self) -> &Closer {
         &self.closer
+    }
+
+    /// What asks the node's order stream consumer (`--seckill stream`),
+    /// which [`run_until_stopped`](Self::run_until_stopped) runs, for its
+    /// next rounds at once.
+    pub fn stream_rounds(&self) -> Option<RoundsNow> {
+        (self.stream_consumer.as_ref()).map(StreamConsumer::rounds_now)
     }
 
     /// Serves until stopped; SIGTERM and SIGINT stop accepting and let

@@ -15,6 +15,7 @@ use hmdp::config::ServeSettings;
 use hmdp::ids::{UserId, VoucherId};
 use hmdp::keys::Keys;
 use hmdp::limits::Enforced;
+use hmdp::seckill::stream::RoundsNow;
 use hmdp::seckill::{RedisSale, SaleState};
 use hmdp::startup::Application;
 use hmdp::store::{Store, VoucherAudit};
@@ -53,6 +54,10 @@ pub struct TestApp {
     /// The node's closer, for a test to run a round of at once instead of
     /// waiting for its timers (the node runs it in the background too).
     pub closer: Closer,
+    /// With `--seckill stream`: asks the node's consumer for its next
+    /// rounds at once (a claim, the end of a back-off) instead of waiting
+    /// for its timers.
+    pub stream_rounds: Option<RoundsNow>,
     /// The test's database and Redis namespace, removed when the app is
     /// dropped; declared last so they go after the connections above.
     database: TestDatabase,
@@ -111,6 +116,7 @@ pub async fn spawn_app_on(
     let app = Application::build(settings).await.expect("node starts");
     let address = format!("http://127.0.0.1:{}", app.port());
     let closer = app.closer().clone();
+    let stream_rounds = app.stream_rounds();
     tokio::spawn(app.run_until_stopped());
     TestApp {
         address,
@@ -119,6 +125,7 @@ pub async fn spawn_app_on(
         redis,
         prefix: namespace.prefix.clone(),
         closer,
+        stream_rounds,
         database,
         _namespace: namespace,
     }

@@ -190,15 +190,22 @@ async fn a_batch_the_consumer_cannot_check_while_redis_is_down_is_kept_and_writt
     let failures = "hmdp_stream_round_failures_total";
     let before = metric(&app.address, failures).await;
     redis.kill();
+    // The consumer's back-offs are cut short: each poll asks for its next
+    // round at once.
+    let rounds = app.stream_rounds.clone().expect("a stream node");
     wait_until(
         "the consumer failed twice with Redis down",
         WAIT,
-        || async { metric(&app.address, failures).await >= before + 2.0 },
+        || async {
+            rounds.ask();
+            metric(&app.address, failures).await >= before + 2.0
+        },
     )
     .await;
     redis.restart().await.unwrap();
 
     wait_until("every order of the batch written", WAIT, || async {
+        rounds.ask();
         for &id in &in_hand {
             if written(&app, id).await == 0 {
                 return false;

@@ -27,6 +27,10 @@
 //! batches: the read blocks for a bounded time and is never abandoned
 //! half-way, since entries an abandoned read took would sit pending until
 //! somebody claimed them.
+//!
+//! [`RoundsNow`] asks for the next rounds at once: every loop waiting out a
+//! back-off or its claim interval claims now, and the shards in use are
+//! looked for now — what a test drives instead of waiting for the timers.
 
 mod batch;
 mod entry;
@@ -74,6 +78,59 @@ const DISCOVER_EVERY: Duration = Duration::from_secs(2);
 pub struct StreamConsumer {
     name: String,
     builder: Builder,
+    rounds: RoundsNow,
+}
+
+/// Asks a consumer's loops for a round now ([`RoundsNow::ask`]).
+#[derive(Clone)]
+pub struct RoundsNow(Arc<watch::Sender<u64>>);
+
+impl RoundsNow {
+    /// Every stream's loop ends the pause it is in (a back-off, the wait
+    /// for MySQL) and claims at its next round, and the consumer looks for
+    /// new shards; a loop in a read or a batch does so once that ends.
+    pub fn ask(&self) {
+        self.0.send_modify(|asked| *asked += 1);
+    }
+}
+
+/// What a loop of the consumer is told while it runs: to stop, or to run
+/// a round now.
+#[derive(Clone)]
+struct Signals {
+    stopped: watch::Receiver<bool>,
+    rounds: watch::Receiver<u64>,
+    /// A round was asked for during a pause, not yet run.
+    asked: bool,
+}
+
+impl Signals {
+    fn stopping(&self) -> bool {
+        *self.stopped.borrow()
+    }
+
+    /// Whether a round was asked for since the last look.
+    fn round_asked(&mut self) -> bool {
+        let asked = self.asked || self.rounds.has_changed().unwrap_or(false);
+        self.rounds.mark_unchanged();
+        self.asked = false;
+        asked
+    }
+
+    /// Sleeps `how_long` unless told to stop or asked for a round first;
+    /// `true` when told to stop (or when the [`RunningConsumer`] is gone,
+    /// which can no longer tell).
+    async fn pause(&mut self, how_long: Duration) -> bool {
+        // Cancel-safe: dropping `wait_for` or `changed` loses nothing, the
+        // flag stays set and the round stays asked for.
+        let (told, asked) = tokio::select! {
+            _ = self.stopped.wait_for(|stop| *stop) => (true, false),
+            Ok(()) = self.rounds.changed() => (false, true),
+            () = tokio::time::sleep(how_long) => (false, false),
+        };
+        self.asked |= asked;
+        told || self.stopping()
+    }
 }
 
 /// What it takes to read one more shard's stream.
@@ -119,6 +176,7 @@ impl StreamConsumer {
         crate::config::connect_redis(redis_url, timeout)?;
         Ok(StreamConsumer {
             name: format!("{node_id}:{}", uuid::Uuid::new_v4().simple()),
+            rounds: RoundsNow(Arc::new(watch::Sender::new(0))),
             builder: Builder {
                 writer,
                 redis,
@@ -136,17 +194,27 @@ impl StreamConsumer {
         &self.name
     }
 
+    /// What asks the consumer, once running, for a round now.
+    pub fn rounds_now(&self) -> RoundsNow {
+        self.rounds.clone()
+    }
+
     /// Starts consuming: a task per stream, and one that starts a task for
     /// each shard the sales begin to use.
     pub fn spawn(self) -> RunningConsumer {
         metrics::init_stream(batch::OUTCOMES, batch::DEAD_LETTER_REASONS);
         let (stop, stopped) = watch::channel(false);
+        let signals = Signals {
+            stopped,
+            rounds: self.rounds.0.subscribe(),
+            asked: false,
+        };
         let span = tracing::info_span!("stream_consumer", consumer = %self.name);
-        let task = tokio::spawn(self.supervise(stopped).instrument(span));
+        let task = tokio::spawn(self.supervise(signals).instrument(span));
         RunningConsumer { stop, task }
     }
 
-    async fn supervise(self, mut stopped: watch::Receiver<bool>) {
+    async fn supervise(self, mut signals: Signals) {
         let mut running: BTreeMap<Shard, JoinHandle<()>> = BTreeMap::new();
         loop {
             let mut shards = vec![Shard::SINGLE];
@@ -163,7 +231,7 @@ impl StreamConsumer {
                 match self.builder.stream(shard, &self.name) {
                     Ok(inner) => {
                         let span = tracing::info_span!("stream", shard = shard.tag());
-                        let task = tokio::spawn(inner.run(stopped.clone()).instrument(span));
+                        let task = tokio::spawn(inner.run(signals.clone()).instrument(span));
                         running.insert(shard, task);
                     }
                     Err(error) => {
@@ -172,7 +240,7 @@ impl StreamConsumer {
                     }
                 }
             }
-            if pause(&mut stopped, DISCOVER_EVERY).await {
+            if signals.pause(DISCOVER_EVERY).await {
                 break;
             }
         }
@@ -212,14 +280,14 @@ impl RunningConsumer {
 }
 
 impl Inner {
-    async fn run(self: Arc<Self>, mut stopped: watch::Receiver<bool>) {
+    async fn run(self: Arc<Self>, mut signals: Signals) {
         // Half the idle time: an entry is claimed at most 1.5 idle times
         // after its consumer stopped touching it.
         let claim_every = (self.claim_idle / 2).max(Duration::from_millis(5));
         let block = claim_every.min(MAX_BLOCK);
         while let Err(error) = self.stream.join_group().await {
             tracing::warn!(error = %error, "cannot join the consumer group; retrying");
-            if pause(&mut stopped, RETRY).await {
+            if signals.pause(RETRY).await {
                 return;
             }
         }
@@ -228,12 +296,12 @@ impl Inner {
         // started are not left waiting for the first interval.
         let mut next_claim = Instant::now();
         let mut failures_in_a_row = 0;
-        while !*stopped.borrow() {
-            let round = if Instant::now() >= next_claim {
+        while !signals.stopping() {
+            let round = if signals.round_asked() || Instant::now() >= next_claim {
                 next_claim = Instant::now() + claim_every;
-                self.claim_round(&stopped).await
+                self.claim_round(&signals).await
             } else {
-                self.read_round(block, &stopped).await
+                self.read_round(block, &signals).await
             };
             match round {
                 Ok(()) => failures_in_a_row = 0,
@@ -242,7 +310,7 @@ impl Inner {
                     metrics::STREAM_ROUND_FAILURES.inc();
                     tracing::warn!(error = ?error, failures_in_a_row,
                         "stream consumer round failed; entries stay pending");
-                    if self.recover(&error, failures_in_a_row, &mut stopped).await {
+                    if self.recover(&error, failures_in_a_row, &mut signals).await {
                         break;
                     }
                 }
@@ -263,29 +331,26 @@ impl Inner {
     async fn read_round(
         self: &Arc<Self>,
         block: Duration,
-        stopped: &watch::Receiver<bool>,
+        signals: &Signals,
     ) -> anyhow::Result<()> {
         let entries = self
             .stream
             .read(self.batch, block)
             .await
             .context("XREADGROUP")?;
-        self.settle(entries, stopped).await
+        self.settle(entries, signals).await
     }
 
     /// Every entry pending too long, a page (one batch) at a time, then the
     /// stream's gauges: read whether the entries were written or not, so
     /// that a stalled writer's lag shows.
-    async fn claim_round(self: &Arc<Self>, stopped: &watch::Receiver<bool>) -> anyhow::Result<()> {
-        let claimed = self.claim_pending(stopped).await;
+    async fn claim_round(self: &Arc<Self>, signals: &Signals) -> anyhow::Result<()> {
+        let claimed = self.claim_pending(signals).await;
         let gauges = self.stream.record_gauges().await.context("stream gauges");
         claimed.and(gauges)
     }
 
-    async fn claim_pending(
-        self: &Arc<Self>,
-        stopped: &watch::Receiver<bool>,
-    ) -> anyhow::Result<()> {
+    async fn claim_pending(self: &Arc<Self>, signals: &Signals) -> anyhow::Result<()> {
         let mut start = "0-0".to_owned();
         loop {
             let claimed = self
@@ -299,9 +364,9 @@ impl Inner {
                     entries = claimed.entries.len(),
                     "claimed entries pending too long"
                 );
-                self.settle(claimed.entries, stopped).await?;
+                self.settle(claimed.entries, signals).await?;
             }
-            if claimed.next == "0-0" || *stopped.borrow() {
+            if claimed.next == "0-0" || signals.stopping() {
                 break;
             }
             start = claimed.next;
@@ -331,12 +396,12 @@ impl Inner {
     async fn settle(
         self: &Arc<Self>,
         mut entries: Vec<Entry>,
-        stopped: &watch::Receiver<bool>,
+        signals: &Signals,
     ) -> anyhow::Result<()> {
         if entries.is_empty() {
             return Ok(());
         }
-        let mut stopped = stopped.clone();
+        let mut signals = signals.clone();
         let mut failures_in_a_row = 0;
         loop {
             let (inner, batch) = (self.clone(), entries.clone());
@@ -385,7 +450,7 @@ impl Inner {
             if let Err(gauges) = self.stream.record_gauges().await {
                 tracing::debug!(error = %gauges, "stream gauges not read");
             }
-            if self.recover(&error, failures_in_a_row, &mut stopped).await {
+            if self.recover(&error, failures_in_a_row, &mut signals).await {
                 return Err(error);
             }
         }
@@ -400,7 +465,7 @@ impl Inner {
         &self,
         error: &anyhow::Error,
         failures_in_a_row: u32,
-        stopped: &mut watch::Receiver<bool>,
+        signals: &mut Signals,
     ) -> bool {
         let no_group = error
             .chain()
@@ -417,7 +482,7 @@ impl Inner {
             .saturating_mul(1 << failures_in_a_row.saturating_sub(1).min(8))
             .min(MAX_RETRY);
         loop {
-            if pause(stopped, backoff).await {
+            if signals.pause(backoff).await {
                 return true;
             }
             match self.writer.store().ping().await {
@@ -426,15 +491,4 @@ impl Inner {
             }
         }
     }
-}
-
-/// Sleeps `how_long` unless told to stop first; `true` when told to stop
-/// (or when the [`RunningConsumer`] is gone, which can no longer tell).
-async fn pause(stopped: &mut watch::Receiver<bool>, how_long: Duration) -> bool {
-    // Cancel-safe: dropping `wait_for` loses nothing, the flag stays set.
-    let told = tokio::select! {
-        _ = stopped.wait_for(|stop| *stop) => true,
-        () = tokio::time::sleep(how_long) => false,
-    };
-    told || *stopped.borrow()
 }
