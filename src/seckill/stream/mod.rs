@@ -36,6 +36,7 @@ mod batch;
 mod entry;
 mod group;
 mod replay;
+mod signals;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -60,6 +61,8 @@ use entry::Entry;
 use group::OrderStream;
 pub use group::GROUP;
 pub use replay::{replay, Replay};
+pub use signals::RoundsNow;
+use signals::Signals;
 
 /// Longest a read blocks, which bounds how long a stop request waits.
 const MAX_BLOCK: Duration = Duration::from_secs(1);
@@ -79,58 +82,6 @@ pub struct StreamConsumer {
     name: String,
     builder: Builder,
     rounds: RoundsNow,
-}
-
-/// Asks a consumer's loops for a round now ([`RoundsNow::ask`]).
-#[derive(Clone)]
-pub struct RoundsNow(Arc<watch::Sender<u64>>);
-
-impl RoundsNow {
-    /// Every stream's loop ends the pause it is in (a back-off, the wait
-    /// for MySQL) and claims at its next round, and the consumer looks for
-    /// new shards; a loop in a read or a batch does so once that ends.
-    pub fn ask(&self) {
-        self.0.send_modify(|asked| *asked += 1);
-    }
-}
-
-/// What a loop of the consumer is told while it runs: to stop, or to run
-/// a round now.
-#[derive(Clone)]
-struct Signals {
-    stopped: watch::Receiver<bool>,
-    rounds: watch::Receiver<u64>,
-    /// A round was asked for during a pause, not yet run.
-    asked: bool,
-}
-
-impl Signals {
-    fn stopping(&self) -> bool {
-        *self.stopped.borrow()
-    }
-
-    /// Whether a round was asked for since the last look.
-    fn round_asked(&mut self) -> bool {
-        let asked = self.asked || self.rounds.has_changed().unwrap_or(false);
-        self.rounds.mark_unchanged();
-        self.asked = false;
-        asked
-    }
-
-    /// Sleeps `how_long` unless told to stop or asked for a round first;
-    /// `true` when told to stop (or when the [`RunningConsumer`] is gone,
-    /// which can no longer tell).
-    async fn pause(&mut self, how_long: Duration) -> bool {
-        // Cancel-safe: dropping `wait_for` or `changed` loses nothing, the
-        // flag stays set and the round stays asked for.
-        let (told, asked) = tokio::select! {
-            _ = self.stopped.wait_for(|stop| *stop) => (true, false),
-            Ok(()) = self.rounds.changed() => (false, true),
-            () = tokio::time::sleep(how_long) => (false, false),
-        };
-        self.asked |= asked;
-        told || self.stopping()
-    }
 }
 
 /// What it takes to read one more shard's stream.

@@ -15,7 +15,9 @@ use tokio::time::Instant;
 
 use super::harness::Lab;
 
-const LEASE: Duration = Duration::from_millis(2000);
+/// A's lease: longer than B's whole wait, so that B can get in only when
+/// A's release hands the lock over, never when the lease runs out.
+const LEASE: Duration = Duration::from_millis(10_000);
 const WAIT: Duration = Duration::from_millis(2000);
 
 pub(super) async fn run(lab: &Lab) -> anyhow::Result<String> {

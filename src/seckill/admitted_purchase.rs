@@ -1,0 +1,111 @@
+//! The purchase of `queue` and `stream` mode, the course's asynchronous
+//! seckill: the sale's window, stock and one-order-per-user decided in
+//! Redis by one script (`sale_state/admission.rs`), the order handed off
+//! (to the in-process queue, or onto the order stream in the same script)
+//! and answered with its id before MySQL has seen it.
+
+use super::catalog::SaleInfo;
+use super::sale_state::{Admission, SaleRef};
+use super::{Handoff, Seckill};
+use crate::error::{Error, Rejection};
+use crate::idempotency::IdempotencyKey;
+use crate::ids::{OrderId, UserId, VoucherId};
+use crate::metrics;
+use crate::store::NewOrder;
+
+impl Seckill {
+    /// The purchase of `queue` and `stream` mode: admitted in Redis, handed
+    /// off, answered with the order id before MySQL has seen the order (and
+    /// whether an earlier request with the same `key` got it).
+    pub(super) async fn admit(
+        &self,
+        handoff: &Handoff,
+        user_id: UserId,
+        voucher_id: VoucherId,
+        key: Option<&IdempotencyKey>,
+    ) -> Result<(OrderId, bool), Error> {
+        // The sale as MySQL has it: a voucher Redis lacks is loaded from it,
+        // and a voucher MySQL lacks is sold by no Redis sale left behind.
+        let Some(mut sale) = self.catalog.sale(voucher_id).await? else {
+            let refused = Admission::Refused(Rejection::VoucherNotFound);
+            metrics::ADMISSIONS
+                .with_label_values(&[refused.label()])
+                .inc();
+            return Err(Rejection::VoucherNotFound.into());
+        };
+        // A key first sent for a sale of another shard count lives where
+        // the admission script does not look.
+        if let Some(key) = key {
+            let checked = Some(sale.layout().shard_of(user_id));
+            if let Some(order_id) = self.kept_answer(user_id, voucher_id, key, checked).await? {
+                return Ok((order_id, true));
+            }
+        }
+        let append = matches!(handoff, Handoff::Stream);
+        let admit = |sale: &SaleInfo| {
+            let sale = SaleRef {
+                voucher_id,
+                token: sale.token(),
+                layout: sale.layout(),
+            };
+            async move { self.sale_state.admit(user_id, &sale, append, key).await }
+        };
+        let mut admission = admit(&sale).await?;
+        if admission == Admission::Stale {
+            // Redis holds an earlier voucher's sale under this id, or this
+            // node remembers an earlier voucher: both are read again from
+            // MySQL, and the sale replaced if it is the stale one.
+            self.catalog.forget(voucher_id);
+            sale = self
+                .catalog
+                .sale(voucher_id)
+                .await?
+                .ok_or(Rejection::VoucherNotFound)?;
+            self.sale_state.load(voucher_id).await?;
+            admission = admit(&sale).await?;
+        }
+        if admission == Admission::Refused(Rejection::VoucherNotFound) {
+            // MySQL has the voucher and Redis had not: Redis restarted
+            // empty, or the node that created it could not store it. The
+            // load is set-if-absent from MySQL (this task's or a concurrent
+            // one's), so asking once more is safe.
+            self.sale_state.load(voucher_id).await?;
+            admission = admit(&sale).await?;
+        }
+        metrics::ADMISSIONS
+            .with_label_values(&[admission.label()])
+            .inc();
+        let id = match admission {
+            Admission::Admitted(id) => id,
+            // Handed off when it was admitted.
+            Admission::Again(id) => return Ok((id, true)),
+            Admission::KeyReused => return Err(Error::IdempotencyKeyReused),
+            Admission::Reopening => {
+                return Err(Error::Unavailable(anyhow::anyhow!(
+                "voucher {voucher_id}'s sale was reloaded after Redis lost it; it reopens shortly"
+            )))
+            }
+            Admission::Stale => {
+                return Err(Error::Unavailable(anyhow::anyhow!(
+                    "voucher {voucher_id}'s sale in Redis still carries another sale token"
+                )))
+            }
+            Admission::Refused(rejection) => {
+                if rejection == Rejection::SoldOut {
+                    self.sold_out(voucher_id, &sale);
+                }
+                return Err(rejection.into());
+            }
+        };
+        if let Handoff::Queue(queue) = handoff {
+            queue
+                .push(NewOrder {
+                    id,
+                    user_id,
+                    voucher_id,
+                })
+                .await?;
+        }
+        Ok((id, false))
+    }
+}
