@@ -158,7 +158,6 @@ impl StreamConsumer {
         let signals = Signals {
             stopped,
             rounds: self.rounds.0.subscribe(),
-            asked: false,
         };
         let span = tracing::info_span!("stream_consumer", consumer = %self.name);
         let task = tokio::spawn(self.supervise(signals).instrument(span));

@@ -25,9 +25,8 @@ impl RoundsNow {
 #[derive(Clone)]
 pub(super) struct Signals {
     pub(super) stopped: watch::Receiver<bool>,
+    /// Marked changed while a round asked for has not run yet.
     pub(super) rounds: watch::Receiver<u64>,
-    /// A round was asked for during a pause, not yet run.
-    pub(super) asked: bool,
 }
 
 impl Signals {
@@ -37,9 +36,8 @@ impl Signals {
 
     /// Whether a round was asked for since the last look.
     pub(super) fn round_asked(&mut self) -> bool {
-        let asked = self.asked || self.rounds.has_changed().unwrap_or(false);
+        let asked = self.rounds.has_changed().unwrap_or(false);
         self.rounds.mark_unchanged();
-        self.asked = false;
         asked
     }
 
@@ -49,12 +47,16 @@ impl Signals {
     pub(super) async fn pause(&mut self, how_long: Duration) -> bool {
         // Cancel-safe: dropping `wait_for` or `changed` loses nothing, the
         // flag stays set and the round stays asked for.
-        let (told, asked) = tokio::select! {
-            _ = self.stopped.wait_for(|stop| *stop) => (true, false),
-            Ok(()) = self.rounds.changed() => (false, true),
-            () = tokio::time::sleep(how_long) => (false, false),
+        let told = tokio::select! {
+            _ = self.stopped.wait_for(|stop| *stop) => true,
+            Ok(()) = self.rounds.changed() => {
+                // `changed` marked the ask seen: it stays asked for the
+                // loop's next round.
+                self.rounds.mark_changed();
+                false
+            }
+            () = tokio::time::sleep(how_long) => false,
         };
-        self.asked |= asked;
         told || self.stopping()
     }
 }
