@@ -16,9 +16,7 @@ use std::time::Duration;
 use hmdp::config::SeckillMode;
 use hmdp_lock::LockMode;
 use hmdp_test_support::redis_cluster::cluster_state;
-use hmdp_test_support::{
-    free_ports, wait_until, Direction, Faults, RedisServer, TcpProxy, Verdict,
-};
+use hmdp_test_support::{wait_until, Direction, Faults, RedisServer, TcpProxy, Verdict};
 
 use crate::helpers::spawn_app;
 
@@ -36,31 +34,14 @@ impl OneMasterBehindProxy {
     async fn start() -> OneMasterBehindProxy {
         let proxy = TcpProxy::listen().await.unwrap();
         let proxy_port = proxy.port();
-        let proxy_port_arg = proxy_port.to_string();
-        // The bus port too may be taken between its pick and the server's
-        // bind: then another is picked.
-        let mut attempts = 1..=3;
-        let master = loop {
-            let [bus] = free_ports().unwrap();
-            let started = RedisServer::start_with(&[
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-port",
-                &bus.to_string(),
-                "--cluster-announce-ip",
-                "127.0.0.1",
-                "--cluster-announce-port",
-                &proxy_port_arg,
-            ])
-            .await;
-            match (started, attempts.next()) {
-                (Ok(master), _) => break master,
-                (Err(_), Some(_)) => {}
-                (Err(error), None) => panic!("a cluster-enabled redis-server starts: {error:#}"),
-            }
-        };
+        let master = RedisServer::start_cluster_node(&[
+            "--cluster-announce-ip",
+            "127.0.0.1",
+            "--cluster-announce-port",
+            &proxy_port.to_string(),
+        ])
+        .await
+        .expect("a cluster-enabled redis-server starts");
         let _: () = redis::cmd("CLUSTER")
             .arg(&["ADDSLOTSRANGE", "0", "16383"])
             .query_async(&mut master.connect().await.unwrap())

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::{free_ports, is_master, poll_until, RedisServer};
+use crate::{is_master, poll_until, RedisServer};
 
 /// How long the cluster may take to agree that every slot is served.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -41,25 +41,12 @@ impl RedisCluster {
     /// As [`start`](Self::start), with extra `redis-server` arguments for
     /// every server.
     pub async fn start_with(extra_args: &[&str]) -> anyhow::Result<RedisCluster> {
-        let mut args = vec![
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            "nodes.conf",
-            // A dead master is failed over within about two seconds.
-            "--cluster-node-timeout",
-            "1000",
-        ];
+        // A dead master is failed over within about two seconds.
+        let mut args = vec!["--cluster-node-timeout", "1000"];
         args.extend_from_slice(extra_args);
         let mut servers = Vec::with_capacity(2 * MASTERS);
         for _ in 0..2 * MASTERS {
-            // The cluster bus listens on port + 10000 unless told otherwise,
-            // which is past 65535 for a free port above 55535.
-            let [bus] = free_ports()?;
-            let bus = bus.to_string();
-            let mut server_args = args.clone();
-            server_args.extend(["--cluster-port", bus.as_str()]);
-            servers.push(RedisServer::start_with(&server_args).await?);
+            servers.push(RedisServer::start_cluster_node(&args).await?);
         }
         let addresses: Vec<String> = servers
             .iter()

@@ -23,6 +23,8 @@ pub struct RedisServer {
     port: u16,
     child: Option<Child>,
     extra_args: Vec<String>,
+    /// A Redis Cluster node's bus port; `None`: not a cluster node.
+    cluster_bus: Option<u16>,
     /// The server's working directory: replication writes RDB files even
     /// with saving off, and they belong in a directory removed with the
     /// server, not wherever the caller runs.
@@ -37,21 +39,39 @@ impl RedisServer {
 
     /// Starts a server with extra `redis-server` arguments
     /// (e.g. `["--replicaof", "127.0.0.1", "6380"]`).
-    /// A server that exits at once (its port taken meanwhile) is started
-    /// again on another free port.
     pub async fn start_with(extra_args: &[&str]) -> anyhow::Result<RedisServer> {
+        Self::start_on_free_ports(extra_args, false).await
+    }
+
+    /// Starts a Redis Cluster node (`--cluster-enabled yes`, its bus on a
+    /// free port of its own: the default, port + 10000, is past 65535 for a
+    /// free port above 55535) with extra `redis-server` arguments; no slot
+    /// is assigned yet.
+    pub async fn start_cluster_node(extra_args: &[&str]) -> anyhow::Result<RedisServer> {
+        Self::start_on_free_ports(extra_args, true).await
+    }
+
+    /// A server that exits at once (a port of its taken meanwhile) is
+    /// started again on other free ports.
+    async fn start_on_free_ports(
+        extra_args: &[&str],
+        cluster: bool,
+    ) -> anyhow::Result<RedisServer> {
         let mut server = RedisServer {
             port: 0,
             child: None,
             extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
+            cluster_bus: None,
             dir: tempfile::Builder::new().prefix("hmdp-redis-").tempdir()?,
         };
         let mut attempt = 1;
         loop {
-            [server.port] = free_ports()?;
+            let [port, bus] = free_ports()?;
+            server.port = port;
+            server.cluster_bus = cluster.then_some(bus);
             match server.spawn().await {
-                Err(error) if server.exited() && attempt < PORT_ATTEMPTS => {
-                    tracing::debug!(error = %error, "redis-server exited at start; another port");
+                Err(error) if !server.is_running() && attempt < PORT_ATTEMPTS => {
+                    tracing::debug!(error = %error, "redis-server exited at start; other ports");
                     attempt += 1;
                 }
                 spawned => return spawned.map(|()| server),
@@ -107,18 +127,6 @@ impl RedisServer {
             .id())
     }
 
-    /// Whether the process ended on its own (reaping it if so).
-    fn exited(&mut self) -> bool {
-        let ended = match &mut self.child {
-            Some(child) => !matches!(child.try_wait(), Ok(None)),
-            None => false,
-        };
-        if ended {
-            self.child = None;
-        }
-        ended
-    }
-
     /// Starts the server again on the same port, empty.
     pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.kill();
@@ -131,6 +139,7 @@ impl RedisServer {
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(self.dir.path())
+            .args(self.cluster_args())
             .args(&self.extra_args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -138,6 +147,23 @@ impl RedisServer {
             .context("cannot start redis-server (is it installed? see scripts/services.sh)")?;
         self.child = Some(child);
         self.wait_until_ready().await
+    }
+
+    /// The arguments that make a cluster node, its bus on its own port.
+    fn cluster_args(&self) -> Vec<String> {
+        match self.cluster_bus {
+            Some(bus) => [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ]
+            .map(String::from)
+            .into_iter()
+            .chain(["--cluster-port".to_owned(), bus.to_string()])
+            .collect(),
+            None => Vec::new(),
+        }
     }
 
     /// Polls PING until the server answers, sleeping on tokio's timer between
@@ -149,6 +175,7 @@ impl RedisServer {
         loop {
             if let Some(child) = &mut self.child {
                 if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
                     anyhow::bail!("redis-server on {} exited at start: {status}", self.port);
                 }
             }
