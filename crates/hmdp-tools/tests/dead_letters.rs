@@ -5,36 +5,27 @@
 mod common;
 
 use hmdp::keys::Keys;
-use hmdp::store::Store;
 use hmdp_test_support::Tables;
 use redis::AsyncCommands;
 
 use common::{hmdp, seckill_voucher_in_mysql};
 
-async fn orders_of(store: &Store, user: u64) -> Vec<i64> {
-    (Tables::of(store.pool()))
-        .order_ids_of_user(user)
-        .await
-        .unwrap()
+async fn orders_of(tables: &Tables<'_>, user: u64) -> Vec<i64> {
+    tables.order_ids_of_user(user).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_are_listed_and_replayed_once_or_left_listed_with_the_reason() {
     let sandbox = common::sandbox().await;
     let store = sandbox.store(2).unwrap();
+    let tables = Tables::of(store.pool());
     let voucher = seckill_voucher_in_mysql(&store, 10).await;
     let voucher_text = voucher.to_string();
     // User 6 holds an order already; so does order 93's user 7.
     for (id, user) in [(90_i64, 6_u64), (93, 7)] {
-        (Tables::of(store.pool()))
-            .insert_order(id, user, voucher)
-            .await
-            .unwrap();
+        tables.insert_order(id, user, voucher).await.unwrap();
     }
-    (Tables::of(store.pool()))
-        .add_stock(voucher, -2)
-        .await
-        .unwrap();
+    tables.add_stock(voucher, -2).await.unwrap();
 
     let keys = Keys::new(sandbox.redis.prefix.clone());
     let mut redis = common::redis().await;
@@ -110,8 +101,8 @@ async fn dead_letters_are_listed_and_replayed_once_or_left_listed_with_the_reaso
     let (code, out) = hmdp(&sandbox, &["dead-letters", "replay", &letters[1]]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("written: order 91 of user 5"), "{out}");
-    assert_eq!(orders_of(&store, 5).await, [91]);
-    let stock = Tables::of(store.pool()).stock(voucher).await.unwrap();
+    assert_eq!(orders_of(&tables, 5).await, [91]);
+    let stock = tables.stock(voucher).await.unwrap();
     assert_eq!(stock, 7);
     let pending: bool = redis.hexists(keys.single().pending(), 91).await.unwrap();
     assert!(!pending);
@@ -126,7 +117,7 @@ async fn dead_letters_are_listed_and_replayed_once_or_left_listed_with_the_reaso
         out.contains("user 6 already holds another order of voucher"),
         "{out}"
     );
-    assert_eq!(orders_of(&store, 6).await, [90]);
+    assert_eq!(orders_of(&tables, 6).await, [90]);
 
     // Written already (by a consumer, or an earlier replay): removed only.
     let (code, out) = hmdp(&sandbox, &["dead-letters", "replay", "--all"]);
@@ -139,7 +130,7 @@ async fn dead_letters_are_listed_and_replayed_once_or_left_listed_with_the_reaso
         out.contains("3 dead letter(s) tried: 1 settled, 2 left listed; 2 dead letter(s) in all"),
         "{out}"
     );
-    assert_eq!(orders_of(&store, 7).await, [93]);
+    assert_eq!(orders_of(&tables, 7).await, [93]);
 
     let (code, out) = hmdp(&sandbox, &["dead-letters", "list"]);
     assert_eq!(code, 0, "{out}");
