@@ -1,6 +1,7 @@
--- Admits one purchase of a flash sale, or refuses it, in one call: the sale
--- window by Redis's own clock, the stock, the one-order-per-user buyer set,
--- the order's id, and the hand-off of the admitted order, in one shard of
+-- Admits one purchase of a flash sale, or refuses it, in one call (after
+-- lua/gcra_count.lua): the purchase's limits, the sale window by Redis's own
+-- clock, the stock, the one-order-per-user buyer set, the order's id, and
+-- the hand-off of the admitted order, in one shard of
 -- the sale (src/shards.rs): every key shares the shard's hash tag
 -- (`{seckill}` for a one-shard sale), so the script is valid on a Redis
 -- Cluster. A buyer always belongs to one shard: the buyer set is the
@@ -25,6 +26,12 @@
 -- ARGV[7]: how many sequence numbers the shard has (2^24)
 -- ARGV[8]: the admission's W3C trace context, written into the stream entry
 --          as its `traceparent` field; '' (traces not exported) writes none
+-- ARGV[9]: how many limits the purchase counts in this call, n (on a single
+--          Redis; '0' on a Redis Cluster, whose slots part the keys, where
+--          src/limits counts them in calls of its own first): their keys
+--          KEYS[7..6+n], their intervals and windows ARGV[10..9+2n], as
+--          lua/gcra_count.lua counts them. A purchase a limit refuses is
+--          answered gcra_refused's {'limited', ...}, nothing else done.
 -- A sale reloaded after Redis lost it opens at its `open_ms` (Redis's clock),
 -- once writers holding orders admitted before the loss have counted them
 -- again (lua/seckill_readmit.lua).
@@ -40,6 +47,13 @@
 -- Idempotency-Key, or redis-rs's cluster connection sent the call anew after
 -- a dropped connection — was admitted, and is answered 'again:<orderId>'
 -- with the id it got.
+local limits = tonumber(ARGV[9])
+if limits > 0 then
+  local counted = gcra_count(gcra_now(), 7, limits, 10)
+  if counted[1] == 0 then
+    return gcra_refused(counted)
+  end
+end
 local kept = ARGV[5] ~= '0'
 if kept then
   local answered = redis.call('GET', KEYS[6])

@@ -87,12 +87,13 @@ pub(super) async fn seckill_voucher(
     {
         return purchase_answer(answer?);
     }
-    (state.limits)
-        .take(&[(Rule::PurchaseByUser, &user), (Rule::PurchaseByIp, &client)])
-        .await?;
+    // Counted before anything else the purchase does, in the admission
+    // script's own call where there is one.
+    let limits =
+        (state.limits).owe(&[(Rule::PurchaseByUser, &user), (Rule::PurchaseByIp, &client)]);
     let _in_flight = state.overload.admit()?;
     let answer = seckill
-        .purchase_once(user, voucher_id, current.since, key)
+        .purchase_once(user, voucher_id, current.since, key, limits.into())
         .await?;
     purchase_answer(answer)
 }

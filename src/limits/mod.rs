@@ -9,7 +9,7 @@
 //! headers of the IETF httpapi draft (`api/response.rs`).
 
 use std::fmt::Display;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use redis::Script;
@@ -24,7 +24,13 @@ mod settings;
 use fallback::Fallback;
 pub use settings::{Enforced, LimitSettings, Quota, QuotaSetting};
 
-static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/gcra.lua")));
+/// The GCRA count, put in front of each script that counts requests
+/// against limits: `lua/gcra.lua`, and an admission that counts its
+/// purchase's limits in its own call ([`Owed::folded_into`]).
+pub const GCRA_COUNT: &str = include_str!("../../lua/gcra_count.lua");
+
+static GCRA: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&[GCRA_COUNT, include_str!("../../lua/gcra.lua")].concat()));
 
 /// What is limited, and per what.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -165,6 +171,10 @@ enum Count {
 /// The node's limits.
 #[derive(Clone)]
 pub struct Limits {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     redis: RedisConnection,
     keys: Keys,
     settings: LimitSettings,
@@ -196,18 +206,80 @@ struct Refused {
 /// evicts the oldest, which are then asked of Redis again.
 const REMEMBERED_REFUSALS: u64 = 100_000;
 
+/// A request's count under its limits, still to be made in Redis: the
+/// rules this node could not answer from memory. [`Owed::pay`] makes it in
+/// a call of its own; a script that does something else for the request in
+/// Redis may make it in the same call, on a single Redis
+/// ([`Owed::folded_into`], then [`Owed::settle`]).
+#[must_use = "a request's limits are counted only when what it owes is paid or settled"]
+pub struct Owed {
+    limits: Limits,
+    asked: Vec<Asked>,
+    /// The refusal this node remembers for the first rule it answered from
+    /// memory: the rules before it are still counted.
+    remembered: Option<Limited>,
+}
+
+/// A request's count under its limits, as far as it is made.
+pub enum Counting {
+    /// Made, or nothing to make.
+    Done,
+    /// Still owed.
+    Owed(Owed),
+}
+
+impl From<Owed> for Counting {
+    fn from(owed: Owed) -> Self {
+        Counting::Owed(owed)
+    }
+}
+
+impl Counting {
+    /// Makes the count still owed, in calls of its own.
+    pub async fn pay_now(&mut self) -> Result<(), Limited> {
+        match std::mem::replace(self, Counting::Done) {
+            Counting::Done => Ok(()),
+            Counting::Owed(owed) => owed.pay().await,
+        }
+    }
+
+    /// Makes the count still owed in calls of its own where no script of
+    /// the caller's could make it in its call: on a Redis Cluster, or when
+    /// this node's memory answered every rule.
+    pub async fn pay_unless_scripted(&mut self) -> Result<(), Limited> {
+        match self {
+            Counting::Owed(owed) if !owed.asked.is_empty() && owed.limits.countable_in_script() => {
+                Ok(())
+            }
+            _ => self.pay_now().await,
+        }
+    }
+
+    /// The count still owed, for a script of the caller's to make in its
+    /// call ([`Owed::folded_into`], then [`Owed::settle`]).
+    pub fn for_script(&mut self) -> Option<Owed> {
+        match std::mem::replace(self, Counting::Done) {
+            Counting::Done => None,
+            Counting::Owed(owed) => Some(owed),
+        }
+    }
+}
+
 impl Limits {
     pub fn new(redis: RedisConnection, keys: Keys, settings: LimitSettings) -> Limits {
         for rule in Rule::ALL {
             metrics::RATE_LIMITED.with_label_values(&[rule.name()]);
         }
         let fallback = Fallback::new(&settings);
-        Limits {
+        let shared = Shared {
             redis,
             keys,
             settings,
             fallback,
             refused: moka::sync::Cache::new(REMEMBERED_REFUSALS),
+        };
+        Limits {
+            shared: Arc::new(shared),
         }
     }
 
@@ -219,15 +291,21 @@ impl Limits {
     /// call of the limit script counts them all on a single Redis; on a
     /// Redis Cluster, whose slots part the keys, one call a rule.
     pub async fn take(&self, checks: &[(Rule, &dyn Display)]) -> Result<(), Limited> {
-        // The rules to ask Redis: those before the first this node
-        // remembers refusing, which answers for itself.
+        self.owe(checks).pay().await
+    }
+
+    /// What counting one request under `checks` (as [`Limits::take`] does)
+    /// leaves to Redis once this node's memory of refusals has answered:
+    /// the rules before the first one it remembers refusing, which answers
+    /// for itself.
+    pub fn owe(&self, checks: &[(Rule, &dyn Display)]) -> Owed {
         let mut asked = Vec::new();
         let mut remembered = None;
         for (rule, subject) in checks {
-            let Some(quota) = self.settings.quota(*rule) else {
+            let Some(quota) = self.shared.settings.quota(*rule) else {
                 continue;
             };
-            let key = self.keys.limit(rule.name(), &subject.to_string());
+            let key = self.shared.keys.limit(rule.name(), &subject.to_string());
             if let Some(limited) = self.still_refused(&key) {
                 remembered = Some(limited);
                 break;
@@ -238,28 +316,10 @@ impl Limits {
                 key,
             });
         }
-        let one_call = !matches!(self.redis, RedisConnection::Cluster(_));
-        let refused = match one_call {
-            true => self.count(&asked, Count::Request).await,
-            false => {
-                let mut refused = None;
-                for one in asked.chunks(1) {
-                    refused = self.count(one, Count::Request).await;
-                    if refused.is_some() {
-                        break;
-                    }
-                }
-                refused
-            }
-        };
-        match refused.or(remembered) {
-            Some(limited) => {
-                metrics::RATE_LIMITED
-                    .with_label_values(&[limited.rule.name()])
-                    .inc();
-                Err(limited)
-            }
-            None => Ok(()),
+        Owed {
+            limits: self.clone(),
+            asked,
+            remembered,
         }
     }
 
@@ -268,11 +328,17 @@ impl Limits {
     /// [`Rule::WrongCodesByPhone`]). Best effort: a give-back Redis cannot
     /// take leaves the request counted.
     pub async fn give_back(&self, rule: Rule, subject: &dyn Display) {
-        if let Some(quota) = self.settings.quota(rule) {
-            let key = self.keys.limit(rule.name(), &subject.to_string());
+        if let Some(quota) = self.shared.settings.quota(rule) {
+            let key = self.shared.keys.limit(rule.name(), &subject.to_string());
             self.count(&[Asked { rule, quota, key }], Count::GiveBack)
                 .await;
         }
+    }
+
+    /// Whether a script of the caller's can count a request's limits in
+    /// its own call: only on a single Redis, where every key is at hand.
+    fn countable_in_script(&self) -> bool {
+        !matches!(self.shared.redis, RedisConnection::Cluster(_))
     }
 
     /// One call of the limit script over `asked`, in turn: the refusal of
@@ -292,49 +358,69 @@ impl Limits {
                 .arg(one.quota.window().as_micros() as u64);
         }
         let answer: redis::RedisResult<(u8, u64, u64, u64, usize)> =
-            call.invoke_async(&mut self.redis.clone()).await;
-        let (refused, key) = match answer {
-            Ok((1, ..)) => return None,
+            call.invoke_async(&mut self.shared.redis.clone()).await;
+        match answer {
+            Ok((1, ..)) => None,
             Ok((_, _, retry_after, reset, which)) => {
-                let one = asked.get(which.checked_sub(1)?)?;
-                let limited = Limited {
-                    rule: one.rule,
-                    quota: one.quota,
-                    retry_after: Duration::from_micros(retry_after),
-                    reset: Duration::from_micros(reset),
-                };
-                (limited, &one.key)
+                self.refused_by(asked, which, retry_after, reset)
             }
-            Err(error) => {
-                tracing::warn!(%error, "limits unreadable in Redis; this node limits alone");
-                metrics::RATE_LIMIT_FALLBACKS.inc();
+            Err(error) => match count {
                 // This node's own count keeps what it counted: it only
                 // loosens once Redis is back.
-                if count == Count::GiveBack {
-                    return None;
-                }
-                (asked.iter()).find_map(|one| {
-                    let limited = self.fallback.take(one.rule, one.quota, &one.key)?;
-                    Some((limited, &one.key))
-                })?
-            }
+                Count::GiveBack => None,
+                Count::Request => self.count_alone(asked, &error),
+            },
+        }
+    }
+
+    /// The refusal of `asked`'s `which`th rule (from 1), as the limit
+    /// script answered it, remembered until it lifts.
+    fn refused_by(
+        &self,
+        asked: &[Asked],
+        which: usize,
+        retry_after_us: u64,
+        reset_us: u64,
+    ) -> Option<Limited> {
+        let one = asked.get(which.checked_sub(1)?)?;
+        let limited = Limited {
+            rule: one.rule,
+            quota: one.quota,
+            retry_after: Duration::from_micros(retry_after_us),
+            reset: Duration::from_micros(reset_us),
         };
+        self.remember(&one.key, limited);
+        Some(limited)
+    }
+
+    /// Counts `asked` in this node alone, Redis having failed with `error`.
+    fn count_alone(&self, asked: &[Asked], error: &redis::RedisError) -> Option<Limited> {
+        tracing::warn!(%error, "limits unreadable in Redis; this node limits alone");
+        metrics::RATE_LIMIT_FALLBACKS.inc();
+        let (limited, key) = asked.iter().find_map(|one| {
+            let limited = (self.shared.fallback).take(one.rule, one.quota, &one.key)?;
+            Some((limited, &one.key))
+        })?;
+        self.remember(key, limited);
+        Some(limited)
+    }
+
+    fn remember(&self, key: &str, limited: Limited) {
         let now = Instant::now();
         let remembered = Refused {
-            limited: refused,
-            until: now + refused.retry_after,
-            whole_at: now + refused.reset,
+            limited,
+            until: now + limited.retry_after,
+            whole_at: now + limited.reset,
         };
-        self.refused.insert(key.clone(), remembered);
-        Some(refused)
+        self.shared.refused.insert(key.to_owned(), remembered);
     }
 
     /// The refusal this node remembers for `key`, if it still holds.
     fn still_refused(&self, key: &str) -> Option<Limited> {
-        let refused = self.refused.get(key)?;
+        let refused = self.shared.refused.get(key)?;
         let now = Instant::now();
         if now >= refused.until {
-            self.refused.invalidate(key);
+            self.shared.refused.invalidate(key);
             return None;
         }
         Some(Limited {
@@ -342,5 +428,77 @@ impl Limits {
             reset: refused.whole_at.saturating_duration_since(now),
             ..refused.limited
         })
+    }
+}
+
+impl Owed {
+    /// Counts the request in calls of its own (see [`Limits::take`]).
+    pub async fn pay(self) -> Result<(), Limited> {
+        let limits = &self.limits;
+        let refused = match limits.countable_in_script() {
+            true => limits.count(&self.asked, Count::Request).await,
+            false => {
+                let mut refused = None;
+                for one in self.asked.chunks(1) {
+                    refused = limits.count(one, Count::Request).await;
+                    if refused.is_some() {
+                        break;
+                    }
+                }
+                refused
+            }
+        };
+        answer(refused.or(self.remembered))
+    }
+
+    /// Adds the count to `call`, a script that starts with
+    /// `lua/gcra_count.lua` ([`GCRA_COUNT`]): the keys after the script's
+    /// own, and at the first argument after its own how many, then each
+    /// one's interval and window, which the script hands `gcra_count`.
+    pub fn folded_into(&self, call: &mut redis::ScriptInvocation<'_>) {
+        call.arg(self.asked.len());
+        for one in &self.asked {
+            call.key(&one.key)
+                .arg(one.quota.interval().as_micros() as u64)
+                .arg(one.quota.window().as_micros() as u64);
+        }
+    }
+
+    /// The count made in a script's call, from its `reply`: refused when
+    /// the script answered `gcra_refused`'s `{'limited', ...}`, counted in
+    /// this node alone when the call failed (`reply` an error).
+    pub fn settle(self, reply: Result<&redis::Value, &redis::RedisError>) -> Result<(), Limited> {
+        let limits = &self.limits;
+        let refused = match reply {
+            Ok(redis::Value::Array(refusal)) => match refusal.as_slice() {
+                [redis::Value::BulkString(limited), redis::Value::Int(retry_after), redis::Value::Int(reset), redis::Value::Int(which)]
+                    if limited == b"limited" =>
+                {
+                    limits.refused_by(
+                        &self.asked,
+                        usize::try_from(*which).unwrap_or(0),
+                        u64::try_from(*retry_after).unwrap_or(0),
+                        u64::try_from(*reset).unwrap_or(0),
+                    )
+                }
+                _ => None,
+            },
+            Ok(_) => None,
+            Err(error) => limits.count_alone(&self.asked, error),
+        };
+        answer(refused.or(self.remembered))
+    }
+}
+
+/// A request's answer from its limits: refused by `refused`, if any.
+fn answer(refused: Option<Limited>) -> Result<(), Limited> {
+    match refused {
+        Some(limited) => {
+            metrics::RATE_LIMITED
+                .with_label_values(&[limited.rule.name()])
+                .inc();
+            Err(limited)
+        }
+        None => Ok(()),
     }
 }

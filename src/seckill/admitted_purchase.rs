@@ -10,23 +10,29 @@ use super::{Handoff, Seckill};
 use crate::error::{Error, Rejection};
 use crate::idempotency::IdempotencyKey;
 use crate::ids::{OrderId, UserId, VoucherId};
+use crate::limits::Counting;
 use crate::metrics;
 use crate::store::NewOrder;
 
 impl Seckill {
     /// The purchase of `queue` and `stream` mode: admitted in Redis, handed
     /// off, answered with the order id before MySQL has seen the order (and
-    /// whether an earlier request with the same `key` got it).
+    /// whether an earlier request with the same `key` got it). The
+    /// purchase's `limits` are counted in the admission script's call where
+    /// they can be (one Redis), else first, in calls of their own.
     pub(super) async fn admit(
         &self,
         handoff: &Handoff,
         user_id: UserId,
         voucher_id: VoucherId,
         key: Option<&IdempotencyKey>,
+        mut limits: Counting,
     ) -> Result<(OrderId, bool), Error> {
+        limits.pay_unless_scripted().await?;
         // The sale as MySQL has it: a voucher Redis lacks is loaded from it,
         // and a voucher MySQL lacks is sold by no Redis sale left behind.
         let Some(mut sale) = self.catalog.sale(voucher_id).await? else {
+            limits.pay_now().await?;
             let refused = Admission::Refused(Rejection::VoucherNotFound);
             metrics::ADMISSIONS
                 .with_label_values(&[refused.label()])
@@ -38,19 +44,22 @@ impl Seckill {
         if let Some(key) = key {
             let checked = Some(sale.layout().shard_of(user_id));
             if let Some(order_id) = self.kept_answer(user_id, voucher_id, key, checked).await? {
+                limits.pay_now().await?;
                 return Ok((order_id, true));
             }
         }
         let append = matches!(handoff, Handoff::Stream);
-        let admit = |sale: &SaleInfo| {
+        let admit = async |sale: &SaleInfo, limits: &mut Counting| {
             let sale = SaleRef {
                 voucher_id,
                 token: sale.token(),
                 layout: sale.layout(),
             };
-            async move { self.sale_state.admit(user_id, &sale, append, key).await }
+            (self.sale_state)
+                .admit(user_id, &sale, append, key, limits)
+                .await
         };
-        let mut admission = admit(&sale).await?;
+        let mut admission = admit(&sale, &mut limits).await?;
         if admission == Admission::Stale {
             // Redis holds an earlier voucher's sale under this id, or this
             // node remembers an earlier voucher: both are read again from
@@ -62,7 +71,7 @@ impl Seckill {
                 .await?
                 .ok_or(Rejection::VoucherNotFound)?;
             self.sale_state.load(voucher_id).await?;
-            admission = admit(&sale).await?;
+            admission = admit(&sale, &mut limits).await?;
         }
         if admission == Admission::Refused(Rejection::VoucherNotFound) {
             // MySQL has the voucher and Redis had not: Redis restarted
@@ -70,7 +79,7 @@ impl Seckill {
             // load is set-if-absent from MySQL (this task's or a concurrent
             // one's), so asking once more is safe.
             self.sale_state.load(voucher_id).await?;
-            admission = admit(&sale).await?;
+            admission = admit(&sale, &mut limits).await?;
         }
         metrics::ADMISSIONS
             .with_label_values(&[admission.label()])

@@ -50,6 +50,7 @@ use crate::id_worker::IdWorker;
 use crate::idempotency::{Idempotency, IdempotencyKey};
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
+use crate::limits::Counting;
 use crate::metrics;
 use crate::redis_handle::RedisConnection;
 use crate::shards::Shard;
@@ -91,6 +92,8 @@ fn counted(outcome: Result<(OrderId, bool), Error>) -> Result<(OrderId, bool), E
             tracing::debug!(%order_id, "order placed");
             "ok"
         }
+        // Refused before it began: `hmdp_rate_limited_total` counts it.
+        Err(Error::RateLimited(_)) => return outcome,
         Err(error) => {
             tracing::debug!(outcome = error.error_code(), "purchase refused");
             error.error_code()
@@ -336,7 +339,7 @@ impl Seckill {
         voucher_id: VoucherId,
         requested_at: Instant,
     ) -> Result<OrderId, Error> {
-        self.purchase_once(user_id, voucher_id, requested_at, None)
+        self.purchase_once(user_id, voucher_id, requested_at, None, Counting::Done)
             .await
             .map(|(order_id, _)| order_id)
     }
@@ -376,12 +379,16 @@ impl Seckill {
     /// the same key of the same buyer is answered with the order it got the
     /// first time (`true`: answered again), however often it comes. A
     /// refusal is not kept: it changed nothing, and the key asks again.
+    /// The request's `limits`, when their count is still owed, are counted
+    /// before anything else is done, in the admission script's own call
+    /// where it can be.
     pub async fn purchase_once(
         self: &Arc<Self>,
         user_id: UserId,
         voucher_id: VoucherId,
         requested_at: Instant,
         key: Option<IdempotencyKey>,
+        mut limits: Counting,
     ) -> Result<(OrderId, bool), Error> {
         let span =
             tracing::info_span!("purchase", lock = %self.writer.lock_mode(), %user_id, %voucher_id);
@@ -396,12 +403,15 @@ impl Seckill {
             async move {
                 let key = key.as_ref();
                 counted(match &seckill.handoff {
-                    None => {
-                        seckill
-                            .purchase_sync(user_id, voucher_id, requested_at, key)
-                            .await
+                    None => match limits.pay_now().await {
+                        Ok(()) => {
+                            (seckill.purchase_sync(user_id, voucher_id, requested_at, key)).await
+                        }
+                        Err(limited) => Err(limited.into()),
+                    },
+                    Some(handoff) => {
+                        (seckill.admit(handoff, user_id, voucher_id, key, limits)).await
                     }
-                    Some(handoff) => seckill.admit(handoff, user_id, voucher_id, key).await,
                 })
             }
             .instrument(span),

@@ -10,6 +10,7 @@ use hmdp::config::SeckillMode;
 use hmdp::error::Rejection;
 use hmdp::id_worker::EPOCH_SECONDS;
 use hmdp::ids::{OrderId, UserId, VoucherId};
+use hmdp::limits::Counting;
 use hmdp::seckill::{Admission, RedisSale, SaleRef};
 use hmdp::shards::Layout;
 use hmdp_lock::LockMode;
@@ -131,7 +132,9 @@ async fn a_voucher_missing_in_redis_is_an_answer_not_a_script_error() {
             token: 0,
             layout: Layout::SINGLE,
         };
-        sale_state.admit(UserId::new(1), &sale, append, None).await
+        sale_state
+            .admit(UserId::new(1), &sale, append, None, &mut Counting::Done)
+            .await
     };
     let not_found = Admission::Refused(Rejection::VoucherNotFound);
 

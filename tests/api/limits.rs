@@ -3,9 +3,11 @@
 //! and hmdp's body; counted by each node alone while Redis is down; login
 //! guessing cut off per phone.
 
-use hmdp::config::ServeSettings;
+use hmdp::config::{SeckillMode, ServeSettings};
 use hmdp::limits::{LimitSettings, Rule};
+use hmdp_lock::LockMode;
 use hmdp_test_support::{phone, RedisServer};
+use redis::AsyncCommands;
 use serde_json::{json, Value};
 
 use crate::helpers::{command_calls, metric, serve_settings, spawn_app, NodeProcess, TestApp};
@@ -90,28 +92,102 @@ async fn a_purchase_over_the_users_limit_is_answered_429_with_retry_after_and_ra
     assert!(metric(&app.address, refusals).await > refusals_before);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_nodes_share_one_users_limit() {
-    let app = spawn_limited(&[(Rule::PurchaseByUser, "3/1m")]).await;
-    let second = NodeProcess::start(&app, &["--limits=on", "--limit-purchase-user=3/1m"]).await;
+/// Two nodes of `mode` share one user's purchase limit: the second node
+/// refuses what the first allowed up to the limit (an admitted purchase
+/// counts it in the admission script's call, a synchronous one in a call
+/// of its own).
+async fn two_nodes_share_one_users_limit(mode: SeckillMode) {
+    let app = spawn_app(|s: &mut ServeSettings| {
+        s.limits = only(&[(Rule::PurchaseByUser, "3/1m")]);
+        s.seckill = mode;
+    })
+    .await;
+    let seckill = format!("--seckill={mode}");
+    let flags = ["--limits=on", "--limit-purchase-user=3/1m", &seckill];
+    let second = NodeProcess::start(&app, &flags).await;
     let token = app.login(&phone(1)).await;
-    // A voucher that does not exist: each purchase is counted all the same,
-    // and answered at once.
-    let missing = "999999";
+    let voucher = app.create_open_seckill(10).await.to_string();
 
-    for address in [&app.address, &second.address, &app.address] {
-        let allowed = purchase_from(address, missing, &token, "10.0.0.1").await;
+    // Each purchase is counted, whatever its answer.
+    let answers = ["", "ALREADY_ORDERED", "ALREADY_ORDERED"];
+    for (address, answer) in [&app.address, &second.address, &app.address]
+        .iter()
+        .zip(answers)
+    {
+        let allowed = purchase_from(address, &voucher, &token, "10.0.0.1").await;
         let body: Value = allowed.json().await.unwrap();
-        assert_eq!(
-            body["errorCode"], "VOUCHER_NOT_FOUND",
-            "at {address}: {body}"
-        );
+        match answer {
+            "" => assert_eq!(body["success"], true, "at {address}: {body}"),
+            code => assert_eq!(body["errorCode"], code, "at {address}: {body}"),
+        }
     }
     // The second node refuses what the first allowed up to the limit.
-    let refused = purchase_from(&second.address, missing, &token, "10.0.0.1").await;
+    let refused = purchase_from(&second.address, &voucher, &token, "10.0.0.1").await;
     assert_limited(refused, "\"purchase-user\";q=3;w=60").await;
-    let refused = purchase_from(&app.address, missing, &token, "10.0.0.1").await;
+    let refused = purchase_from(&app.address, &voucher, &token, "10.0.0.1").await;
     assert_limited(refused, "\"purchase-user\";q=3;w=60").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sync_nodes_share_one_users_limit() {
+    two_nodes_share_one_users_limit(SeckillMode::Sync).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stream_nodes_share_one_users_limit() {
+    two_nodes_share_one_users_limit(SeckillMode::Stream).await;
+}
+
+/// An admitted purchase counts its limits in the admission script's own
+/// call: one script a purchase whether its limits allow it or refuse it,
+/// the rules in turn (a purchase refused per user spends nothing of its
+/// address's quota), and a purchase they refuse admits nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admitted_purchase_counts_its_limits_in_the_admission_scripts_call() {
+    let redis = RedisServer::start().await.unwrap();
+    let limits = only(&[(Rule::PurchaseByUser, "1/1m"), (Rule::PurchaseByIp, "3/1m")]);
+    let redis_url = redis.url();
+    let app = spawn_app(move |s: &mut ServeSettings| {
+        s.store.redis.url = redis_url;
+        s.seckill = SeckillMode::Stream;
+        // No lock: the consumer runs no script of its own.
+        s.lock.mode = LockMode::NoLock;
+        s.limits = limits;
+        s.session_cache_ms = 60_000;
+    })
+    .await;
+    let vouchers = [
+        app.create_open_seckill(5).await,
+        app.create_open_seckill(5).await,
+    ];
+    let tokens = app.login_many(4).await;
+    let buy = |voucher: usize, user: usize| {
+        let (address, voucher, token) =
+            (&app.address, vouchers[voucher].to_string(), &tokens[user]);
+        async move { purchase_from(address, &voucher, token, "10.0.0.1").await }
+    };
+    let bought: Value = buy(0, 0).await.json().await.unwrap();
+    assert_eq!(bought["success"], true, "{bought}");
+
+    // Over the user's limit: one call of the admission script refuses it.
+    let scripts_before = command_calls(&redis, "evalsha").await;
+    assert_limited(buy(1, 0).await, "\"purchase-user\";q=1;w=60").await;
+    assert_eq!(command_calls(&redis, "evalsha").await, scripts_before + 1);
+    // Within both limits: one call admits it and counts them.
+    let bought: Value = buy(1, 1).await.json().await.unwrap();
+    assert_eq!(bought["success"], true, "{bought}");
+    assert_eq!(command_calls(&redis, "evalsha").await, scripts_before + 2);
+
+    // The refused purchase took nothing: its voucher sold one unit, to
+    // the second user.
+    let stock_key = app.keys().single().voucher(vouchers[1]);
+    let stock: i64 = app.redis.clone().hget(&stock_key, "stock").await.unwrap();
+    assert_eq!(stock, 4);
+    // ...and spent nothing of its address's quota of three: a third buyer
+    // gets through, the fourth is refused per address.
+    let bought: Value = buy(1, 2).await.json().await.unwrap();
+    assert_eq!(bought["success"], true, "{bought}");
+    assert_limited(buy(1, 3).await, "\"purchase-ip\";q=3;w=60").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

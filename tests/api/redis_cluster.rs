@@ -1,6 +1,6 @@
 //! A node on a real Redis Cluster (three masters, three replicas, private
 //! servers): login and sessions, the id worker, every single-Redis lock mode
-//! with and without fencing, and the asynchronous purchase. Each of their Lua
+//! with and without fencing, the asynchronous purchase and its limits. Each of their Lua
 //! scripts touches several keys, which a cluster accepts only when they share
 //! one slot (`CROSSSLOT` otherwise): running them all here checks the hash
 //! tags.
@@ -8,10 +8,11 @@
 use std::time::Duration;
 
 use hmdp::config::SeckillMode;
+use hmdp::limits::Rule;
 use hmdp_lock::LockMode;
-use hmdp_test_support::{wait_until, RedisCluster};
+use hmdp_test_support::{phone, wait_until, RedisCluster};
 
-use crate::helpers::{serve_refusal, spawn_app};
+use crate::helpers::{serve_refusal, serve_settings, spawn_app};
 
 /// One node setup on the cluster, named as its flags would read.
 struct Setup {
@@ -198,4 +199,27 @@ async fn ready_fails_while_the_cluster_leaves_a_slot_range_unserved() {
     let body: serde_json::Value = app.get("/ready", None).await.json().await.unwrap();
     assert_eq!(body["errorCode"], "UNAVAILABLE", "{body}");
     assert!(app.get("/health", None).await.status().is_success());
+}
+
+/// On a Redis Cluster, whose slots part a purchase's limit keys from its
+/// sale's, an admitted purchase's limits are counted in calls of their own
+/// before the admission script runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admitted_purchase_is_limited_on_a_redis_cluster() {
+    let cluster = RedisCluster::start().await.expect("a Redis Cluster starts");
+    let flags = Rule::flags_enforcing_only(&[(Rule::PurchaseByUser, "1/1m")]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let limits = serve_settings(&flags).limits;
+    let app = spawn_app(|s| {
+        s.store.redis.url = cluster.url();
+        s.seckill = SeckillMode::Stream;
+        s.limits = limits;
+    })
+    .await;
+    let voucher = app.create_open_seckill(2).await;
+    let token = app.login(&phone(1)).await;
+    let bought = app.purchase(voucher, &token).await;
+    assert_eq!(bought["success"], true, "{bought}");
+    let refused = app.purchase(voucher, &token).await;
+    assert_eq!(refused["errorCode"], "RATE_LIMITED", "{refused}");
 }

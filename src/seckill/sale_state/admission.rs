@@ -25,13 +25,16 @@ use super::SaleState;
 use crate::error::{Error, Rejection};
 use crate::idempotency::{IdempotencyKey, ANSWER_KEPT};
 use crate::ids::{OrderId, UserId};
+use crate::limits::{Counting, GCRA_COUNT};
 use crate::metrics;
 use crate::redis_handle::RedisConnection;
 use crate::shards::{Shard, SEQUENCE_BITS};
 use crate::telemetry::traces;
 
+/// The admission script, after the GCRA count with which it counts its
+/// purchase's limits in the same call.
 static ADMIT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/seckill.lua")));
+    LazyLock::new(|| Script::new(&[GCRA_COUNT, include_str!("../../../lua/seckill.lua")].concat()));
 
 /// The refusals `lua/seckill.lua` answers, at the index of their code.
 const REFUSALS: [Option<Rejection>; 6] = [
@@ -131,7 +134,10 @@ impl SaleState {
     /// `append_to_stream` (`stream` mode), as the attempt `key` names when
     /// the buyer sent one. A buyer whose shard has no unit left is admitted
     /// with units moved from the sale's other shards (`stock_moves.rs`), and
-    /// refused as sold out only when none holds one.
+    /// refused as sold out only when none holds one. The purchase's limits,
+    /// when `limits` still owes their count, are counted in the first call
+    /// of the script (a purchase they refuse is answered 429, nothing else
+    /// done).
     #[tracing::instrument(name = "admission", skip_all,
         fields(%user_id, voucher_id = %sale.voucher_id))]
     pub async fn admit(
@@ -140,13 +146,14 @@ impl SaleState {
         sale: &SaleRef,
         append_to_stream: bool,
         key: Option<&IdempotencyKey>,
+        limits: &mut Counting,
     ) -> Result<Admission, Error> {
         let position = sale.layout.position_of(user_id);
         let shard = sale.layout.shard(position);
         let deadline = tokio::time::Instant::now() + self.store.backend_timeout();
         loop {
             let admission = self
-                .admit_in(shard, user_id, sale, append_to_stream, key)
+                .admit_in(shard, user_id, sale, append_to_stream, key, limits)
                 .await?;
             if admission != Admission::Refused(Rejection::SoldOut) || sale.layout.count() == 1 {
                 return Ok(admission);
@@ -171,7 +178,8 @@ impl SaleState {
         }
     }
 
-    /// One call of `lua/seckill.lua`, in `shard`.
+    /// One call of `lua/seckill.lua`, in `shard`, counting what `limits`
+    /// still owes.
     async fn admit_in(
         &self,
         shard: Shard,
@@ -179,6 +187,7 @@ impl SaleState {
         sale: &SaleRef,
         append_to_stream: bool,
         key: Option<&IdempotencyKey>,
+        limits: &mut Counting,
     ) -> Result<Admission, Error> {
         let keys = self.keys.shard(shard);
         // The entry carries the admission's trace to the batch that writes
@@ -198,8 +207,8 @@ impl SaleState {
         metrics::SHARD_ADMISSIONS
             .with_label_values(&[shard.tag()])
             .inc();
-        let reply: redis::Value = ADMIT
-            .key(keys.voucher(sale.voucher_id))
+        let mut call = ADMIT.prepare_invoke();
+        call.key(keys.voucher(sale.voucher_id))
             .key(keys.buyers(sale.voucher_id))
             .key(keys.orders())
             .key(keys.pending())
@@ -212,9 +221,20 @@ impl SaleState {
             .arg(kept.as_millis() as u64)
             .arg(shard.sequence_base())
             .arg(1u64 << SEQUENCE_BITS)
-            .arg(traceparent.as_deref().unwrap_or(""))
-            .invoke_async(&mut self.redis.clone())
-            .await?;
+            .arg(traceparent.as_deref().unwrap_or(""));
+        let owed = limits.for_script();
+        match &owed {
+            Some(owed) => owed.folded_into(&mut call),
+            None => {
+                call.arg(0);
+            }
+        }
+        let reply: redis::RedisResult<redis::Value> =
+            call.invoke_async(&mut self.redis.clone()).await;
+        if let Some(owed) = owed {
+            owed.settle(reply.as_ref())?;
+        }
+        let reply = reply?;
         Admission::from_reply(&reply)
             .ok_or_else(|| Error::Internal(anyhow::anyhow!("lua/seckill.lua answered {reply:?}")))
     }

@@ -23,6 +23,7 @@ use hmdp::config::connect_redis;
 use hmdp::config::StoreSettings;
 use hmdp::ids::{UserId, VoucherId};
 use hmdp::keys::Keys;
+use hmdp::limits::Counting;
 use hmdp::seckill::{Admission, SaleRef, SaleState};
 use hmdp::shards::Layout;
 use hmdp::store::{NewSeckillVoucher, Store};
@@ -128,7 +129,9 @@ async fn measure(
                     return Ok::<_, anyhow::Error>(());
                 }
                 let user = UserId::new(FIRST_USER + n);
-                let admitted = sale.admit(user, &sale_ref, true, None).await?;
+                let admitted = sale
+                    .admit(user, &sale_ref, true, None, &mut Counting::Done)
+                    .await?;
                 anyhow::ensure!(
                     matches!(admitted, Admission::Admitted(_)),
                     "admission refused: {admitted:?}"
