@@ -87,10 +87,11 @@ pub(super) async fn seckill_voucher(
     {
         return purchase_answer(answer?);
     }
-    // Counted before anything else the purchase does, in the admission
-    // script's own call where there is one.
+    // A subject this node remembers refused is answered here. What is left
+    // to count is counted before anything else the purchase does, in the
+    // admission script's own call where there is one.
     let limits =
-        (state.limits).owe(&[(Rule::PurchaseByUser, &user), (Rule::PurchaseByIp, &client)]);
+        (state.limits).owe(&[(Rule::PurchaseByUser, &user), (Rule::PurchaseByIp, &client)])?;
     let _in_flight = state.overload.admit()?;
     let answer = seckill
         .purchase_once(user, voucher_id, current.since, key, limits.into())

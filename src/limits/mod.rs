@@ -291,14 +291,14 @@ impl Limits {
     /// call of the limit script counts them all on a single Redis; on a
     /// Redis Cluster, whose slots part the keys, one call a rule.
     pub async fn take(&self, checks: &[(Rule, &dyn Display)]) -> Result<(), Limited> {
-        self.owe(checks).pay().await
+        self.owe(checks)?.pay().await
     }
 
     /// What counting one request under `checks` (as [`Limits::take`] does)
     /// leaves to Redis once this node's memory of refusals has answered:
     /// the rules before the first one it remembers refusing, which answers
-    /// for itself.
-    pub fn owe(&self, checks: &[(Rule, &dyn Display)]) -> Owed {
+    /// for itself. Refused at once when that leaves nothing to count.
+    pub fn owe(&self, checks: &[(Rule, &dyn Display)]) -> Result<Owed, Limited> {
         let mut asked = Vec::new();
         let mut remembered = None;
         for (rule, subject) in checks {
@@ -316,11 +316,14 @@ impl Limits {
                 key,
             });
         }
-        Owed {
+        if asked.is_empty() && remembered.is_some() {
+            answer(remembered)?;
+        }
+        Ok(Owed {
             limits: self.clone(),
             asked,
             remembered,
-        }
+        })
     }
 
     /// Gives back one request counted under `rule` for `subject`: one
