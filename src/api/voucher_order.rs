@@ -16,7 +16,7 @@ use crate::contract::{AdminOnly, Backend, BadBody, BadInput, Failure, Limited, N
 use crate::error::{Error, Rejection};
 use crate::idempotency::IdempotencyKey;
 use crate::ids::{OrderId, UserId, VoucherId};
-use crate::limits::Rule;
+use crate::limits::{Counting, Rule};
 use crate::seckill::{OrderStatus, PendingOrder};
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -88,13 +88,18 @@ pub(super) async fn seckill_voucher(
         return purchase_answer(answer?);
     }
     // A subject this node remembers refused is answered here. What is left
-    // to count is counted before anything else the purchase does, in the
-    // admission script's own call where there is one.
-    let limits =
-        (state.limits).owe(&[(Rule::PurchaseByUser, &user), (Rule::PurchaseByIp, &client)])?;
+    // to count is counted before the node sheds (a purchase over its limit
+    // takes no place among those admitted), but for an admitted purchase's,
+    // which its admission script counts in its own call, once admitted.
+    let mut limits = Counting::from(
+        (state.limits).owe(&[(Rule::PurchaseByUser, &user), (Rule::PurchaseByIp, &client)])?,
+    );
+    if !seckill.admits_in_redis() {
+        limits.pay_now().await?;
+    }
     let _in_flight = state.overload.admit()?;
     let answer = seckill
-        .purchase_once(user, voucher_id, current.since, key, limits.into())
+        .purchase_once(user, voucher_id, current.since, key, limits)
         .await?;
     purchase_answer(answer)
 }

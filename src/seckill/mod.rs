@@ -324,6 +324,12 @@ impl Seckill {
         Ok(pending.map(OrderStatus::Pending))
     }
 
+    /// Whether a purchase is admitted by a script in Redis (`queue`,
+    /// `stream`), which may count its limits in the same call.
+    pub fn admits_in_redis(&self) -> bool {
+        self.handoff.is_some()
+    }
+
     /// Buys one unit of `voucher_id` for `user_id`; returns the new order id.
     /// The purchase runs to its end (commit or rollback, then release)
     /// even if the caller stops waiting for it.

@@ -14,7 +14,7 @@ use hmdp::config::AdminToken;
 use hmdp::config::ServeSettings;
 use hmdp::ids::{UserId, VoucherId};
 use hmdp::keys::Keys;
-use hmdp::limits::Enforced;
+use hmdp::limits::{Enforced, LimitSettings, Rule};
 use hmdp::seckill::stream::RoundsNow;
 use hmdp::seckill::{RedisSale, SaleState};
 use hmdp::startup::Application;
@@ -42,6 +42,14 @@ struct Flags {
 pub fn serve_settings(flags: &[&str]) -> ServeSettings {
     let args = std::iter::once("hmdp").chain(flags.iter().copied());
     Flags::try_parse_from(args).expect("flags parse").serve
+}
+
+/// The limits on, with only `quotas` (`(Rule::PurchaseByUser, "2/1m")`)
+/// enforced: the others would count the test's own setup against it.
+pub fn limits_enforcing_only(quotas: &[(Rule, &str)]) -> LimitSettings {
+    let flags = Rule::flags_enforcing_only(quotas);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    serve_settings(&flags).limits
 }
 
 /// A running node with its private database and Redis namespace.

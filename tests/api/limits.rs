@@ -4,24 +4,18 @@
 //! guessing cut off per phone.
 
 use hmdp::config::{SeckillMode, ServeSettings};
-use hmdp::limits::{LimitSettings, Rule};
+use hmdp::limits::Rule;
 use hmdp_lock::LockMode;
 use hmdp_test_support::{phone, RedisServer};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 
-use crate::helpers::{command_calls, metric, serve_settings, spawn_app, NodeProcess, TestApp};
-
-/// The limits on, with only `quotas` (`(Rule::PurchaseByUser, "2/1m")`)
-/// enforced: the others would count the test's own setup against it.
-fn only(quotas: &[(Rule, &str)]) -> LimitSettings {
-    let flags = Rule::flags_enforcing_only(quotas);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    serve_settings(&flags).limits
-}
+use crate::helpers::{
+    command_calls, limits_enforcing_only, metric, spawn_app, NodeProcess, TestApp,
+};
 
 async fn spawn_limited(quotas: &[(Rule, &str)]) -> TestApp {
-    let limits = only(quotas);
+    let limits = limits_enforcing_only(quotas);
     spawn_app(move |s: &mut ServeSettings| s.limits = limits).await
 }
 
@@ -98,7 +92,7 @@ async fn a_purchase_over_the_users_limit_is_answered_429_with_retry_after_and_ra
 /// of its own).
 async fn two_nodes_share_one_users_limit(mode: SeckillMode) {
     let app = spawn_app(|s: &mut ServeSettings| {
-        s.limits = only(&[(Rule::PurchaseByUser, "3/1m")]);
+        s.limits = limits_enforcing_only(&[(Rule::PurchaseByUser, "3/1m")]);
         s.seckill = mode;
     })
     .await;
@@ -145,7 +139,8 @@ async fn two_stream_nodes_share_one_users_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admitted_purchase_counts_its_limits_in_the_admission_scripts_call() {
     let redis = RedisServer::start().await.unwrap();
-    let limits = only(&[(Rule::PurchaseByUser, "1/1m"), (Rule::PurchaseByIp, "3/1m")]);
+    let limits =
+        limits_enforcing_only(&[(Rule::PurchaseByUser, "1/1m"), (Rule::PurchaseByIp, "3/1m")]);
     let redis_url = redis.url();
     let app = spawn_app(move |s: &mut ServeSettings| {
         s.store.redis.url = redis_url;
@@ -211,7 +206,7 @@ async fn purchases_are_limited_per_client_address_as_nginx_reports_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_redis_down_each_node_still_limits_on_its_own() {
     let mut redis = RedisServer::start().await.unwrap();
-    let limits = only(&[(Rule::OrderByUser, "2/1m")]);
+    let limits = limits_enforcing_only(&[(Rule::OrderByUser, "2/1m")]);
     let redis_url = redis.url();
     let app = spawn_app(move |s: &mut ServeSettings| {
         s.store.redis.url = redis_url;
@@ -248,7 +243,7 @@ async fn with_redis_down_each_node_still_limits_on_its_own() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guessing_a_phones_code_is_cut_off_after_its_wrong_codes() {
-    let limits = only(&[(Rule::WrongCodesByPhone, "3/1h")]);
+    let limits = limits_enforcing_only(&[(Rule::WrongCodesByPhone, "3/1h")]);
     let app = spawn_app(move |s: &mut ServeSettings| {
         s.limits = limits;
         // The victim asks for a second code right away.
@@ -326,7 +321,7 @@ async fn code_requests_are_limited_per_address_and_for_everyone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subject_refused_is_refused_from_memory_until_its_retry_after() {
     let redis = RedisServer::start().await.unwrap();
-    let limits = only(&[(Rule::PurchaseByUser, "1/1m")]);
+    let limits = limits_enforcing_only(&[(Rule::PurchaseByUser, "1/1m")]);
     let redis_url = redis.url();
     let app = spawn_app(move |s: &mut ServeSettings| {
         s.store.redis.url = redis_url;

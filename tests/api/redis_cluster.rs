@@ -12,7 +12,7 @@ use hmdp::limits::Rule;
 use hmdp_lock::LockMode;
 use hmdp_test_support::{phone, wait_until, RedisCluster};
 
-use crate::helpers::{serve_refusal, serve_settings, spawn_app};
+use crate::helpers::{limits_enforcing_only, serve_refusal, spawn_app};
 
 /// One node setup on the cluster, named as its flags would read.
 struct Setup {
@@ -207,9 +207,7 @@ async fn ready_fails_while_the_cluster_leaves_a_slot_range_unserved() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admitted_purchase_is_limited_on_a_redis_cluster() {
     let cluster = RedisCluster::start().await.expect("a Redis Cluster starts");
-    let flags = Rule::flags_enforcing_only(&[(Rule::PurchaseByUser, "1/1m")]);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let limits = serve_settings(&flags).limits;
+    let limits = limits_enforcing_only(&[(Rule::PurchaseByUser, "1/1m")]);
     let app = spawn_app(|s| {
         s.store.redis.url = cluster.url();
         s.seckill = SeckillMode::Stream;
