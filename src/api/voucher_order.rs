@@ -92,7 +92,9 @@ pub(super) async fn seckill_voucher(
     // takes no place among those admitted), but for an admitted purchase's,
     // which its admission script counts in its own call, once admitted.
     let mut limits = Counting::from(
-        (state.limits).owe(&[(Rule::PurchaseByUser, &user), (Rule::PurchaseByIp, &client)])?,
+        (state.limits)
+            .owe(&[(Rule::PurchaseByUser, &user), (Rule::PurchaseByIp, &client)])
+            .await?,
     );
     if !seckill.admits_in_redis() {
         limits.pay_now().await?;

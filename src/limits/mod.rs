@@ -215,9 +215,6 @@ const REMEMBERED_REFUSALS: u64 = 100_000;
 pub struct Owed {
     limits: Limits,
     asked: Vec<Asked>,
-    /// The refusal this node remembers for the first rule it answered from
-    /// memory: the rules before it are still counted.
-    remembered: Option<Limited>,
 }
 
 /// A request's count under its limits, as far as it is made.
@@ -245,7 +242,7 @@ impl Counting {
 
     /// Makes the count still owed in calls of its own where no script of
     /// the caller's could make it in its call: on a Redis Cluster, or when
-    /// this node's memory answered every rule.
+    /// there is nothing left to count.
     pub async fn pay_unless_scripted(&mut self) -> Result<(), Limited> {
         match self {
             Counting::Owed(owed) if !owed.asked.is_empty() && owed.limits.countable_in_script() => {
@@ -291,14 +288,16 @@ impl Limits {
     /// call of the limit script counts them all on a single Redis; on a
     /// Redis Cluster, whose slots part the keys, one call a rule.
     pub async fn take(&self, checks: &[(Rule, &dyn Display)]) -> Result<(), Limited> {
-        self.owe(checks)?.pay().await
+        self.owe(checks).await?.pay().await
     }
 
     /// What counting one request under `checks` (as [`Limits::take`] does)
-    /// leaves to Redis once this node's memory of refusals has answered:
-    /// the rules before the first one it remembers refusing, which answers
-    /// for itself. Refused at once when that leaves nothing to count.
-    pub fn owe(&self, checks: &[(Rule, &dyn Display)]) -> Result<Owed, Limited> {
+    /// leaves to Redis: every rule, unless this node remembers refusing the
+    /// request's subject under one of them. Then the request is refused,
+    /// the rules before that one counted first (as the limit script counts
+    /// rules in turn until one refuses) — nothing is owed, and no script
+    /// ever counts a request already refused.
+    pub async fn owe(&self, checks: &[(Rule, &dyn Display)]) -> Result<Owed, Limited> {
         let mut asked = Vec::new();
         let mut remembered = None;
         for (rule, subject) in checks {
@@ -316,14 +315,21 @@ impl Limits {
                 key,
             });
         }
-        if asked.is_empty() && remembered.is_some() {
-            answer(remembered)?;
-        }
-        Ok(Owed {
+        let owed = Owed {
             limits: self.clone(),
             asked,
-            remembered,
-        })
+        };
+        match remembered {
+            None => Ok(owed),
+            Some(limited) => {
+                let counted = match owed.asked.is_empty() {
+                    true => Ok(()),
+                    false => owed.pay().await,
+                };
+                counted?;
+                Err(told(limited))
+            }
+        }
     }
 
     /// Gives back one request counted under `rule` for `subject`: one
@@ -451,7 +457,7 @@ impl Owed {
                 refused
             }
         };
-        answer(refused.or(self.remembered))
+        answer(refused)
     }
 
     /// Adds the count to `call`, a script that starts with
@@ -489,19 +495,19 @@ impl Owed {
             Ok(_) => None,
             Err(error) => limits.count_alone(&self.asked, error),
         };
-        answer(refused.or(self.remembered))
+        answer(refused)
     }
 }
 
 /// A request's answer from its limits: refused by `refused`, if any.
 fn answer(refused: Option<Limited>) -> Result<(), Limited> {
-    match refused {
-        Some(limited) => {
-            metrics::RATE_LIMITED
-                .with_label_values(&[limited.rule.name()])
-                .inc();
-            Err(limited)
-        }
-        None => Ok(()),
-    }
+    refused.map_or(Ok(()), |limited| Err(told(limited)))
+}
+
+/// A refusal, as told: counted in `hmdp_rate_limited_total`.
+fn told(limited: Limited) -> Limited {
+    metrics::RATE_LIMITED
+        .with_label_values(&[limited.rule.name()])
+        .inc();
+    limited
 }

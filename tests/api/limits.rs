@@ -386,3 +386,37 @@ async fn a_purchase_refused_per_user_spends_nothing_of_its_addresss_quota() {
     let refused = purchase_from(&app.address, missing, &tokens[3], "10.0.0.1").await;
     assert_limited(refused, "\"purchase-ip\";q=3;w=60").await;
 }
+
+/// A purchase whose address this node remembers refusing is refused
+/// (after its user's rule is counted, as the rules are counted in turn),
+/// and not admitted: an admission script never counts a request already
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admitted_purchase_from_an_address_remembered_refused_is_not_admitted() {
+    let limits =
+        limits_enforcing_only(&[(Rule::PurchaseByUser, "5/1m"), (Rule::PurchaseByIp, "1/1m")]);
+    let app = spawn_app(move |s: &mut ServeSettings| {
+        s.seckill = SeckillMode::Stream;
+        s.limits = limits;
+    })
+    .await;
+    let voucher = app.create_open_seckill(5).await.to_string();
+    let tokens = app.login_many(3).await;
+    let bought: Value = (purchase_from(&app.address, &voucher, &tokens[0], "10.0.0.1").await)
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(bought["success"], true, "{bought}");
+    // The address's one purchase a minute is spent: refused, and remembered.
+    let refused = purchase_from(&app.address, &voucher, &tokens[1], "10.0.0.1").await;
+    assert_limited(refused, "\"purchase-ip\";q=1;w=60").await;
+    let refused = purchase_from(&app.address, &voucher, &tokens[2], "10.0.0.1").await;
+    assert_limited(refused, "\"purchase-ip\";q=1;w=60").await;
+
+    // The third user was refused, not sold a unit: from elsewhere, they buy.
+    let elsewhere: Value = (purchase_from(&app.address, &voucher, &tokens[2], "10.0.0.2").await)
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(elsewhere["success"], true, "{elsewhere}");
+}
