@@ -10,7 +10,9 @@ use std::time::Duration;
 use governor::clock::{Clock, DefaultClock};
 use governor::DefaultKeyedRateLimiter;
 
-use super::{LimitSettings, Limited, Quota, Rule};
+use super::refusal::Limited;
+use super::rule::Rule;
+use super::settings::{LimitSettings, Quota};
 
 /// Subjects remembered per rule before the idle ones are forgotten.
 const REMEMBERED_SUBJECTS: usize = 100_000;

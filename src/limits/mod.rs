@@ -1,8 +1,9 @@
 //! Request limits shared by every node: per user, per client IP and for
-//! everyone together, each a GCRA allowance kept in Redis (`lua/gcra.lua`)
-//! so that two nodes enforce one limit, on a Redis Cluster too (one key per
-//! subject). Should Redis not answer, each node limits on its own
-//! (`fallback.rs`): looser by the number of nodes, but never unlimited.
+//! everyone together, each a GCRA allowance kept in Redis
+//! (`lua/gcra_count.lua`) so that two nodes enforce one limit, on a Redis
+//! Cluster too (one key per subject). Should Redis not answer, each node
+//! limits on its own (`fallback.rs`): looser by the number of nodes, but
+//! never unlimited.
 //!
 //! A request over a limit is refused before it costs anything else, with
 //! 429 `RATE_LIMITED`, `Retry-After` and the `RateLimit` / `RateLimit-Policy`
@@ -19,9 +20,15 @@ use crate::metrics;
 use crate::redis_handle::RedisConnection;
 
 mod fallback;
+mod owed;
+mod refusal;
+mod rule;
 mod settings;
 
 use fallback::Fallback;
+pub use owed::{Counting, Owed};
+pub use refusal::Limited;
+pub use rule::{Rule, EVERYONE};
 pub use settings::{Enforced, LimitSettings, Quota, QuotaSetting};
 
 /// The GCRA count, put in front of each script that counts requests
@@ -31,133 +38,6 @@ pub const GCRA_COUNT: &str = include_str!("../../lua/gcra_count.lua");
 
 static GCRA: LazyLock<Script> =
     LazyLock::new(|| Script::new(&[GCRA_COUNT, include_str!("../../lua/gcra.lua")].concat()));
-
-/// What is limited, and per what.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Rule {
-    PurchaseByUser,
-    PurchaseByIp,
-    /// Pay and cancel.
-    OrderByUser,
-    OrderByIp,
-    CodeByIp,
-    /// Code requests of every client together.
-    CodeByAll,
-    LoginByIp,
-    LoginByAll,
-    /// Wrong login codes per phone: every login attempt is counted before
-    /// its code is checked, and a right code's count given back.
-    WrongCodesByPhone,
-}
-
-impl Rule {
-    pub const ALL: [Rule; 9] = [
-        Rule::PurchaseByUser,
-        Rule::PurchaseByIp,
-        Rule::OrderByUser,
-        Rule::OrderByIp,
-        Rule::CodeByIp,
-        Rule::CodeByAll,
-        Rule::LoginByIp,
-        Rule::LoginByAll,
-        Rule::WrongCodesByPhone,
-    ];
-
-    /// The rule's name: in its Redis keys, its `RateLimit` policy and the
-    /// `rule` label of `hmdp_rate_limited_total`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Rule::PurchaseByUser => "purchase-user",
-            Rule::PurchaseByIp => "purchase-ip",
-            Rule::OrderByUser => "order-user",
-            Rule::OrderByIp => "order-ip",
-            Rule::CodeByIp => "code-ip",
-            Rule::CodeByAll => "code-all",
-            Rule::LoginByIp => "login-ip",
-            Rule::LoginByAll => "login-all",
-            Rule::WrongCodesByPhone => "wrong-codes-phone",
-        }
-    }
-
-    /// The `hmdp serve` flag that sets the rule's quota
-    /// ([`LimitSettings`]).
-    pub fn flag(self) -> &'static str {
-        match self {
-            Rule::PurchaseByUser => "--limit-purchase-user",
-            Rule::PurchaseByIp => "--limit-purchase-ip",
-            Rule::OrderByUser => "--limit-order-user",
-            Rule::OrderByIp => "--limit-order-ip",
-            Rule::CodeByIp => "--limit-code-ip",
-            Rule::CodeByAll => "--limit-code-all",
-            Rule::LoginByIp => "--limit-login-ip",
-            Rule::LoginByAll => "--limit-login-all",
-            Rule::WrongCodesByPhone => "--limit-wrong-codes",
-        }
-    }
-
-    /// The `hmdp serve` flags that turn the limits on with only `quotas`
-    /// (`(Rule::PurchaseByUser, "2/1m")`) enforced, every other rule off:
-    /// for a node that must limit one thing and nothing else.
-    pub fn flags_enforcing_only(quotas: &[(Rule, &str)]) -> Vec<String> {
-        let each = Rule::ALL.iter().map(|rule| {
-            let quota = quotas.iter().find(|(named, _)| named == rule);
-            format!(
-                "{}={}",
-                rule.flag(),
-                quota.map_or("off", |(_, quota)| quota)
-            )
-        });
-        std::iter::once("--limits=on".to_owned())
-            .chain(each)
-            .collect()
-    }
-}
-
-/// The subject of a rule counted for every client together.
-pub const EVERYONE: &str = "all";
-
-/// A request refused by a limit, with what its answer tells the client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limited {
-    pub rule: Rule,
-    pub quota: Quota,
-    /// How long until the limit lets one more request through.
-    pub retry_after: Duration,
-    /// How long until the subject's whole quota is back.
-    pub reset: Duration,
-}
-
-impl Limited {
-    /// `Retry-After`, whole seconds, rounded up: never 0, which would
-    /// invite the client straight back.
-    pub fn retry_after_secs(&self) -> u64 {
-        whole_secs(self.retry_after).max(1)
-    }
-
-    /// `RateLimit-Policy`: the rule's name, its quota and window (seconds).
-    pub fn policy_header(&self) -> String {
-        format!(
-            "\"{}\";q={};w={}",
-            self.rule.name(),
-            self.quota.count(),
-            whole_secs(self.quota.window()).max(1)
-        )
-    }
-
-    /// `RateLimit`: nothing left under the rule, and the seconds until the
-    /// quota is whole again.
-    pub fn rate_limit_header(&self) -> String {
-        format!(
-            "\"{}\";r=0;t={}",
-            self.rule.name(),
-            whole_secs(self.reset).max(self.retry_after_secs())
-        )
-    }
-}
-
-fn whole_secs(duration: Duration) -> u64 {
-    duration.as_micros().div_ceil(1_000_000) as u64
-}
 
 /// What a call of the limit script does with its subject's allowance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,62 +85,6 @@ struct Refused {
 /// The most subjects remembered as refused: a flood of distinct ones
 /// evicts the oldest, which are then asked of Redis again.
 const REMEMBERED_REFUSALS: u64 = 100_000;
-
-/// A request's count under its limits, still to be made in Redis: the
-/// rules this node could not answer from memory. [`Owed::pay`] makes it in
-/// a call of its own; a script that does something else for the request in
-/// Redis may make it in the same call, on a single Redis
-/// ([`Owed::folded_into`], then [`Owed::settle`]).
-#[must_use = "a request's limits are counted only when what it owes is paid or settled"]
-pub struct Owed {
-    limits: Limits,
-    asked: Vec<Asked>,
-}
-
-/// A request's count under its limits, as far as it is made.
-pub enum Counting {
-    /// Made, or nothing to make.
-    Done,
-    /// Still owed.
-    Owed(Owed),
-}
-
-impl From<Owed> for Counting {
-    fn from(owed: Owed) -> Self {
-        Counting::Owed(owed)
-    }
-}
-
-impl Counting {
-    /// Makes the count still owed, in calls of its own.
-    pub async fn pay_now(&mut self) -> Result<(), Limited> {
-        match std::mem::replace(self, Counting::Done) {
-            Counting::Done => Ok(()),
-            Counting::Owed(owed) => owed.pay().await,
-        }
-    }
-
-    /// Makes the count still owed in calls of its own where no script of
-    /// the caller's could make it in its call: on a Redis Cluster, or when
-    /// there is nothing left to count.
-    pub async fn pay_unless_scripted(&mut self) -> Result<(), Limited> {
-        match self {
-            Counting::Owed(owed) if !owed.asked.is_empty() && owed.limits.countable_in_script() => {
-                Ok(())
-            }
-            _ => self.pay_now().await,
-        }
-    }
-
-    /// The count still owed, for a script of the caller's to make in its
-    /// call ([`Owed::folded_into`], then [`Owed::settle`]).
-    pub fn for_script(&mut self) -> Option<Owed> {
-        match std::mem::replace(self, Counting::Done) {
-            Counting::Done => None,
-            Counting::Owed(owed) => Some(owed),
-        }
-    }
-}
 
 impl Limits {
     pub fn new(redis: RedisConnection, keys: Keys, settings: LimitSettings) -> Limits {
@@ -437,65 +261,6 @@ impl Limits {
             reset: refused.whole_at.saturating_duration_since(now),
             ..refused.limited
         })
-    }
-}
-
-impl Owed {
-    /// Counts the request in calls of its own (see [`Limits::take`]).
-    pub async fn pay(self) -> Result<(), Limited> {
-        let limits = &self.limits;
-        let refused = match limits.countable_in_script() {
-            true => limits.count(&self.asked, Count::Request).await,
-            false => {
-                let mut refused = None;
-                for one in self.asked.chunks(1) {
-                    refused = limits.count(one, Count::Request).await;
-                    if refused.is_some() {
-                        break;
-                    }
-                }
-                refused
-            }
-        };
-        answer(refused)
-    }
-
-    /// Adds the count to `call`, a script that starts with
-    /// `lua/gcra_count.lua` ([`GCRA_COUNT`]): the keys after the script's
-    /// own, and at the first argument after its own how many, then each
-    /// one's interval and window, which the script hands `gcra_count`.
-    pub fn folded_into(&self, call: &mut redis::ScriptInvocation<'_>) {
-        call.arg(self.asked.len());
-        for one in &self.asked {
-            call.key(&one.key)
-                .arg(one.quota.interval().as_micros() as u64)
-                .arg(one.quota.window().as_micros() as u64);
-        }
-    }
-
-    /// The count made in a script's call, from its `reply`: refused when
-    /// the script answered `gcra_refused`'s `{'limited', ...}`, counted in
-    /// this node alone when the call failed (`reply` an error).
-    pub fn settle(self, reply: Result<&redis::Value, &redis::RedisError>) -> Result<(), Limited> {
-        let limits = &self.limits;
-        let refused = match reply {
-            Ok(redis::Value::Array(refusal)) => match refusal.as_slice() {
-                [redis::Value::BulkString(limited), redis::Value::Int(retry_after), redis::Value::Int(reset), redis::Value::Int(which)]
-                    if limited == b"limited" =>
-                {
-                    limits.refused_by(
-                        &self.asked,
-                        usize::try_from(*which).unwrap_or(0),
-                        u64::try_from(*retry_after).unwrap_or(0),
-                        u64::try_from(*reset).unwrap_or(0),
-                    )
-                }
-                _ => None,
-            },
-            Ok(_) => None,
-            Err(error) => limits.count_alone(&self.asked, error),
-        };
-        answer(refused)
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use super::Rule;
+use super::rule::Rule;
 
 /// At most `count` requests per `window`, and at most all of them at once:
 /// a subject that kept quiet for a whole window may spend its whole quota
