@@ -33,6 +33,7 @@ ROUNDS=${ROUNDS:-2} USERS=${USERS:-4000} SECKILL=${SECKILL:-stream}
 DRIVER=${DRIVER:-} ADDRESSES=${ADDRESSES:-1}
 OUT=$(mktemp -d)
 export HMDP_DB_POOL=4
+export RUST_LOG=${RUST_LOG:-warn}
 trap stop_nodes EXIT
 # The sale's answers that were not success, when there were any: a limit or
 # a shed purchase makes a side's rate another measurement.
