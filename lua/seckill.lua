@@ -47,9 +47,11 @@
 -- Idempotency-Key, or redis-rs's cluster connection sent the call anew after
 -- a dropped connection — was admitted, and is answered 'again:<orderId>'
 -- with the id it got.
+-- Redis's clock, read once: the limits and the sale window count on it.
+local now_us = gcra_now()
 local limits = tonumber(ARGV[9])
 if limits > 0 then
-  local counted = gcra_count(gcra_now(), 7, limits, 10)
+  local counted = gcra_count(now_us, 7, limits, 10)
   if counted[1] == 0 then
     return gcra_refused(counted)
   end
@@ -75,9 +77,8 @@ end
 if (sale[4] or '0') ~= ARGV[4] then
   return 6
 end
-local time = redis.call('TIME')
-local now_s = tonumber(time[1])
-local now_ms = now_s * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now_s = math.floor(now_us / 1000000)
+local now_ms = math.floor(now_us / 1000)
 if sale[5] and now_ms < tonumber(sale[5]) then
   return 7
 end
