@@ -146,11 +146,8 @@ impl Limits {
         match remembered {
             None => Ok(owed),
             Some(limited) => {
-                let counted = match owed.asked.is_empty() {
-                    true => Ok(()),
-                    false => owed.pay().await,
-                };
-                counted?;
+                // Nothing before it to count costs no call.
+                owed.pay().await?;
                 Err(told(limited))
             }
         }
