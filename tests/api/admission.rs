@@ -18,7 +18,7 @@ use hmdp_test_support::{wait_until, RedisServer};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 
-use crate::helpers::{buy_at, command_calls, metric, phone, spawn_app, NodeProcess, TestApp};
+use crate::helpers::{buy_at, metric, phone, request_scripts, spawn_app, NodeProcess, TestApp};
 
 async fn queue_app(chaos_hold_ms: u64) -> TestApp {
     spawn_app(|s| {
@@ -440,11 +440,11 @@ async fn a_sold_out_sale_is_refused_without_asking_redis() {
         error_code(&app.purchase(voucher, &tokens[1]).await),
         "SOLD_OUT"
     );
-    let scripts = command_calls(&redis, "evalsha").await;
+    let scripts = request_scripts(&redis, &app).await;
     for token in &tokens[2..] {
         assert_eq!(error_code(&app.purchase(voucher, token).await), "SOLD_OUT");
     }
-    assert_eq!(command_calls(&redis, "evalsha").await, scripts);
+    assert_eq!(request_scripts(&redis, &app).await, scripts);
     wait_until_written(&app).await;
 }
 

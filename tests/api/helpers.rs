@@ -565,6 +565,20 @@ pub async fn command_calls(redis: &RedisServer, command: &str) -> u64 {
         .unwrap()
 }
 
+/// How many scripts a Redis of a test's own ran for the requests of `app`
+/// since this was first asked: every `EVALSHA` but the closer's claims of
+/// due orders, which it runs every tick whatever the requests do.
+pub async fn request_scripts(redis: &RedisServer, app: &TestApp) -> usize {
+    let mut redis = redis.connect().await.unwrap();
+    let due = app.keys().pay_deadlines();
+    hmdp_test_support::logged_script_calls(&mut redis)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|arguments| !arguments.contains(&due))
+        .count()
+}
+
 /// The value of one series (`name` or `name{labels}`) on the `/metrics` of
 /// the node at `address`.
 pub async fn metric(address: &str, series: &str) -> f64 {

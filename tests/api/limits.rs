@@ -11,7 +11,7 @@ use redis::AsyncCommands;
 use serde_json::{json, Value};
 
 use crate::helpers::{
-    command_calls, limits_enforcing_only, metric, spawn_app, NodeProcess, TestApp,
+    limits_enforcing_only, metric, request_scripts, spawn_app, NodeProcess, TestApp,
 };
 
 async fn spawn_limited(quotas: &[(Rule, &str)]) -> TestApp {
@@ -165,13 +165,13 @@ async fn an_admitted_purchase_counts_its_limits_in_the_admission_scripts_call() 
     assert_eq!(bought["success"], true, "{bought}");
 
     // Over the user's limit: one call of the admission script refuses it.
-    let scripts_before = command_calls(&redis, "evalsha").await;
+    let scripts_before = request_scripts(&redis, &app).await;
     assert_limited(buy(1, 0).await, "\"purchase-user\";q=1;w=60").await;
-    assert_eq!(command_calls(&redis, "evalsha").await, scripts_before + 1);
+    assert_eq!(request_scripts(&redis, &app).await, scripts_before + 1);
     // Within both limits: one call admits it and counts them.
     let bought: Value = buy(1, 1).await.json().await.unwrap();
     assert_eq!(bought["success"], true, "{bought}");
-    assert_eq!(command_calls(&redis, "evalsha").await, scripts_before + 2);
+    assert_eq!(request_scripts(&redis, &app).await, scripts_before + 2);
 
     // The refused purchase took nothing: its voucher sold one unit, to
     // the second user.
@@ -337,13 +337,13 @@ async fn a_subject_refused_is_refused_from_memory_until_its_retry_after() {
 
     // The limit answered once that the user is refused for a minute: this
     // node takes its word for it until then, without asking Redis again.
-    let scripts_before = command_calls(&redis, "evalsha").await;
+    let scripts_before = request_scripts(&redis, &app).await;
     for _ in 0..20 {
         let refused = app.post(missing, Some(&token)).await;
         let retry_after = assert_limited(refused, "\"purchase-user\";q=1;w=60").await;
         assert!(retry_after <= 60, "Retry-After {retry_after}");
     }
-    assert_eq!(command_calls(&redis, "evalsha").await, scripts_before);
+    assert_eq!(request_scripts(&redis, &app).await, scripts_before);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

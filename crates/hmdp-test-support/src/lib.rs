@@ -24,7 +24,7 @@ pub use node::{NodeCommand, NodeProcess, Probe};
 pub use process::{send_signal, ChildProcess, Stdout};
 pub use redis_cluster::RedisCluster;
 pub use redis_keys::{remove_keys_with_prefix, RedisNamespace};
-pub use redis_server::{calls_in, command_calls, is_master, RedisServer};
+pub use redis_server::{calls_in, command_calls, is_master, logged_script_calls, RedisServer};
 pub use tables::Tables;
 pub use tcp_proxy::{Direction, Faults, Listening, TcpProxy, Verdict};
 

@@ -222,6 +222,41 @@ where
     Ok(calls_in(&stats, command))
 }
 
+/// The arguments of every `EVALSHA` the server `redis` is connected to ran
+/// since this was first asked of it. The first call has the
+/// server log every command in its slow log (`slowlog-log-slower-than 0`,
+/// kept long): unlike `INFO commandstats`, the log tells one script's calls
+/// from another's by their hash and keys.
+pub async fn logged_script_calls<C>(redis: &mut C) -> redis::RedisResult<Vec<Vec<String>>>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(0)
+        .arg("slowlog-max-len")
+        .arg(1_000_000)
+        .query_async::<()>(redis)
+        .await?;
+    // Each entry: id, time, duration, arguments, client address, name.
+    let entries: Vec<(u64, u64, u64, Vec<String>, String, String)> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(-1)
+        .query_async(redis)
+        .await?;
+    let calls = entries
+        .into_iter()
+        .map(|(_, _, _, arguments, _, _)| arguments)
+        .filter(|arguments| {
+            arguments
+                .first()
+                .is_some_and(|command| command.eq_ignore_ascii_case("evalsha"))
+        })
+        .collect();
+    Ok(calls)
+}
+
 /// How many times `command` ran, by an `INFO` answer that holds its
 /// `commandstats` section (0 when the command never ran).
 pub fn calls_in(info: &str, command: &str) -> u64 {
