@@ -112,7 +112,10 @@ impl Application {
             Duration::from_millis(settings.chaos_hold_ms),
         )
         .with_default_shards(settings.seckill_shards)
-        .with_shared_commits(settings.sync_batch_max.into())
+        .with_shared_commits(
+            settings.sync_batch_max.into(),
+            Duration::from_millis(settings.sync_batch_linger_ms),
+        )
         .with_move_pause(Duration::from_millis(settings.chaos_move_pause_ms))
         .start(settings.seckill)
         .await;

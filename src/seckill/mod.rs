@@ -164,10 +164,12 @@ impl Seckill {
     }
 
     /// Writes up to `most` synchronous purchases of a voucher that wait
-    /// for its transaction in flight in the next one; 1 writes each in a
-    /// transaction of its own (`--sync-batch-max`).
-    pub fn with_shared_commits(self, most: usize) -> Self {
-        let commits = (most > 1).then(|| SharedCommits::new(self.writer.clone(), most));
+    /// for its transaction in flight in the next one, those waiting after a
+    /// commit given up to `linger` for more to join them; 1 writes each in
+    /// a transaction of its own (`--sync-batch-max`,
+    /// `--sync-batch-linger-ms`).
+    pub fn with_shared_commits(self, most: usize, linger: Duration) -> Self {
+        let commits = (most > 1).then(|| SharedCommits::new(self.writer.clone(), most, linger));
         Seckill { commits, ..self }
     }
 

@@ -39,6 +39,7 @@ fn print_config_shows_each_setting_with_its_source_and_masks_secrets() {
         "database-url = \"mysql://root:***@db:3306/hmdp\"  # file",
         "admin-token = \"***\"  # flag",
         "sync-batch-max = 128  # default",
+        "sync-batch-linger-ms = 1  # default",
     ] {
         assert!(
             printed.lines().any(|printed| printed == line),

@@ -13,7 +13,7 @@ use hmdp::seckill::{Deferral, Locks, Outcome, Seckill};
 use hmdp::startup::build_lock;
 use hmdp::store::NewOrder;
 use hmdp_lock::LockMode;
-use hmdp_test_support::{poll_until, redis_url};
+use hmdp_test_support::{poll_until, redis_url, wait_until};
 use redis::AsyncCommands;
 use serde_json::Value;
 use tokio::sync::Semaphore;
@@ -245,4 +245,65 @@ async fn buyers_who_reset_their_connections_mid_batch_get_one_order_each() {
     assert_eq!(audit.duplicate_users, 0);
     assert_eq!(audit.active_orders + audit.stock_left, 100);
     assert_eq!(audit.active_orders, every_buyer, "one order per buyer");
+}
+
+/// The purchases found waiting when a voucher's transaction commits wait
+/// for company (`--sync-batch-linger-ms`): one that comes meanwhile joins
+/// their transaction, which starts as soon as it holds `--sync-batch-max`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purchases_waiting_after_a_commit_are_joined_by_one_that_comes_while_they_linger() {
+    let app = spawn_app(|_| {}).await;
+    // Each transaction held open 3 s, a linger far longer than a purchase
+    // takes to arrive, and three purchases a transaction.
+    let node = NodeProcess::start(
+        &app,
+        &[
+            "--chaos-hold-ms=3000",
+            "--backend-timeout-ms=20000",
+            "--sync-batch-linger-ms=1000",
+            "--sync-batch-max=3",
+        ],
+    )
+    .await;
+    let voucher = app.create_open_seckill(10).await;
+    let tokens = app.login_many(4).await;
+    let transactions = || metric(&node.address, "hmdp_sync_batch_orders_count");
+
+    // The first purchase, of an idle voucher, starts a transaction alone;
+    // two more come while it is open and wait for the next.
+    let first = tokio::spawn(buy_at_owned(&node.address, voucher, &tokens[0]));
+    wait_until("the first transaction", Duration::from_secs(30), || async {
+        transactions().await == 1.0
+    })
+    .await;
+    let waiting: Vec<_> = (tokens[1..3].iter())
+        .map(|token| tokio::spawn(buy_at_owned(&node.address, voucher, token)))
+        .collect();
+    let first = first.await.unwrap();
+    assert_eq!(first["success"], true, "{first}");
+    // ...and the fourth, sent once the first was answered (its transaction
+    // committed), joins the two lingering: one transaction for the three.
+    let fourth = buy_at(&node.address, voucher, &tokens[3]).await;
+    assert_eq!(fourth["success"], true, "{fourth}");
+    for answer in join_all(waiting).await {
+        let answer = answer.unwrap();
+        assert_eq!(answer["success"], true, "{answer}");
+    }
+    assert_eq!(transactions().await, 2.0, "transactions");
+    assert_eq!(
+        metric(&node.address, "hmdp_sync_batch_orders_sum").await,
+        4.0,
+        "orders"
+    );
+    assert_eq!(app.audit(voucher).await.active_orders, 4);
+}
+
+/// [`buy_at`] as a future that owns what it sends, for a task of its own.
+fn buy_at_owned(
+    address: &str,
+    voucher: VoucherId,
+    token: &str,
+) -> impl std::future::Future<Output = Value> + Send + 'static {
+    let (address, token) = (address.to_owned(), token.to_owned());
+    async move { buy_at(&address, voucher, &token).await }
 }
