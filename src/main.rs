@@ -32,8 +32,7 @@ struct Cli {
     print_config: bool,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let command = Cli::command();
     let print_config = args.iter().any(|arg| arg == "--print-config");
@@ -51,10 +50,14 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let cli = Cli::from_arg_matches(&matches)?;
-    let traces = cli.logs.init("info", cli.command.node_id());
-    // Once the node has stopped (SIGTERM: its last requests answered, its
-    // consumer's last batch written), the spans still held are exported.
-    let ran = cli.command.run().await;
-    traces.shutdown().await;
-    ran
+    cli.command.runtime()?.block_on(async {
+        // On the runtime, which sends the trace exports, if any.
+        let traces = cli.logs.init("info", cli.command.node_id());
+        // Once the node has stopped (SIGTERM: its last requests answered,
+        // its consumer's last batch written), the spans still held are
+        // exported.
+        let ran = cli.command.run().await;
+        traces.shutdown().await;
+        ran
+    })
 }

@@ -115,7 +115,8 @@ fn main() -> anyhow::Result<()> {
         Command::Lab { .. } => "info,redis=error",
         _ => "info",
     };
-    // bench-lock runs its tasks as an actix worker runs requests: on one
+    // A node runs on the runtime `hmdp-server` gives it. bench-lock runs
+    // its tasks as an actix worker runs requests: on one
     // current-thread runtime. There the tasks sharing the multiplexed Redis
     // connection all queue their next command before its writer task runs,
     // and the commands leave in one write; on the multi-thread scheduler a
@@ -125,14 +126,17 @@ fn main() -> anyhow::Result<()> {
     // another (a fifth less CPU per request than on the multi-thread one).
     // bench-db as well: it is the ceiling of the purchase's SQL, which a
     // node runs on such a runtime, and there it commits 1–9% more.
-    let runtime = match command {
+    let runtime = match &command {
+        Command::Server(server) => server.runtime()?,
         Command::BenchLock(_) | Command::Loadtest(_) | Command::BenchDb(_) => {
             tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
         }
-        _ => tokio::runtime::Builder::new_multi_thread(),
-    }
-    .enable_all()
-    .build()?;
+        _ => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?,
+    };
     runtime.block_on(async {
         // On the runtime, which sends the trace exports, if any.
         let node_id = match &command {
