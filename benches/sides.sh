@@ -7,7 +7,9 @@
 #                             numerator) and the consumers' orders/s on a
 #                             backlog (bench-drain, row 10's numerator)
 #   SECKILL=sync              the synchronous sale's orders/s (row 4's
-#                             numerator, row 9's denominator)
+#                             numerator, row 9's denominator) and its CPU
+#                             per order: the nodes', and all processes'
+#                             but the load generator's (row 11's numerator)
 #
 # The ceilings (bench-db, nginx -> /health) are left out: compare them with
 # run.sh when a change touches them.
@@ -32,6 +34,8 @@ OLD=${OLD:?the old hmdp binary} NEW=${NEW:?the new hmdp binary}
 ROUNDS=${ROUNDS:-2} USERS=${USERS:-4000} SECKILL=${SECKILL:-stream}
 DRIVER=${DRIVER:-} ADDRESSES=${ADDRESSES:-1}
 OUT=$(mktemp -d)
+MARIADB_PID=$(mariadb_pid)
+REDIS_PID=$(redis-cli -h 127.0.0.1 -p 6379 info server | awk -F: '/^process_id:/ { print $2 + 0 }')
 export HMDP_DB_POOL=4
 export RUST_LOG=${RUST_LOG:-warn}
 trap stop_nodes EXIT
@@ -51,14 +55,21 @@ side() { # label, binary, round
   . "$env"
   local backend=(--database-url "$DATABASE_URL" --redis-url "$REDIS_URL" --redis-prefix "$HMDP_REDIS_PREFIX")
   "$driver" tokens --target "$HMDP_TARGET" "${backend[@]:2}" --users "$USERS" --out "$OUT/tokens-$label.txt" >/dev/null
+  local nodes=() before after all_before all_after
+  read -r -a nodes <<<"$HMDP_NODE_PIDS"
   for run in warm-up sale; do
+    before=$(cpu_s "${nodes[@]}") all_before=$(cpu_s "$MARIADB_PID" "${nodes[@]}" "$REDIS_PID" "$HMDP_NGINX_PID")
     "$driver" loadtest --target "$HMDP_TARGET" "${backend[@]}" --admin-token "$HMDP_ADMIN_TOKEN" --workload sale \
       --users "$USERS" --tokens "$OUT/tokens-$label.txt" --concurrency 64 "${spread[@]}" --verify \
       --json "$OUT/$run-$label-$round.json" >/dev/null
+    after=$(cpu_s "${nodes[@]}") all_after=$(cpu_s "$MARIADB_PID" "${nodes[@]}" "$REDIS_PID" "$HMDP_NGINX_PID")
   done
   if [ "$SECKILL" = sync ]; then
-    printf '%s round %s: sync sale orders/s %.0f%s\n' "$label" "$round" "$(jq -r .rps "$OUT/sale-$label-$round.json")" \
-      "$(refused "$OUT/sale-$label-$round.json")"
+    local orders
+    orders=$(jq -r '.outcomes.OK // 0' "$OUT/sale-$label-$round.json")
+    printf '%s round %s: sync sale orders/s %.0f, CPU per order: nodes %s µs, with MariaDB, Redis and nginx %s µs%s\n' \
+      "$label" "$round" "$(jq -r .rps "$OUT/sale-$label-$round.json")" "$(per_unit "$before" "$after" "$orders")" \
+      "$(per_unit "$all_before" "$all_after" "$orders")" "$(refused "$OUT/sale-$label-$round.json")"
   else
     "$driver" bench-drain "${backend[@]}" --orders $((USERS * 5)) --json "$OUT/drain-$label-$round.json" >/dev/null
     printf '%s round %s: stream sale admissions/s %.0f, bench-drain orders/s %.0f%s\n' "$label" "$round" \
