@@ -319,8 +319,9 @@ impl ServerCommand {
     /// of its own; this one runs the rest — the Redis connection's writer
     /// and reader, the closer, the stream's consumer. With a worker per core
     /// beside actix's, those workers woke one another for Redis' replies,
-    /// and a synchronous sale cost the nodes a tenth more CPU per order
-    /// (docs/performance.md, "One worker for what is not a request").
+    /// and a synchronous sale cost the nodes more CPU per order in each of
+    /// eight rounds, a seventh more at the median (docs/performance.md,
+    /// "One worker for what is not a request").
     pub fn runtime(&self) -> std::io::Result<tokio::runtime::Runtime> {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
