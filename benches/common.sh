@@ -27,6 +27,8 @@ cpu_s() { # pids... -> their total
 # The pid of the MariaDB the benchmarks use (127.0.0.1:3306), as it reports
 # it: `pidof` picks any mariadbd, a test's private server as well.
 mariadb_pid() { cat "$(mariadb -h 127.0.0.1 -u root -N -e 'SELECT @@pid_file')"; }
+# The pid of the Redis the benchmarks use (127.0.0.1:6379), as it reports it.
+redis_pid() { redis-cli -h 127.0.0.1 -p 6379 info server | awk -F: '/^process_id:/ { print $2 + 0 }'; }
 # µs per unit: CPU seconds before, after, units.
 per_unit() { awk -v a="$1" -v b="$2" -v n="$3" 'BEGIN { printf "%.0f", (b - a) * 1e6 / n }'; }
 # Runs a command with bash's `time`; its CPU seconds (its own and its

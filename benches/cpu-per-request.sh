@@ -39,7 +39,7 @@ fi
 command -v wrk >/dev/null 2>&1 || { echo "benches/cpu-per-request.sh needs wrk" >&2; exit 1; }
 command -v jq >/dev/null 2>&1 || { echo "benches/cpu-per-request.sh needs jq" >&2; exit 1; }
 MARIADB_PID=$(mariadb_pid)
-REDIS_PID=$(redis-cli info server | awk -F: '/^process_id:/ { print $2 + 0 }')
+REDIS_PID=$(redis_pid)
 POST=$OUT/post.lua
 echo 'wrk.method = "POST"' >"$POST"
 

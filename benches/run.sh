@@ -71,7 +71,7 @@ num() { jq -r "$1" "$2"; } # jq filter, file
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
 
 MARIADB_PID=$(mariadb_pid)
-REDIS_PID=$(redis-cli -h $REDIS_HOST -p $REDIS_PORT info server | awk -F: '/^process_id:/ { print $2 + 0 }')
+REDIS_PID=$(redis_pid)
 
 # Results by name: R_<name> holds the per-round ratios, D_<name> the details.
 declare -A R D

@@ -35,7 +35,7 @@ ROUNDS=${ROUNDS:-2} USERS=${USERS:-4000} SECKILL=${SECKILL:-stream}
 DRIVER=${DRIVER:-} ADDRESSES=${ADDRESSES:-1}
 OUT=$(mktemp -d)
 MARIADB_PID=$(mariadb_pid)
-REDIS_PID=$(redis-cli -h 127.0.0.1 -p 6379 info server | awk -F: '/^process_id:/ { print $2 + 0 }')
+REDIS_PID=$(redis_pid)
 export HMDP_DB_POOL=4
 export RUST_LOG=${RUST_LOG:-warn}
 trap stop_nodes EXIT
