@@ -50,7 +50,8 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let cli = Cli::from_arg_matches(&matches)?;
-    cli.command.runtime()?.block_on(async {
+    let runtime = ServerCommand::runtime().enable_all().build()?;
+    runtime.block_on(async {
         // On the runtime, which sends the trace exports, if any.
         let traces = cli.logs.init("info", cli.command.node_id());
         // Once the node has stopped (SIGTERM: its last requests answered,

@@ -314,19 +314,19 @@ impl ServerCommand {
         }
     }
 
-    /// The runtime the command runs on, with one worker thread. A node's
-    /// requests run on actix's worker threads, each a current-thread runtime
-    /// of its own; this one runs the rest — the Redis connection's writer
-    /// and reader, the closer, the stream's consumer. With a worker per core
-    /// beside actix's, those workers woke one another for Redis' replies,
-    /// and a synchronous sale cost the nodes more CPU per order in each of
-    /// eight rounds, a seventh more at the median (docs/performance.md,
-    /// "One worker for what is not a request").
-    pub fn runtime(&self) -> std::io::Result<tokio::runtime::Runtime> {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
+    /// How the runtime the commands run on is built: one worker thread (the
+    /// caller enables its drivers). A node's requests run on actix's worker
+    /// threads, each a current-thread runtime of its own; this one runs the
+    /// rest — the Redis connection's writer and reader, the closer, the
+    /// stream's consumer. With a worker per core beside actix's, those
+    /// workers woke one another for Redis' replies, and a synchronous sale
+    /// cost the nodes more CPU per order in each of eight rounds, a seventh
+    /// more at the median (docs/performance.md, "One worker for what is not
+    /// a request").
+    pub fn runtime() -> tokio::runtime::Builder {
+        let mut runtime = tokio::runtime::Builder::new_multi_thread();
+        runtime.worker_threads(1);
+        runtime
     }
 
     /// Runs the command to its end: a node until SIGTERM or SIGINT, a

@@ -126,17 +126,15 @@ fn main() -> anyhow::Result<()> {
     // another (a fifth less CPU per request than on the multi-thread one).
     // bench-db as well: it is the ceiling of the purchase's SQL, which a
     // node runs on such a runtime, and there it commits 1–9% more.
-    let runtime = match &command {
-        Command::Server(server) => server.runtime()?,
+    let runtime = match command {
+        Command::Server(_) => ServerCommand::runtime(),
         Command::BenchLock(_) | Command::Loadtest(_) | Command::BenchDb(_) => {
             tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?
         }
-        _ => tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()?,
-    };
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    }
+    .enable_all()
+    .build()?;
     runtime.block_on(async {
         // On the runtime, which sends the trace exports, if any.
         let node_id = match &command {
