@@ -1,10 +1,12 @@
-//! The Redis connection a lock sends its commands on: redis-rs's
-//! reconnecting [`ConnectionManager`], what a service wants, a plain
-//! [`MultiplexedConnection`], for a caller that already has one, or a Redis
-//! Cluster connection, which routes each command to the master of its key's
-//! slot. [`connect`] opens the one a URL names, [`connection_manager`] a
-//! reconnecting one to one server, [`cluster_nodes`] reads a Redis Cluster
-//! URL.
+//! The Redis connection a lock sends its commands on: a reconnecting
+//! connection per thread ([`PerThread`]), what a service wants, redis-rs's
+//! reconnecting [`ConnectionManager`] or a plain [`MultiplexedConnection`],
+//! for a caller that already has one, or a Redis Cluster connection, which
+//! routes each command to the master of its key's slot. [`connect`] opens
+//! the one a URL names, [`connection_manager`] a reconnecting one to one
+//! server, [`cluster_nodes`] reads a Redis Cluster URL.
+
+mod per_thread;
 
 #[cfg(feature = "cluster")]
 use std::sync::Arc;
@@ -20,15 +22,21 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 #[cfg(feature = "cluster")]
 use tokio::sync::OnceCell;
 
+pub use per_thread::PerThread;
+
 /// Where a lock's commands go. Cloning shares the connection, as cloning
 /// each of redis-rs's types does; build one with `.into()` or [`connect`].
 ///
 /// A `ConnectionManager` reconnects by itself after Redis restarts or a
 /// socket breaks, at the price of a little work per command (it looks up
 /// the current connection and awaits it); a `MultiplexedConnection` skips
-/// that, and once its socket breaks every later command fails.
+/// that, and once its socket breaks every later command fails. Either is
+/// driven by one thread, which the others wake for each command and its
+/// reply; `PerThread` gives each thread its own.
 #[derive(Clone)]
 pub enum Connection {
+    /// A reconnecting connection per thread.
+    PerThread(PerThread),
     /// Reconnects by itself.
     Reconnecting(ConnectionManager),
     /// Fails for good once its socket breaks.
@@ -90,6 +98,7 @@ impl From<ClusterClient> for Connection {
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
+            Connection::PerThread(connection) => connection.req_packed_command(cmd),
             Connection::Reconnecting(connection) => connection.req_packed_command(cmd),
             Connection::Multiplexed(connection) => connection.req_packed_command(cmd),
             #[cfg(feature = "cluster")]
@@ -106,6 +115,9 @@ impl ConnectionLike for Connection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
+            Connection::PerThread(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
             Connection::Reconnecting(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
@@ -125,6 +137,7 @@ impl ConnectionLike for Connection {
 
     fn get_db(&self) -> i64 {
         match self {
+            Connection::PerThread(connection) => connection.get_db(),
             Connection::Reconnecting(connection) => connection.get_db(),
             Connection::Multiplexed(connection) => connection.get_db(),
             // A cluster has database 0 only.
@@ -220,9 +233,10 @@ pub(crate) fn open(source: &RedisSource, timeout: Duration) -> redis::RedisResul
             .max_retry_wait(200)
             .build()?
             .into()),
-        RedisSource::Server(client) => {
-            timed_connection(client.clone(), timeout, 1).map(Connection::from)
-        }
+        RedisSource::Server(client) => Ok(Connection::PerThread(PerThread::new(
+            client.clone(),
+            timed_config(timeout, 1),
+        ))),
     }
 }
 
@@ -236,7 +250,7 @@ fn no_cluster_support() -> redis::RedisError {
 }
 
 /// The shared connection to the Redis at `url`: one server
-/// (`redis://host:port/db`, [`connection_manager`]) or a Redis Cluster
+/// (`redis://host:port/db`, a [`connection_manager`] per thread) or a Redis Cluster
 /// (`redis+cluster://host:port,host:port,...`: any of its nodes, the rest is
 /// discovered), never waiting longer than `timeout` to connect or for a
 /// reply. Connects on first use.
@@ -255,17 +269,22 @@ pub fn connection_manager(
     timed_connection(redis::Client::open(url)?, timeout, 1)
 }
 
-/// [`connection_manager`] on `client`, retrying a failed command `retries`
-/// times: a quorum round, bounded by its own deadline, retries none.
+/// [`connection_manager`] on `client`, trying `retries` more times to
+/// connect: a quorum round, bounded by its own deadline, tries once.
 pub(crate) fn timed_connection(
     client: redis::Client,
     timeout: Duration,
     retries: usize,
 ) -> redis::RedisResult<redis::aio::ConnectionManager> {
-    let config = redis::aio::ConnectionManagerConfig::new()
+    redis::aio::ConnectionManager::new_lazy_with_config(client, timed_config(timeout, retries))
+}
+
+/// A reconnecting connection's settings: no longer than `timeout` to
+/// connect or for a reply, `retries` more attempts to connect.
+fn timed_config(timeout: Duration, retries: usize) -> redis::aio::ConnectionManagerConfig {
+    redis::aio::ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout))
         .set_number_of_retries(retries)
-        .set_max_delay(Duration::from_millis(200));
-    redis::aio::ConnectionManager::new_lazy_with_config(client, config)
+        .set_max_delay(Duration::from_millis(200))
 }

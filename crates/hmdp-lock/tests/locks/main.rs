@@ -2,6 +2,7 @@
 //! keeps, and each mode's own promises. One binary.
 
 mod cluster;
+mod connection;
 mod contract;
 mod fencing;
 mod helpers;
