@@ -317,8 +317,8 @@ impl ServerCommand {
     /// How the runtime the commands run on is built: one worker thread (the
     /// caller enables its drivers). A node's requests run on actix's worker
     /// threads, each a current-thread runtime of its own; this one runs the
-    /// rest — the Redis connection's writer and reader, the closer, the
-    /// stream's consumer. With a worker per core beside actix's, those
+    /// rest — the node's start, the closer, the stream's consumer. With a
+    /// worker per core beside actix's, those
     /// workers woke one another for Redis' replies, and a synchronous sale
     /// cost the nodes more CPU per order in each of eight rounds, a seventh
     /// more at the median (docs/performance.md, "One worker for what is not

@@ -55,7 +55,7 @@ impl Seckill {
         }
 
         // The order id is drawn, and the Idempotency-Key claimed, alongside
-        // the lock: with a Redis lock, the commands are queued on the shared
+        // the lock: with a Redis lock, the commands are queued on the thread's
         // connection before its writer runs, so they leave in one write and
         // come back in one read — they cost no round trip of their own, and
         // none while the voucher's stock row is locked. A purchase refused
@@ -113,7 +113,7 @@ impl Seckill {
             (Err(error), Ok(_)) => (Err(error), None),
         };
         // The lock's release and the key's answer go to Redis together: on
-        // the shared connection they leave in one write.
+        // the thread's connection they leave in one write.
         let release = async {
             if let Some(held) = held {
                 self.release_awaited_until(user_id, held, answer_by).await;

@@ -25,10 +25,10 @@ pub const GROUP: &str = "order-writers";
 
 /// This process's consumer in the group.
 pub(super) struct OrderStream {
-    /// The shared multiplexed connection, for the short commands.
+    /// The node's connection, for the short commands.
     redis: RedisConnection,
     /// A connection of its own for `XREADGROUP ... BLOCK`: a blocking read
-    /// on the shared connection would hold up every command queued behind
+    /// on the node's connection would hold up every command queued behind
     /// it (sessions, locks, ids) for as long as it blocks.
     reader: RedisConnection,
     pub stream: String,

@@ -66,8 +66,8 @@ pub struct BenchLockArgs {
     pub baseline: bool,
 
     /// The one Redis connection every task shares: `reconnecting`, redis-rs's
-    /// `ConnectionManager`, as the nodes run (it reconnects by itself, for
-    /// a little work per command), or `multiplexed`, a plain
+    /// `ConnectionManager`, as each thread of a node runs one (it reconnects
+    /// by itself, for a little work per command), or `multiplexed`, a plain
     /// `MultiplexedConnection`. On a Redis Cluster URL (`redis+cluster://`):
     /// `reconnecting`, which is then redis-rs's cluster connection.
     #[arg(long, value_enum, default_value_t = ConnectionKind::Reconnecting)]
