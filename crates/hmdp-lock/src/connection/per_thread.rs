@@ -38,7 +38,7 @@ struct Opened {
 
 thread_local! {
     /// This thread's connections, one per [`PerThread`] it sent on (a node
-    /// has one or two).
+    /// has a few: its commands', its stream reader's).
     static OPENED: RefCell<Vec<Opened>> = const { RefCell::new(Vec::new()) };
 }
 
