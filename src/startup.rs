@@ -318,11 +318,10 @@ impl ServerCommand {
     /// caller enables its drivers). A node's requests run on actix's worker
     /// threads, each a current-thread runtime of its own; this one runs the
     /// rest — the node's start, the closer, the stream's consumer. With a
-    /// worker per core beside actix's, those
-    /// workers woke one another for Redis' replies, and a synchronous sale
-    /// cost the nodes more CPU per order in each of eight rounds, a seventh
-    /// more at the median (docs/performance.md, "One worker for what is not
-    /// a request").
+    /// worker per core beside actix's, those workers woke one another for
+    /// Redis' replies, and a synchronous sale cost the nodes more CPU per
+    /// order in each of eight rounds, a seventh more at the median
+    /// (docs/performance.md, "One worker for what is not a request").
     pub fn runtime() -> tokio::runtime::Builder {
         let mut runtime = tokio::runtime::Builder::new_multi_thread();
         runtime.worker_threads(1);

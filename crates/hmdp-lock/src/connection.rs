@@ -250,10 +250,10 @@ fn no_cluster_support() -> redis::RedisError {
 }
 
 /// The shared connection to the Redis at `url`: one server
-/// (`redis://host:port/db`, a [`connection_manager`] per thread) or a Redis Cluster
-/// (`redis+cluster://host:port,host:port,...`: any of its nodes, the rest is
-/// discovered), never waiting longer than `timeout` to connect or for a
-/// reply. Connects on first use.
+/// (`redis://host:port/db`, a [`connection_manager`] per thread) or a Redis
+/// Cluster (`redis+cluster://host:port,host:port,...`: any of its nodes, the
+/// rest is discovered), never waiting longer than `timeout` to connect or
+/// for a reply. Connects on first use.
 pub fn connect(url: &str, timeout: Duration) -> redis::RedisResult<Connection> {
     open(&RedisSource::from_url(url)?, timeout)
 }

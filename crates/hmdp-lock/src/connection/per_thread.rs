@@ -86,11 +86,16 @@ impl PerThread {
         })
     }
 
-    /// After a command sent on a connection of `generation`: a break that
-    /// the connection would reconnect after retires every thread's
-    /// connection of that generation (once, however many threads find it).
-    fn after<T>(&self, generation: u64, result: &RedisResult<T>) {
-        if matches!(result, Err(error) if error.is_unrecoverable_error()) {
+    /// `send` on the calling thread's connection. A break that the
+    /// connection would reconnect after retires every thread's connection
+    /// of its generation (once, however many threads find it).
+    async fn sent<T>(
+        &self,
+        send: impl AsyncFnOnce(&mut ConnectionManager) -> RedisResult<T>,
+    ) -> RedisResult<T> {
+        let (generation, mut connection) = self.here()?;
+        let result = send(&mut connection).await;
+        if matches!(&result, Err(error) if error.is_unrecoverable_error()) {
             let _ = self.shared.generation.compare_exchange(
                 generation,
                 generation + 1,
@@ -98,17 +103,13 @@ impl PerThread {
                 Ordering::Relaxed,
             );
         }
+        result
     }
 }
 
 impl ConnectionLike for PerThread {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Box::pin(async move {
-            let (generation, mut connection) = self.here()?;
-            let result = connection.req_packed_command(cmd).await;
-            self.after(generation, &result);
-            result
-        })
+        Box::pin(self.sent(async |connection| connection.req_packed_command(cmd).await))
     }
 
     fn req_packed_commands<'a>(
@@ -117,14 +118,11 @@ impl ConnectionLike for PerThread {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        Box::pin(async move {
-            let (generation, mut connection) = self.here()?;
-            let result = connection
+        Box::pin(self.sent(async move |connection| {
+            connection
                 .req_packed_commands(pipeline, offset, count)
-                .await;
-            self.after(generation, &result);
-            result
-        })
+                .await
+        }))
     }
 
     fn get_db(&self) -> i64 {
