@@ -23,8 +23,8 @@ use crate::config::redact_url;
 pub use fence::record_fence;
 pub use invariants::VoucherAudit;
 pub use order::{
-    delete_orders, insert_orders_taking_stock, orders_by_id, stock_left, take_stock_units,
-    users_with_orders, NewOrder, VoucherOrder,
+    delete_orders, insert_orders_taking_stock, look_up, stock_left, take_stock_units, Found,
+    Lookup, NewOrder, VoucherOrder,
 };
 pub use order_life::{CloseCause, Closing, Giveback, OrderState, Paid, Using};
 pub use sale::SaleSnapshot;

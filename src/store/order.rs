@@ -3,13 +3,14 @@
 //! those as long as their batch sent as text. The order's life after the
 //! sale is `order_life.rs`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt::Display;
 
 use chrono::NaiveDateTime;
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use serde::Serialize;
-use sqlx::mysql::MySqlQueryResult;
+use sqlx::mysql::{MySqlQueryResult, MySqlRow};
+use sqlx::Either;
 use sqlx::{AssertSqlSafe, FromRow, MySqlConnection, RawSql, Row};
 
 use super::order_life::active_order;
@@ -99,53 +100,112 @@ pub async fn delete_orders(conn: &mut MySqlConnection, ids: &[OrderId]) -> Resul
         .map(drop)
 }
 
-/// The orders among `ids` that exist already, as they were written: a
-/// consumer compares them with what it was asked to write, which tells a
-/// redelivered order from an order id reused for another order.
-pub async fn orders_by_id(
-    conn: &mut MySqlConnection,
-    ids: &[OrderId],
-) -> Result<Vec<NewOrder>, sqlx::Error> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let ids = listed(ids);
-    let sql = format!(
-        "SELECT id, user_id, CAST(voucher_id AS SIGNED) AS voucher_id \
-         FROM tb_voucher_order WHERE id IN ({ids})"
-    );
-    batch_sql(sql)
-        .fetch(conn)
-        .map(|row| NewOrder::from_row(&row?))
-        .try_collect()
-        .await
+/// What the order transaction looks up before it writes, every statement
+/// in one round trip: the orders among `ids` written already
+/// (idempotency) and, per voucher, the users among `users` who already hold
+/// an active order of it (unpaid, paid or used: a closed order gave the
+/// buyer's turn back), the per-user count of the purchase.
+#[derive(Debug, Default)]
+pub struct Lookup {
+    pub ids: Vec<OrderId>,
+    pub users: BTreeMap<VoucherId, Vec<UserId>>,
 }
 
-/// The users among `users` who already hold an active order of `voucher_id`
-/// (unpaid, paid or used: a closed order gave the buyer's turn back): the
-/// per-user count of the purchase, for a whole batch in one statement.
-pub async fn users_with_orders(
-    conn: &mut MySqlConnection,
-    voucher_id: VoucherId,
-    users: &[UserId],
-) -> Result<Vec<UserId>, sqlx::Error> {
-    if users.is_empty() {
-        return Ok(Vec::new());
+/// What a [`Lookup`] found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Found {
+    /// The orders among the ids looked up that exist, as they were written:
+    /// a consumer compares them with what it was asked to write, which
+    /// tells a redelivered order from an order id reused for another order.
+    pub written: Vec<NewOrder>,
+    /// The users looked up who hold an active order, with its voucher.
+    pub holders: HashSet<(UserId, VoucherId)>,
+}
+
+impl Lookup {
+    /// Runs the lookup on `conn`, after `opening` (a statement without rows,
+    /// such as `BEGIN`) in the same round trip.
+    pub(super) async fn run(
+        &self,
+        conn: &mut MySqlConnection,
+        opening: Option<&str>,
+    ) -> Result<Found, sqlx::Error> {
+        let ids = (!self.ids.is_empty()).then(|| {
+            format!(
+                "SELECT id, user_id, CAST(voucher_id AS SIGNED) AS voucher_id \
+                 FROM tb_voucher_order WHERE id IN ({})",
+                listed(&self.ids)
+            )
+        });
+        let users = (self.users.iter()).filter(|(_, users)| !users.is_empty());
+        let holders = users.clone().map(|(voucher_id, users)| {
+            format!(
+                concat!(
+                    "SELECT DISTINCT user_id FROM tb_voucher_order WHERE voucher_id = {} AND ",
+                    active_order!(),
+                    " AND user_id IN ({})"
+                ),
+                voucher_id,
+                listed(users)
+            )
+        });
+        let statements: Vec<String> = (opening.map(str::to_owned).into_iter())
+            .chain(ids.clone())
+            .chain(holders)
+            .collect();
+        if statements.is_empty() {
+            return Ok(Found::default());
+        }
+        let sets = result_sets(conn, statements.join("; ")).await?;
+        if sets.len() != statements.len() {
+            return Err(sqlx::Error::Protocol(format!(
+                "{} result sets for {} statements",
+                sets.len(),
+                statements.len()
+            )));
+        }
+        let mut sets = sets.into_iter().skip(usize::from(opening.is_some()));
+        let mut found = Found::default();
+        if ids.is_some() {
+            let rows = sets.next().expect("a result set per statement");
+            found.written = rows
+                .iter()
+                .map(NewOrder::from_row)
+                .collect::<Result<_, _>>()?;
+        }
+        for ((voucher_id, _), rows) in users.zip(sets) {
+            for row in rows {
+                found
+                    .holders
+                    .insert((row.try_get::<UserId, _>(0)?, *voucher_id));
+            }
+        }
+        Ok(found)
     }
-    let users = listed(users);
-    let sql = format!(
-        concat!(
-            "SELECT DISTINCT user_id FROM tb_voucher_order WHERE voucher_id = {} AND ",
-            active_order!(),
-            " AND user_id IN ({})"
-        ),
-        voucher_id, users
-    );
-    batch_sql(sql)
-        .fetch(conn)
-        .map(|row| row?.try_get::<UserId, _>(0))
-        .try_collect()
-        .await
+}
+
+/// [`Lookup`] `lookup` in a transaction begun already.
+pub async fn look_up(conn: &mut MySqlConnection, lookup: &Lookup) -> Result<Found, sqlx::Error> {
+    lookup.run(conn, None).await
+}
+
+/// The rows of each statement of `sql` (several, sent as text in one round
+/// trip), a result set per statement, rows or not.
+async fn result_sets(
+    conn: &mut MySqlConnection,
+    sql: String,
+) -> Result<Vec<Vec<MySqlRow>>, sqlx::Error> {
+    let mut sets = Vec::new();
+    let mut rows = Vec::new();
+    let mut results = batch_sql(sql).fetch_many(conn);
+    // A statement's rows, then its end (an OK or EOF packet).
+    while let Some(result) = results.try_next().await? {
+        match result {
+            Either::Left(_) => sets.push(std::mem::take(&mut rows)),
+            Either::Right(row) => rows.push(row),
+        }
+    }
+    Ok(sets)
 }
 
 /// Inserts `orders` and takes their units of stock, in one round trip: the

@@ -15,6 +15,8 @@ use std::ops::{Deref, DerefMut};
 use sqlx::pool::PoolConnection;
 use sqlx::{MySql, MySqlConnection, MySqlPool};
 
+use super::order::{Found, Lookup};
+
 /// An open transaction on a connection of the pool.
 pub struct Tx {
     conn: PoolConnection<MySql>,
@@ -36,6 +38,19 @@ impl Tx {
         let mut tx = Tx { conn, ended: false };
         sqlx::raw_sql("BEGIN").execute(&mut *tx.conn).await?;
         Ok(tx)
+    }
+
+    /// Begins a transaction on `conn` in the round trip of its first
+    /// statements, `lookup`'s, and returns what they found.
+    pub async fn begin_looking_up(
+        conn: PoolConnection<MySql>,
+        lookup: &Lookup,
+    ) -> Result<(Tx, Found), sqlx::Error> {
+        // Open from here on: a cancellation while `BEGIN` is in flight
+        // closes the connection.
+        let mut tx = Tx { conn, ended: false };
+        let found = lookup.run(&mut tx.conn, Some("BEGIN")).await?;
+        Ok((tx, found))
     }
 
     pub async fn commit(self) -> Result<(), sqlx::Error> {

@@ -4,10 +4,11 @@
 //! its next packet (where, without `TCP_NODELAY`, that packet would wait
 //! for MySQL's delayed ACK).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hmdp::ids::{OrderId, UserId, VoucherId};
-use hmdp::store::{self, NewOrder, Store};
+use hmdp::store::{self, Lookup, NewOrder, Store};
 use hmdp_test_support::{MariaDbServer, Tables, TestDatabase};
 
 /// The server's count of a statement command (`Com_stmt_prepare`, ...),
@@ -55,12 +56,14 @@ async fn batches_of_every_size_prepare_no_statement_and_close_none() {
             .await
             .unwrap();
         assert_eq!(short, vec![(voucher, size as u32)]);
-        assert_eq!(store::orders_by_id(&mut tx, &ids).await.unwrap(), orders);
-        let mut holders = store::users_with_orders(&mut tx, voucher, &users)
-            .await
-            .unwrap();
-        holders.sort();
-        assert_eq!(holders, users);
+        let lookup = Lookup {
+            ids: ids.clone(),
+            users: BTreeMap::from([(voucher, users.clone())]),
+        };
+        let found = store::look_up(&mut tx, &lookup).await.unwrap();
+        assert_eq!(found.written, orders);
+        let holders = users.iter().map(|user| (*user, voucher)).collect();
+        assert_eq!(found.holders, holders);
         store::delete_orders(&mut tx, &ids[1..]).await.unwrap();
         tx.commit().await.unwrap();
     }

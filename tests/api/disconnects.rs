@@ -9,11 +9,12 @@
 //! transaction is left open on a pooled connection, and that every success
 //! the API answered is visible to other sessions.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use hmdp::config::ServeSettings;
-use hmdp::ids::VoucherId;
-use hmdp::store::{NewSeckillVoucher, NewVoucher, Store};
+use hmdp::ids::{OrderId, UserId, VoucherId};
+use hmdp::store::{Found, Lookup, NewSeckillVoucher, NewVoucher, Store, Tx};
 use hmdp_lock::LockMode;
 use hmdp_test_support::{RedisServer, Tables};
 use serde_json::Value;
@@ -272,19 +273,22 @@ async fn an_admin_write_reset_around_begin_leaves_no_open_transaction() {
     assert_eq!(open, 0, "{detail:?}");
 }
 
+/// A store of one connection whose MySQL replies come `REPLY_DELAY` late,
+/// with the app and the proxy behind it.
+async fn store_with_late_replies() -> (TestApp, DelayedReplies, Store) {
+    let direct = spawn_app(|_| {}).await;
+    let proxy = DelayedReplies::start(3306, REPLY_DELAY).await;
+    let url = proxy.url(&direct.database_url());
+    let store = Store::connect_lazy(&url, 1, Duration::from_secs(10)).unwrap();
+    (direct, proxy, store)
+}
+
 /// The same moment swept at the store: a write cancelled after 0, 1, 2, ...
 /// ms (each reply 4 ms late) hands its connection back either outside any
 /// transaction or not at all.
 #[tokio::test]
 async fn a_transaction_cancelled_at_any_moment_never_returns_to_the_pool_open() {
-    let direct = spawn_app(|_| {}).await;
-    let proxy = DelayedReplies::start(3306, REPLY_DELAY).await;
-    let store = Store::connect_lazy(
-        &proxy.url(&direct.database_url()),
-        1,
-        Duration::from_secs(10),
-    )
-    .unwrap();
+    let (_direct, _proxy, store) = store_with_late_replies().await;
     let (voucher, seckill) = hmdp_voucher();
     for after_ms in 0..30 {
         let write = store.insert_seckill_voucher(&voucher, &seckill);
@@ -293,6 +297,34 @@ async fn a_transaction_cancelled_at_any_moment_never_returns_to_the_pool_open() 
         assert!(
             !in_transaction,
             "a write cancelled after {after_ms} ms left its connection in a transaction"
+        );
+    }
+}
+
+/// The order transaction's opening swept the same way: `BEGIN` rides in
+/// the round trip of its lookup, and a cancellation at any moment of it
+/// hands the connection back outside any transaction or not at all.
+#[tokio::test]
+async fn a_transaction_begun_with_its_lookup_cancelled_at_any_moment_never_returns_open() {
+    let (_direct, _proxy, store) = store_with_late_replies().await;
+    let lookup = Lookup {
+        ids: vec![OrderId::new(1)],
+        users: BTreeMap::from([(VoucherId::new(1), vec![UserId::new(1)])]),
+    };
+    for after_ms in 0..30 {
+        let begin = async {
+            let (tx, found) = Tx::begin_looking_up(store.connection().await?, &lookup).await?;
+            Ok::<_, sqlx::Error>((tx, found))
+        };
+        // Begun or not, the transaction is dropped uncommitted.
+        let begun = tokio::time::timeout(Duration::from_millis(after_ms), begin).await;
+        if let Ok(begun) = begun {
+            assert_eq!(begun.unwrap().1, Found::default());
+        }
+        let in_transaction = Tables::of(store.pool()).in_transaction().await.unwrap();
+        assert!(
+            !in_transaction,
+            "a transaction cancelled {after_ms} ms into its opening left its connection in it"
         );
     }
 }

@@ -28,7 +28,7 @@ use crate::after_sale::PayDeadlines;
 use crate::error::Error;
 use crate::ids::OrderId;
 use crate::keys::Keys;
-use crate::store::{NewOrder, Store, Tx};
+use crate::store::{NewOrder, Store};
 
 mod locks;
 mod outcome;
@@ -299,8 +299,9 @@ impl OrderWriter {
             span.record("voucher_id", field::display(order.voucher_id));
         }
         let statements = async {
-            let mut tx = Tx::begin_on(self.store.connection().await?).await?;
-            let ended = self.statements(&mut tx, orders, locks).await?;
+            let conn = self.store.connection().await?;
+            let (mut tx, opened) = self.open(conn, orders, locks).await?;
+            let ended = self.statements(&mut tx, orders, locks, opened).await?;
             Ok::<_, Error>((tx, ended))
         };
         // On an error or the deadline, the transaction is dropped with its

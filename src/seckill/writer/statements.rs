@@ -1,86 +1,113 @@
 //! The purchase transaction's statements, each run once for all of its
 //! orders: fences, idempotency, one active order per user, the lock
 //! checks, the insert, the stock — and, for admitted orders, their count
-//! in a sale Redis reloaded. The caller ([`OrderWriter::transaction`])
-//! begins and ends the transaction.
+//! in a sale Redis reloaded. The transaction begins with the first of them
+//! ([`OrderWriter::open`]); the caller ([`OrderWriter::transaction`]) ends
+//! it.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashSet};
 
 use futures::future::join_all;
 use hmdp_lock::LockError;
+use sqlx::pool::PoolConnection;
+use sqlx::MySql;
 
 use super::{Deferral, Ended, Locks, OrderSource, OrderWriter, Outcome};
 use crate::error::Error;
-use crate::ids::{OrderId, UserId, VoucherId};
+use crate::ids::{OrderId, UserId};
 use crate::metrics;
 use crate::seckill::sale_state::Readmit;
-use crate::store::{self, NewOrder, Tx};
+use crate::store::{self, Found, Lookup, NewOrder, Tx};
+
+/// What the transaction's opening round trips found: the users whose lock
+/// passed on to a newer holder, the orders written already, the users who
+/// hold an active order.
+pub(super) struct Opened {
+    stale: HashSet<UserId>,
+    found: Found,
+}
 
 impl OrderWriter {
-    /// The statements of the purchase transaction, each run once for all of
-    /// `orders`; the caller ends the transaction.
+    /// Begins the transaction on `conn` for `orders`: records each lock's
+    /// fencing token, then looks up what was written already. Without a
+    /// token to record, `BEGIN` rides in the lookup's round trip.
+    pub(super) async fn open(
+        &self,
+        conn: PoolConnection<MySql>,
+        orders: &[NewOrder],
+        locks: &Locks,
+    ) -> Result<(Tx, Opened), Error> {
+        // An admitted order id already written is this order again (a
+        // redelivery, a replay), or (another user, another voucher) an id
+        // the counter handed out twice. A purchase's id is fresh: its insert
+        // finds out, without a statement of its own. Every order's user is
+        // looked up, those the fences or the ids decide on too: what is
+        // found for them is never asked.
+        let mut lookup = Lookup::default();
+        if self.source != OrderSource::Purchase {
+            lookup.ids = orders.iter().map(|order| order.id).collect();
+        }
+        for order in orders {
+            let users = lookup.users.entry(order.voucher_id).or_default();
+            users.push(order.user_id);
+        }
+        let tokens: Vec<(UserId, u64)> = (locks.held.iter())
+            .filter(|(user, _)| orders.iter().any(|order| order.user_id == **user))
+            .filter_map(|(user, held)| Some((*user, held.fencing_token()?)))
+            .collect();
+        if tokens.is_empty() {
+            let (tx, found) = Tx::begin_looking_up(conn, &lookup).await?;
+            let stale = HashSet::new();
+            return Ok((tx, Opened { stale, found }));
+        }
+        // Fencing first: a newer holder's token means this user's lock
+        // passed on while we held it, and the fence row orders this user's
+        // transactions by token. The lookup follows, its snapshot taken
+        // after the fences: an older holder's order committed meanwhile is
+        // seen.
+        let mut tx = Tx::begin_on(conn).await?;
+        let mut stale = HashSet::new();
+        for (user, token) in tokens {
+            if !store::record_fence(&mut tx, user, token).await? {
+                metrics::FENCING_REJECTIONS.inc();
+                stale.insert(user);
+            }
+        }
+        let found = store::look_up(&mut tx, &lookup).await?;
+        Ok((tx, Opened { stale, found }))
+    }
+
+    /// The statements of the purchase transaction after its [`open`]ing,
+    /// each run once for all of `orders`; the caller ends the transaction.
+    ///
+    /// [`open`]: OrderWriter::open
     pub(super) async fn statements(
         &self,
         tx: &mut Tx,
         orders: &[NewOrder],
         locks: &Locks,
+        opened: Opened,
     ) -> Result<Ended, Error> {
+        let Opened { stale, found } = opened;
         let mut outcomes: Vec<Option<Outcome>> = vec![None; orders.len()];
-
-        // Fencing first: a newer holder's token means this user's lock
-        // passed on while we held it, and the fence row orders this user's
-        // transactions by token.
-        let mut stale = HashSet::new();
-        for (user, held) in &locks.held {
-            if let Some(token) = held.fencing_token() {
-                if orders.iter().any(|order| order.user_id == *user)
-                    && !store::record_fence(tx, *user, token).await?
-                {
-                    metrics::FENCING_REJECTIONS.inc();
-                    stale.insert(*user);
-                }
-            }
-        }
         for (order, outcome) in orders.iter().zip(outcomes.iter_mut()) {
             if stale.contains(&order.user_id) {
                 *outcome = Some(Outcome::Deferred(Deferral::FencedOut));
             }
-        }
-
-        // Idempotency: an admitted order id already written is this order
-        // again (a redelivery, a replay), or (another user, another voucher)
-        // an id the counter handed out twice. A purchase's id is fresh: its
-        // insert finds out, without a statement of its own.
-        if self.source != OrderSource::Purchase {
-            let ids: Vec<_> = orders.iter().map(|order| order.id).collect();
-            let existing = store::orders_by_id(tx, &ids).await?;
-            for (order, outcome) in orders.iter().zip(outcomes.iter_mut()) {
-                if let Some(row) = existing.iter().find(|row| row.id == order.id) {
-                    *outcome = Some(if row == order {
-                        Outcome::AlreadyWritten
-                    } else {
-                        Outcome::IdTaken
-                    });
-                }
+            // Written already, whoever holds the lock now.
+            if let Some(row) = found.written.iter().find(|row| row.id == order.id) {
+                *outcome = Some(if row == order {
+                    Outcome::AlreadyWritten
+                } else {
+                    Outcome::IdTaken
+                });
             }
         }
 
         // One active order per user: the users who hold an active order of
         // the voucher already, and a user's second order within the
         // transaction.
-        let mut by_voucher: BTreeMap<VoucherId, Vec<UserId>> = BTreeMap::new();
-        for (order, _) in undecided(orders, &outcomes) {
-            by_voucher
-                .entry(order.voucher_id)
-                .or_default()
-                .push(order.user_id);
-        }
-        let mut ordered = HashSet::new();
-        for (voucher, users) in &by_voucher {
-            for user in store::users_with_orders(tx, *voucher, users).await? {
-                ordered.insert((user, *voucher));
-            }
-        }
+        let mut ordered = found.holders;
         for (order, outcome) in orders.iter().zip(outcomes.iter_mut()) {
             if outcome.is_none() && !ordered.insert((order.user_id, order.voucher_id)) {
                 *outcome = Some(Outcome::DuplicateUser);
