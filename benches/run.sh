@@ -18,7 +18,9 @@
 #                                  commits shared (--sync-batch-max); the CPU
 #                                  of every process per order; the sale again
 #                                  with 256 and 512 buyers at once (orders/s,
-#                                  p99); then the nodes' peak RSS
+#                                  p99); where a purchase's time goes (the
+#                                  nodes' step histograms); then the nodes'
+#                                  peak RSS
 #   the same with --seckill stream  a second pair of nodes behind its own nginx,
 #                                  admitting in Redis: its storm against
 #                                  /health, its sale's admissions against the
@@ -76,7 +78,7 @@ REDIS_PID=$(redis_pid)
 # Results by name: R_<name> holds the per-round ratios, D_<name> the details.
 declare -A R D
 # Where the CPU of each round's sale went.
-CPU_SALE=()
+CPU_SALE=() STEPS=()
 keep() { # name, ratio, detail
   R[$1]="${R[$1]:-} $2"
   D[$1]="${D[$1]:-}${D[$1]:+; }$3"
@@ -259,6 +261,28 @@ drained() {
   now
 }
 
+# The nodes' step histograms (sums and counts), summed over a pair's nodes:
+# taken before and after a sale, their differences are the sale's means.
+steps() { # nodes' name
+  local urls=${1}_HMDP_NODE_URLS url
+  for url in ${!urls}; do curl -fsS "$url/metrics"; done |
+    awk '/^hmdp_(sync_purchase_step|sync_batch_wait|order_transaction_step)_seconds_(sum|count)/ { v[$1] += $2 }
+         END { for (k in v) print k, v[k] }'
+}
+# Where a synchronous purchase's time went in a sale, from `steps` before
+# and after it: the mean of each step in ms.
+step_means() { # before, after
+  awk 'NR == FNR { b[$1] = $2; next } { d[$1] = $2 - b[$1] }
+       END {
+         for (k in d) if (k ~ /_sum/) { c = k; sub(/_sum/, "_count", c); if (d[c] > 0) m[k] = d[k] / d[c] * 1000 }
+         p = "hmdp_sync_purchase_step_seconds_sum"; w = "hmdp_sync_batch_wait_seconds_sum"
+         t = "hmdp_order_transaction_step_seconds_sum{source=\"purchase\","
+         printf "lock %.1f + placed %.1f (queued %.1f; transaction: open %.1f + statements %.1f + commit %.1f; linger %.1f) + release %.1f ms\n",
+           m[p "{step=\"lock\"}"], m[p "{step=\"placed\"}"], m[w "{wait=\"queued\"}"], m[t "step=\"open\"}"],
+           m[t "step=\"statements\"}"], m[t "step=\"commit\"}"], m[w "{wait=\"linger\"}"], m[p "{step=\"release\"}"]
+       }' <(echo "$1") <(echo "$2")
+}
+
 for name in SYNC STREAM; do
   # shellcheck disable=SC2046
   $HMDP tokens $(target "$name") $(redis_of "$name") --users "$USERS" --out "$OUT/tokens-$name.txt"
@@ -278,10 +302,15 @@ for round in $(seq 1 "$ROUNDS"); do
   db_m=$(per_unit "$before" "$after" "$db_tx") db_c=$(per_unit 0 "$(cat "$OUT/db-best-$round.cpu")" "$db_tx")
   CPU_SALE+=("round $round, bench-db: MariaDB $db_m + bench-db $db_c µs per transaction")
   echo "${CPU_SALE[-1]}"
+  steps_before=$(steps SYNC)
   before=$(sale_cpu SYNC)
   timed "$OUT/sale-$round.cpu" loadtest SYNC sale "$OUT/sale-$round.json" --concurrency 64
   after=$(sale_cpu SYNC)
+  steps_after=$(steps SYNC)
   orders=$(num .orders_per_s "$OUT/sale-$round.json")
+  # A purchase's mean time at the client, 64 buyers over the answers per
+  # second (Little's law: each buyer sends its next as soon as answered).
+  STEPS+=("round $round: $(awk -v r="$(num .rps "$OUT/sale-$round.json")" 'BEGIN { printf "%.1f", 64 / r * 1000 }') ms at the client; in the nodes: $(step_means "$steps_before" "$steps_after")")
   placed=$(num '.outcomes.OK // 0' "$OUT/sale-$round.json")
   keep 4 "$(ratio "$orders" "$tx")" "$(printf '%.0f/%.0f' "$orders" "$tx")"
   read -r sync_cpu sync_all sync_line <<<"$(cpu_per_order "$before" "$after" "$OUT/sale-$round.cpu" "$placed")"
@@ -406,6 +435,14 @@ echo "stream consumers: $BATCHES"
 # process; the sale's every process, the load generator included).
 say "CPU per committed order of the sales, by process ($(nproc) cores)"
 printf '%s\n' "${CPU_SALE[@]}"
+
+# --- Where a synchronous purchase's time goes at 64 buyers at once: the
+# mean at the client against the nodes' step histograms (their means over
+# the sale; linger is a transaction's, the others a purchase's). What the
+# nodes do not time (nginx, connections, a request's wait for its worker,
+# the session check's start) is the client's mean less the nodes' steps.
+say "where a synchronous purchase's time goes, 64 buyers at once (means)"
+printf '%s\n' "${STEPS[@]}"
 
 # --- Where hmdp's locks stand among lock libraries: pairs/s of the same loop
 # on the same Redis, next to the Redis ceiling of ratio 1 (one EVALSHA per

@@ -153,6 +153,25 @@ metric!(SYNC_BATCH_ORDERS: Histogram = register_histogram_with_registry(
     "hmdp_sync_batch_orders",
     "Synchronous purchases written per shared transaction (--sync-batch-max)",
     vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]));
+metric!(SYNC_PURCHASE_STEPS: HistogramVec = register_histogram_vec_with_registry(
+    "hmdp_sync_purchase_step_seconds",
+    "Where a synchronous purchase's time goes, by step: lock (from its session check to its \
+     lock taken, its order id drawn and its Idempotency-Key claimed), placed (waiting for and \
+     writing the transaction that holds its order, to its answer), release (its lock released \
+     and its key's answer kept)",
+    &["step"], LATENCY_BUCKETS.to_vec()));
+metric!(SYNC_BATCH_WAITS: HistogramVec = register_histogram_vec_with_registry(
+    "hmdp_sync_batch_wait_seconds",
+    "Shared commits' waits: queued (a purchase, from its hand-over to the start of the \
+     transaction that writes it), linger (a transaction's purchases, for company after the \
+     previous commit; --sync-batch-linger-ms)",
+    &["wait"], LATENCY_BUCKETS.to_vec()));
+metric!(ORDER_TRANSACTION_STEPS: HistogramVec = register_histogram_vec_with_registry(
+    "hmdp_order_transaction_step_seconds",
+    "The order transactions' steps, by where their orders come from (purchase, queue, stream): \
+     open (a pooled connection, BEGIN, the fences, the lookup of orders and buyers), statements (the checks, the \
+     INSERT and the stock UPDATE), commit (COMMIT)",
+    &["source", "step"], LATENCY_BUCKETS.to_vec()));
 metric!(STREAM_ORDERS: IntCounterVec = register_int_counter_vec_with_registry(
     "hmdp_stream_orders_total",
     "Stream entries settled by this node's consumer, by outcome", &["outcome"]));

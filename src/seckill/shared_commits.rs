@@ -100,6 +100,8 @@ struct Waiting {
     /// without a transaction.
     answer_by: Instant,
     answer: oneshot::Sender<Placed>,
+    /// When it was handed over, for the time it waits.
+    handed_over: Instant,
 }
 
 /// A voucher with a transaction in flight on this node.
@@ -153,6 +155,7 @@ impl SharedCommits {
             span: Span::current(),
             answer_by,
             answer,
+            handed_over: Instant::now(),
         };
         let user = order.user_id;
         let joined = {
@@ -246,7 +249,10 @@ impl SharedCommits {
                 .is_none_or(|busy| busy.waiting.len() >= self.most)
         };
         if !already_full {
+            let lingering = Instant::now();
             let _ = tokio::time::timeout(self.linger, filled).await;
+            (metrics::SYNC_BATCH_WAITS.with_label_values(&["linger"]))
+                .observe(lingering.elapsed().as_secs_f64());
         }
     }
 
@@ -292,7 +298,9 @@ impl SharedCommits {
             (batch.iter().map(|waiting| waiting.answer_by).min()).expect("a batch is never empty");
         let mut answers = Vec::with_capacity(batch.len());
         let mut held = BTreeMap::new();
+        let queued = metrics::SYNC_BATCH_WAITS.with_label_values(&["queued"]);
         for waiting in batch {
+            queued.observe(now.duration_since(waiting.handed_over).as_secs_f64());
             held.insert(waiting.order.user_id, waiting.held);
             answers.push(waiting.answer);
         }

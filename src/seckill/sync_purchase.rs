@@ -16,6 +16,7 @@ use super::Seckill;
 use crate::error::{Error, Rejection};
 use crate::idempotency::{Claim, ClaimId, IdempotencyKey};
 use crate::ids::{OrderId, UserId, VoucherId};
+use crate::metrics;
 use crate::store::NewOrder;
 
 /// How many order ids a purchase draws at most, each found taken already.
@@ -71,6 +72,7 @@ impl Seckill {
             )
         })
         .await;
+        step("lock", requested_at);
         let Ok((held, id, claim)) = joined else {
             // Given up before the claim's answer: whether it landed is not
             // known. It is freed if it did (the key would answer 409 for a
@@ -107,7 +109,10 @@ impl Seckill {
                     user_id,
                     voucher_id,
                 };
-                self.write_under_lock(order, held, answer_by).await
+                let placing = Instant::now();
+                let placed = self.write_under_lock(order, held, answer_by).await;
+                step("placed", placing);
+                placed
             }
             (held, Err(error)) => (Err(error.into()), held.ok()),
             (Err(error), Ok(_)) => (Err(error), None),
@@ -125,7 +130,9 @@ impl Seckill {
                     .await;
             }
         };
+        let releasing = Instant::now();
         tokio::join!(release, settle);
+        step("release", releasing);
         if matches!(outcome, Err(Error::Rejected(Rejection::SoldOut))) {
             self.sold_out(voucher_id, &voucher);
         }
@@ -270,4 +277,10 @@ impl Seckill {
             tokio::spawn(release);
         }
     }
+}
+
+/// Counts `since`'s time to `step` of a synchronous purchase.
+fn step(step: &str, since: Instant) {
+    (metrics::SYNC_PURCHASE_STEPS.with_label_values(&[step]))
+        .observe(since.elapsed().as_secs_f64());
 }

@@ -296,6 +296,44 @@ async fn purchases_waiting_after_a_commit_are_joined_by_one_that_comes_while_the
         "orders"
     );
     assert_eq!(app.audit(voucher).await.active_orders, 4);
+
+    // Where the time went: each purchase's steps counted once; each
+    // transaction's statements held 3 s; the two waiting purchases queued
+    // through the first transaction, and their transaction lingered once.
+    for step in ["lock", "placed", "release"] {
+        let count = format!("hmdp_sync_purchase_step_seconds_count{{step=\"{step}\"}}");
+        assert_eq!(metric(&node.address, &count).await, 4.0, "{count}");
+    }
+    let placed = metric(
+        &node.address,
+        "hmdp_sync_purchase_step_seconds_sum{step=\"placed\"}",
+    )
+    .await;
+    assert!(
+        placed >= 4.0 * 3.0,
+        "each purchase placed in a 3 s transaction: {placed}"
+    );
+    let step = |stat: &str, step: &str| {
+        format!("hmdp_order_transaction_step_seconds_{stat}{{source=\"purchase\",step=\"{step}\"}}")
+    };
+    for name in ["open", "statements", "commit"] {
+        assert_eq!(
+            metric(&node.address, &step("count", name)).await,
+            2.0,
+            "{name}"
+        );
+    }
+    let held = metric(&node.address, &step("sum", "statements")).await;
+    assert!(held >= 2.0 * 3.0, "two transactions held 3 s each: {held}");
+    let waits =
+        |stat: &str, wait: &str| format!("hmdp_sync_batch_wait_seconds_{stat}{{wait=\"{wait}\"}}");
+    assert_eq!(metric(&node.address, &waits("count", "queued")).await, 4.0);
+    let queued = metric(&node.address, &waits("sum", "queued")).await;
+    assert!(
+        queued >= 2.0,
+        "two purchases queued through the first: {queued}"
+    );
+    assert_eq!(metric(&node.address, &waits("count", "linger")).await, 1.0);
 }
 
 /// [`buy_at`] as a future that owns what it sends, for a task of its own.

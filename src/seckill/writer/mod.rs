@@ -28,6 +28,7 @@ use crate::after_sale::PayDeadlines;
 use crate::error::Error;
 use crate::ids::OrderId;
 use crate::keys::Keys;
+use crate::metrics;
 use crate::store::{NewOrder, Store};
 
 mod locks;
@@ -47,6 +48,17 @@ pub enum OrderSource {
     Queue,
     /// Admitted in Redis onto the order stream (`stream`, a dead letter).
     Stream,
+}
+
+impl OrderSource {
+    /// The `source` label of the transactions' metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            OrderSource::Purchase => "purchase",
+            OrderSource::Queue => "queue",
+            OrderSource::Stream => "stream",
+        }
+    }
 }
 
 /// Writes orders to MySQL under their users' locks: what the purchase, the
@@ -298,10 +310,18 @@ impl OrderWriter {
             span.record("user_id", field::display(order.user_id));
             span.record("voucher_id", field::display(order.voucher_id));
         }
+        let step = |step: &str, since: Instant| {
+            (metrics::ORDER_TRANSACTION_STEPS.with_label_values(&[self.source.label(), step]))
+                .observe(since.elapsed().as_secs_f64());
+        };
         let statements = async {
+            let began = Instant::now();
             let conn = self.store.connection().await?;
             let (mut tx, opened) = self.open(conn, orders, locks).await?;
+            step("open", began);
+            let opened_at = Instant::now();
             let ended = self.statements(&mut tx, orders, locks, opened).await?;
+            step("statements", opened_at);
             Ok::<_, Error>((tx, ended))
         };
         // On an error or the deadline, the transaction is dropped with its
@@ -316,9 +336,11 @@ impl OrderWriter {
         };
         match &ended {
             Ended::Committed(outcomes) => {
+                let committing = Instant::now();
                 tx.commit()
                     .instrument(tracing::info_span!("commit"))
                     .await?;
+                step("commit", committing);
                 let written = orders
                     .iter()
                     .zip(outcomes)
