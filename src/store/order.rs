@@ -184,7 +184,9 @@ impl Lookup {
     }
 }
 
-/// [`Lookup`] `lookup` in a transaction begun already.
+/// Runs `lookup` in a transaction begun already (one whose fences went
+/// first); [`Tx::begin_looking_up`](super::Tx::begin_looking_up) begins one
+/// with it.
 pub async fn look_up(conn: &mut MySqlConnection, lookup: &Lookup) -> Result<Found, sqlx::Error> {
     lookup.run(conn, None).await
 }
