@@ -336,6 +336,73 @@ async fn purchases_waiting_after_a_commit_are_joined_by_one_that_comes_while_the
     assert_eq!(metric(&node.address, &waits("count", "linger")).await, 1.0);
 }
 
+/// Redis restarts empty while a shared commit is in flight and another
+/// buyer's purchase waits for the next one: the locks taken before the
+/// restart are gone (their watchdogs find out), so that the purchase in
+/// flight and the one waiting are refused 503 and write nothing, while a
+/// buyer who took the lock after the restart and joined the same next
+/// transaction gets the order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_lost_with_redis_refuses_its_order_and_its_batch_writes_the_rest() {
+    let mut redis = hmdp_test_support::RedisServer::start().await.unwrap();
+    let app = spawn_app(|s| {
+        s.store.redis.url = redis.url();
+        s.lock.mode = LockMode::Reentrant;
+        // Renewed every 100 ms: a lock gone with Redis is known lost soon.
+        s.lock.lock_watchdog_ms = 300;
+        // Every transaction stays open 4 s, before its lock checks.
+        s.chaos_hold_ms = 4000;
+        s.store.timeout.backend_timeout_ms = 20_000;
+    })
+    .await;
+    let voucher = app.create_open_seckill(10).await;
+    let tokens = app.login_many(2).await;
+    let address = app.address.clone();
+
+    // The first purchase's transaction starts alone; the second waits for
+    // the next, its lock taken.
+    let in_flight = tokio::spawn(buy_at_owned(&address, voucher, &tokens[0]));
+    let transactions = || metric(&address, "hmdp_sync_batch_orders_count");
+    wait_until("the first transaction", Duration::from_secs(20), || async {
+        transactions().await == 1.0
+    })
+    .await;
+    let waiting = tokio::spawn(buy_at_owned(&address, voucher, &tokens[1]));
+    wait_until(
+        "the second buyer's lock",
+        Duration::from_secs(20),
+        || async { app.lock_keys().await.len() == 2 },
+    )
+    .await;
+
+    redis.restart().await.unwrap();
+    wait_until(
+        "the node and the test reconnected to Redis",
+        Duration::from_secs(20),
+        || async {
+            let ping: redis::RedisResult<String> =
+                redis::cmd("PING").query_async(&mut app.redis.clone()).await;
+            ping.is_ok() && app.get("/ready", None).await.status() == 200
+        },
+    )
+    .await;
+    // Sessions went with Redis: a third buyer logs in and buys now, while
+    // the first transaction is still open, and joins the second's.
+    let after = app.login_many(3).await.remove(2);
+    let answer = app.purchase(voucher, &after).await;
+    assert_eq!(answer["success"], true, "{answer}");
+    let order: OrderId = answer["data"].as_str().unwrap().parse().unwrap();
+
+    for lost in [in_flight.await.unwrap(), waiting.await.unwrap()] {
+        assert_eq!(lost["errorCode"], "UNAVAILABLE", "{lost}");
+    }
+    assert_eq!(transactions().await, 2.0, "one transaction after the first");
+    assert_eq!(metric(&address, "hmdp_sync_batch_orders_sum").await, 3.0);
+    let audit = app.audit(voucher).await;
+    assert_eq!((audit.active_orders, audit.stock_left), (1, 9), "{audit:?}");
+    assert!(app.tables().order(order.get()).await.unwrap().is_some());
+}
+
 /// [`buy_at`] as a future that owns what it sends, for a task of its own.
 fn buy_at_owned(
     address: &str,
