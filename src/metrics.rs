@@ -169,8 +169,8 @@ metric!(SYNC_BATCH_WAITS: HistogramVec = register_histogram_vec_with_registry(
 metric!(ORDER_TRANSACTION_STEPS: HistogramVec = register_histogram_vec_with_registry(
     "hmdp_order_transaction_step_seconds",
     "The order transactions' steps, by where their orders come from (purchase, queue, stream): \
-     open (a pooled connection, BEGIN, the fences, the lookup of orders and buyers), statements (the checks, the \
-     INSERT and the stock UPDATE), commit (COMMIT)",
+     open (a pooled connection, BEGIN, the fences, the lookup of orders and buyers), \
+     statements (the checks, the INSERT and the stock UPDATE), commit (COMMIT)",
     &["source", "step"], LATENCY_BUCKETS.to_vec()));
 metric!(STREAM_ORDERS: IntCounterVec = register_int_counter_vec_with_registry(
     "hmdp_stream_orders_total",
