@@ -21,8 +21,8 @@ use hmdp::startup::Application;
 use hmdp::store::{Store, VoucherAudit};
 pub use hmdp_test_support::phone;
 use hmdp_test_support::{
-    free_ports, mysql_server_url, poll_until, redis_url, wait_for, ChildProcess, NodeCommand,
-    Probe, RedisNamespace, RedisServer, Stdout, Tables, TestDatabase,
+    free_ports, mysql_server_url, poll_until, redis_url, wait_for, wait_until, ChildProcess,
+    NodeCommand, Probe, RedisNamespace, RedisServer, Stdout, Tables, TestDatabase,
 };
 use redis::AsyncCommands;
 use serde_json::{json, Value};
@@ -185,6 +185,24 @@ impl TestApp {
             .json()
             .await
             .unwrap()
+    }
+
+    /// Restarts `redis`, the node's private Redis, empty, and waits until
+    /// the node answers ready again and the harness's own connection, which
+    /// reports the restart once, has reconnected.
+    pub async fn restart_redis(&self, redis: &mut RedisServer) {
+        redis.restart().await.unwrap();
+        wait_until(
+            "the node and the test reconnected to Redis",
+            Duration::from_secs(20),
+            || async {
+                let ping: redis::RedisResult<String> = redis::cmd("PING")
+                    .query_async(&mut self.redis.clone())
+                    .await;
+                ping.is_ok() && self.get("/ready", None).await.status() == 200
+            },
+        )
+        .await;
     }
 
     /// Every per-user lock key left in the test's Redis namespace.

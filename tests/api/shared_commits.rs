@@ -375,17 +375,7 @@ async fn a_lock_lost_with_redis_refuses_its_order_and_its_batch_writes_the_rest(
     )
     .await;
 
-    redis.restart().await.unwrap();
-    wait_until(
-        "the node and the test reconnected to Redis",
-        Duration::from_secs(20),
-        || async {
-            let ping: redis::RedisResult<String> =
-                redis::cmd("PING").query_async(&mut app.redis.clone()).await;
-            ping.is_ok() && app.get("/ready", None).await.status() == 200
-        },
-    )
-    .await;
+    app.restart_redis(&mut redis).await;
     // Sessions went with Redis: a third buyer logs in and buys now, while
     // the first transaction is still open, and joins the second's.
     let after = app.login_many(3).await.remove(2);

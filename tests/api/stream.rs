@@ -596,19 +596,7 @@ pub async fn an_order_in_its_transaction_when_redis_restarts_is_counted_in_the_r
     )
     .await;
 
-    redis.restart().await.unwrap();
-    wait_until(
-        "the node and the test reconnected to Redis",
-        Duration::from_secs(20),
-        || async {
-            // The harness's own connection reports the restart once, then
-            // reconnects.
-            let ping: redis::RedisResult<String> =
-                redis::cmd("PING").query_async(&mut app.redis.clone()).await;
-            ping.is_ok() && app.get("/ready", None).await.status() == 200
-        },
-    )
-    .await;
+    app.restart_redis(&mut redis).await;
     // Sessions went with Redis: everybody logs in again, and the first
     // purchase after the loss reloads the sale while the batch sleeps.
     let tokens = app.login_many(6).await;
