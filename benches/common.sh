@@ -24,6 +24,23 @@ cpu_s() { # pids... -> their total
     awk -v hz="$HZ" '{ sub(/^.*\) /, ""); split($0, f, " "); print (f[12] + f[13]) / hz }' "/proc/$pid/stat"
   done | awk '{ s += $1 } END { printf "%.3f", s }'
 }
+# Waits until the processes given are quiet: no CPU used in two 100 ms
+# looks in a row (at most 10 s). After a run that wrote much, MariaDB
+# purges and flushes for a few hundred ms: the next run is measured
+# without that.
+settled() { # pids...
+  local quiet=0 before
+  for _ in $(seq 1 100); do
+    before=$(cpu_s "$@")
+    sleep 0.1
+    if [ "$(cpu_s "$@")" = "$before" ]; then
+      quiet=$((quiet + 1))
+      [ "$quiet" -lt 2 ] || return 0
+    else
+      quiet=0
+    fi
+  done
+}
 # The pid of the MariaDB the benchmarks use (127.0.0.1:3306), as it reports
 # it: `pidof` picks any mariadbd, a test's private server as well.
 mariadb_pid() { cat "$(mariadb -h 127.0.0.1 -u root -N -e 'SELECT @@pid_file')"; }

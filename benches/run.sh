@@ -294,6 +294,7 @@ loadtest STREAM sale "$OUT/warm-up-stream.json" --concurrency 64 >/dev/null
 drained >/dev/null
 for round in $(seq 1 "$ROUNDS"); do
   say "round $round: bench-db at concurrency $DB_BEST_C, then sale: $USERS users, one purchase each, stock $USERS, sync then stream"
+  settled "$MARIADB_PID"
   before=$(cpu_s "$MARIADB_PID")
   timed "$OUT/db-best-$round.cpu" $HMDP bench-db --concurrency "$DB_BEST_C" --duration "$DURATION" --json "$OUT/db-best-$round.json"
   after=$(cpu_s "$MARIADB_PID")
@@ -302,6 +303,7 @@ for round in $(seq 1 "$ROUNDS"); do
   db_m=$(per_unit "$before" "$after" "$db_tx") db_c=$(per_unit 0 "$(cat "$OUT/db-best-$round.cpu")" "$db_tx")
   CPU_SALE+=("round $round, bench-db: MariaDB $db_m + bench-db $db_c µs per transaction")
   echo "${CPU_SALE[-1]}"
+  settled "$MARIADB_PID"
   steps_before=$(steps SYNC)
   before=$(sale_cpu SYNC)
   timed "$OUT/sale-$round.cpu" loadtest SYNC sale "$OUT/sale-$round.json" --concurrency 64
@@ -321,6 +323,7 @@ for round in $(seq 1 "$ROUNDS"); do
   # The stream sale: admissions/s against the synchronous sale's orders/s
   # just before, and how long after the last answer its orders were all in
   # MySQL; its CPU per order counted until then.
+  settled "$MARIADB_PID"
   before=$(sale_cpu STREAM)
   timed "$OUT/stream-sale-$round.cpu" loadtest STREAM sale "$OUT/stream-sale-$round.json" --concurrency 64
   answered=$(now)
@@ -340,6 +343,7 @@ for round in $(seq 1 "$ROUNDS"); do
   # against bench-db's tx/s of this round. The HTTP sale above cannot show
   # it: the consumers keep up with its admissions.
   # shellcheck disable=SC2046 # backend's flags split on purpose
+  settled "$MARIADB_PID"
   $HMDP bench-drain $(backend STREAM) --orders $((USERS * 5)) --json "$OUT/drain-$round.json"
   drain_rate=$(num .written_per_s "$OUT/drain-$round.json")
   keep 10 "$(ratio "$drain_rate" "$tx")" "$(printf '%.0f/%.0f' "$drain_rate" "$tx")"
@@ -348,7 +352,9 @@ for round in $(seq 1 "$ROUNDS"); do
   # more buyers wait, the more orders each shared commit holds; the p99 at
   # 256 and the orders/s at 512 against 256 are targets of their own.
   say "round $round: sync sale before a crowd: $USERS users, 256 then 512 buyers at once"
+  settled "$MARIADB_PID"
   loadtest SYNC sale "$OUT/sale-256-$round.json" --concurrency 256
+  settled "$MARIADB_PID"
   loadtest SYNC sale "$OUT/sale-512-$round.json" --concurrency 512
   crowd=$(num .orders_per_s "$OUT/sale-256-$round.json")
   larger=$(num .orders_per_s "$OUT/sale-512-$round.json")
@@ -358,11 +364,14 @@ for round in $(seq 1 "$ROUNDS"); do
   keep 13 "$(ratio "$larger" "$crowd")" "$(printf '%.0f/%.0f' "$larger" "$crowd")"
 
   say "round $round: nginx -> /health, then storm: $USERS users x $PER_USER purchases at once, stock $(( (USERS + 9) / 10 )), sync then stream"
+  settled "$MARIADB_PID"
   rps=$(health)
   echo "nginx -> /health: $rps requests/s"
+  settled "$MARIADB_PID"
   loadtest SYNC storm "$OUT/storm-$round.json" --per-user "$PER_USER" --concurrency 200
   storm=$(num .rps "$OUT/storm-$round.json")
   keep 5 "$(ratio "$storm" "$rps")" "$(printf '%.0f/%.0f' "$storm" "$rps")"
+  settled "$MARIADB_PID"
   loadtest STREAM storm "$OUT/stream-storm-$round.json" --per-user "$PER_USER" --concurrency 200
   storm=$(num .rps "$OUT/stream-storm-$round.json")
   keep 8 "$(ratio "$storm" "$rps")" "$(printf '%.0f/%.0f' "$storm" "$rps")"
