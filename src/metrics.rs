@@ -119,6 +119,10 @@ metric!(CACHE_READS: IntCounterVec = register_int_counter_vec_with_registry(
      outcome (hit, missing: the cached marker of an unknown id, rebuild: read from MySQL, \
      timeout: another reader's rebuild outlasted the wait)",
     &["cache", "outcome"]));
+metric!(VOUCHER_READS: IntCounter = register_int_counter_with_registry(
+    "hmdp_voucher_reads_total",
+    "Reads of a seckill voucher from MySQL by the purchases' pre-checks: the first of each \
+     voucher on this node (one for all the purchases waiting for it), then one every 5 s"));
 metric!(DB_POOL: IntGaugeVec = register_int_gauge_vec_with_registry(
     "db_pool_connections", "MySQL pool connections by state", &["state"]));
 

@@ -32,6 +32,7 @@ use chrono::{Local, NaiveDateTime};
 use super::sale_state::layout_of;
 use crate::error::{Error, Rejection};
 use crate::ids::VoucherId;
+use crate::metrics;
 use crate::shards::Layout;
 use crate::store::Store;
 
@@ -104,6 +105,24 @@ pub struct Catalog {
     /// The shard layouts the sales use, and when they were read: where an
     /// Idempotency-Key of an admitted purchase may live.
     layouts: Mutex<Option<(Instant, Vec<Layout>)>>,
+    /// The turn to read a voucher not known yet, per voucher while some
+    /// purchase waits for it or reads.
+    first_reads: Mutex<HashMap<VoucherId, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// A purchase's read of a voucher not known yet, under way: its turn is
+/// given up when the read ends, or is dropped midway.
+struct FirstRead<'a> {
+    catalog: &'a Catalog,
+    voucher_id: VoucherId,
+}
+
+impl Drop for FirstRead<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut reads) = self.catalog.first_reads.lock() {
+            reads.remove(&self.voucher_id);
+        }
+    }
 }
 
 impl Catalog {
@@ -113,6 +132,7 @@ impl Catalog {
             vouchers: RwLock::new(HashMap::new()),
             missing: Mutex::new(HashMap::new()),
             layouts: Mutex::new(None),
+            first_reads: Mutex::new(HashMap::new()),
         }
     }
 
@@ -158,7 +178,37 @@ impl Catalog {
         if self.recently_missing(voucher_id) {
             return Ok(None);
         }
-        self.read(voucher_id, None).await
+        self.read_first(voucher_id).await
+    }
+
+    /// The first read of a voucher on this node, one purchase at a time:
+    /// those that waited their turn find it read. The wait and the read
+    /// give up (503) together after the backend timeout, so that with
+    /// MySQL stuck every waiting purchase is answered then, not one
+    /// timeout after another.
+    async fn read_first(&self, voucher_id: VoucherId) -> Result<Option<Arc<SaleInfo>>, Error> {
+        let deadline = self.store.backend_timeout();
+        let turn = {
+            let mut reads = self.first_reads.lock().expect("catalog poisoned");
+            reads.entry(voucher_id).or_default().clone()
+        };
+        let read = async {
+            let _turn = turn.lock().await;
+            if let Some(info) = self.cached(voucher_id) {
+                return Ok(Some(info));
+            }
+            if self.recently_missing(voucher_id) {
+                return Ok(None);
+            }
+            let _reading = FirstRead {
+                catalog: self,
+                voucher_id,
+            };
+            self.read(voucher_id, None).await
+        };
+        tokio::time::timeout(deadline, read)
+            .await
+            .map_err(|_| Error::over_budget(&format!("reading voucher {voucher_id}"), deadline))?
     }
 
     /// Reads the voucher from MySQL into the catalog, replacing `known`.
@@ -170,6 +220,7 @@ impl Catalog {
         known: Option<&SaleInfo>,
     ) -> Result<Option<Arc<SaleInfo>>, Error> {
         let deadline = self.store.backend_timeout();
+        metrics::VOUCHER_READS.inc();
         let row = tokio::time::timeout(deadline, self.store.seckill_voucher(voucher_id))
             .await
             .map_err(|_| {

@@ -9,7 +9,6 @@ use hmdp::ids::VoucherId;
 use hmdp_lock::LockMode;
 use hmdp_test_support::{free_ports, wait_until, RedisServer};
 use serde_json::Value;
-use sqlx::Connection;
 
 use crate::helpers::{phone, spawn_app, spawn_app_on, TestApp};
 use crate::slow_mysql::SlowCommitMariaDb;
@@ -175,13 +174,7 @@ async fn purchase_answers_503_behind(
     lock: &str,
     unlock: &str,
 ) {
-    let mut blocker = sqlx::MySqlConnection::connect(&app.database_url())
-        .await
-        .unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(lock.to_owned()))
-        .execute(&mut blocker)
-        .await
-        .unwrap();
+    let mut blocker = app.mysql_session_with(lock).await;
     let (status, body, took) = timed_purchase(app, voucher, token).await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["errorCode"], "UNAVAILABLE");
@@ -334,6 +327,39 @@ async fn a_table_locked_elsewhere_answers_503_within_the_backend_timeout() {
     assert_eq!(retry["success"], true, "{retry}");
 }
 
+/// The purchases of a voucher not read yet wait for one read of it; with
+/// that read stuck behind a table lock, every one of them answers 503
+/// within the backend timeout, together, not one timeout after another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purchases_waiting_for_a_stuck_first_read_of_their_voucher_answer_503_together() {
+    let app = spawn_app(|s| s.store.timeout.backend_timeout_ms = 1000).await;
+    let voucher = app.create_open_seckill(10).await;
+    let tokens = app.login_many(8).await;
+    let mut blocker = app
+        .mysql_session_with("LOCK TABLES tb_seckill_voucher WRITE")
+        .await;
+    let answers = join_all(
+        tokens
+            .iter()
+            .map(|token| timed_purchase(&app, voucher, token)),
+    )
+    .await;
+    for (status, body, took) in answers {
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(body["errorCode"], "UNAVAILABLE");
+        assert!(
+            took < Duration::from_secs(3),
+            "waited {took:?} for the voucher's read"
+        );
+    }
+    sqlx::raw_sql("UNLOCK TABLES")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    let bought = app.purchase(voucher, &tokens[0]).await;
+    assert_eq!(bought["success"], true, "{bought}");
+}
+
 /// `KILL CONNECTION` for every session on the test's database but our own.
 async fn kill_connections_to(app: &TestApp) {
     let killed = app.tables().kill_other_connections().await.unwrap();
@@ -358,13 +384,9 @@ async fn a_purchase_transaction_dropped_midway_is_rolled_back() {
 
     // Free once the rollback has run: a row another session still holds
     // would make this wait out its one-second lock timeout.
-    let mut other = sqlx::MySqlConnection::connect(&app.database_url())
-        .await
-        .unwrap();
-    sqlx::raw_sql("SET SESSION innodb_lock_wait_timeout = 1")
-        .execute(&mut other)
-        .await
-        .unwrap();
+    let other = app
+        .mysql_session_with("SET SESSION innodb_lock_wait_timeout = 1")
+        .await;
     let other = tokio::sync::Mutex::new(other);
     wait_until(
         "the dropped transaction to let the stock row go",
@@ -400,13 +422,9 @@ async fn an_unknown_voucher_is_refused_again_without_asking_mysql() {
     let first = app.purchase(unknown, &token).await;
     assert_eq!(first["errorCode"], "VOUCHER_NOT_FOUND", "{first}");
 
-    let mut blocker = sqlx::MySqlConnection::connect(&app.database_url())
-        .await
-        .unwrap();
-    sqlx::raw_sql("LOCK TABLES tb_seckill_voucher WRITE")
-        .execute(&mut blocker)
-        .await
-        .unwrap();
+    let mut blocker = app
+        .mysql_session_with("LOCK TABLES tb_seckill_voucher WRITE")
+        .await;
     let (status, body, _) = timed_purchase(&app, unknown, &token).await;
     sqlx::raw_sql("UNLOCK TABLES")
         .execute(&mut blocker)

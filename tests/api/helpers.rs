@@ -145,6 +145,20 @@ impl TestApp {
         self.database.url.clone()
     }
 
+    /// A MySQL session of the test's own on its database, which has run
+    /// `sql` (a lock to hold, a session setting).
+    pub async fn mysql_session_with(&self, sql: &str) -> sqlx::MySqlConnection {
+        use sqlx::Connection;
+        let mut session = sqlx::MySqlConnection::connect(&self.database_url())
+            .await
+            .unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+            .execute(&mut session)
+            .await
+            .unwrap();
+        session
+    }
+
     /// The node's Redis keys, under the test's prefix.
     pub fn keys(&self) -> Keys {
         Keys::new(self.prefix.clone())

@@ -1,11 +1,14 @@
 //! `/voucher-order/*`: every purchase outcome and the order query.
 
-use serde_json::Value;
+use std::time::Duration;
 
+use futures::future::join_all;
 use hmdp::ids::VoucherId;
 use hmdp_lock::LockMode;
+use hmdp_test_support::wait_until;
+use serde_json::Value;
 
-use crate::helpers::{phone, spawn_app};
+use crate::helpers::{metric, phone, spawn_app};
 
 fn assert_rejected(body: &Value, code: &str, message: &str) {
     assert_eq!(body["success"], false, "{body}");
@@ -184,4 +187,54 @@ async fn an_order_id_already_taken_is_replaced_by_the_next_one_with(fencing: boo
         (1, 9),
         "one unit taken"
     );
+}
+
+/// The purchases of a voucher this node has not read yet, arriving
+/// together as at a sale's opening, share one read of it from MySQL
+/// instead of each asking (and queueing for the pool's connections ahead
+/// of the transactions). The read is held up behind a table lock until
+/// it waits in MySQL, the others sent with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purchases_of_a_voucher_not_read_yet_share_one_read_of_it() {
+    let app = spawn_app(|_| {}).await;
+    let tokens = app.login_many(32).await;
+    let warm_up = app.create_open_seckill(1).await;
+    assert_eq!(app.purchase(warm_up, &tokens[0]).await["success"], true);
+    let reads = || metric(&app.address, "hmdp_voucher_reads_total");
+    let before = reads().await;
+
+    let voucher = app.create_open_seckill(32).await;
+    let mut blocker = app
+        .mysql_session_with("LOCK TABLES tb_seckill_voucher WRITE")
+        .await;
+    let purchases = join_all(tokens.iter().map(|token| app.purchase(voucher, token)));
+    let held_up = async {
+        // A session of its own, to watch the process list from.
+        let watcher = app.mysql_session_with("DO 0").await;
+        let watcher = tokio::sync::Mutex::new(watcher);
+        wait_until(
+            "the voucher's read to wait behind the lock",
+            Duration::from_secs(5),
+            || async {
+                let waiting: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+                     WHERE DB = DATABASE() AND STATE = 'Waiting for table metadata lock'",
+                )
+                .fetch_one(&mut *watcher.lock().await)
+                .await
+                .unwrap();
+                waiting > 0
+            },
+        )
+        .await;
+        sqlx::raw_sql("UNLOCK TABLES")
+            .execute(&mut blocker)
+            .await
+            .unwrap();
+    };
+    let (answers, ()) = tokio::join!(purchases, held_up);
+    for answer in &answers {
+        assert_eq!(answer["success"], true, "{answer}");
+    }
+    assert_eq!(reads().await - before, 1.0, "reads of the voucher");
 }
