@@ -110,17 +110,25 @@ pub struct Catalog {
     first_reads: Mutex<HashMap<VoucherId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
-/// A purchase's read of a voucher not known yet, under way: its turn is
-/// given up when the read ends, or is dropped midway.
-struct FirstRead<'a> {
+/// A purchase's turn to read a voucher not known yet: when it ends (the
+/// voucher read, found missing or found read already; an error; the wait
+/// given up midway), the turn is forgotten unless a newer one took its
+/// place, so that the map holds only turns some purchase still waits for.
+struct Turn<'a> {
     catalog: &'a Catalog,
     voucher_id: VoucherId,
+    turn: &'a Arc<tokio::sync::Mutex<()>>,
 }
 
-impl Drop for FirstRead<'_> {
+impl Drop for Turn<'_> {
     fn drop(&mut self) {
         if let Ok(mut reads) = self.catalog.first_reads.lock() {
-            reads.remove(&self.voucher_id);
+            if reads
+                .get(&self.voucher_id)
+                .is_some_and(|turn| Arc::ptr_eq(turn, self.turn))
+            {
+                reads.remove(&self.voucher_id);
+            }
         }
     }
 }
@@ -193,17 +201,18 @@ impl Catalog {
             reads.entry(voucher_id).or_default().clone()
         };
         let read = async {
-            let _turn = turn.lock().await;
+            let _one_at_a_time = turn.lock().await;
+            let _turn_ends = Turn {
+                catalog: self,
+                voucher_id,
+                turn: &turn,
+            };
             if let Some(info) = self.cached(voucher_id) {
                 return Ok(Some(info));
             }
             if self.recently_missing(voucher_id) {
                 return Ok(None);
             }
-            let _reading = FirstRead {
-                catalog: self,
-                voucher_id,
-            };
             self.read(voucher_id, None).await
         };
         tokio::time::timeout(deadline, read)
