@@ -105,15 +105,16 @@ pub struct Catalog {
     /// The shard layouts the sales use, and when they were read: where an
     /// Idempotency-Key of an admitted purchase may live.
     layouts: Mutex<Option<(Instant, Vec<Layout>)>>,
-    /// The turn to read a voucher not known yet, per voucher while some
-    /// purchase waits for it or reads.
+    /// The turn to read a voucher not known yet, per voucher while its
+    /// purchases wait for it or read.
     first_reads: Mutex<HashMap<VoucherId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// A purchase's turn to read a voucher not known yet: when it ends (the
 /// voucher read, found missing or found read already; an error; the wait
 /// given up midway), the turn is forgotten unless a newer one took its
-/// place, so that the map holds only turns some purchase still waits for.
+/// place, so that the map does not grow with every id read or found
+/// missing.
 struct Turn<'a> {
     catalog: &'a Catalog,
     voucher_id: VoucherId,
