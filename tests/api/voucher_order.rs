@@ -209,22 +209,10 @@ async fn purchases_of_a_voucher_not_read_yet_share_one_read_of_it() {
         .await;
     let purchases = join_all(tokens.iter().map(|token| app.purchase(voucher, token)));
     let held_up = async {
-        // A session of its own, to watch the process list from.
-        let watcher = app.mysql_session_with("DO 0").await;
-        let watcher = tokio::sync::Mutex::new(watcher);
         wait_until(
             "the voucher's read to wait behind the lock",
             Duration::from_secs(5),
-            || async {
-                let waiting: i64 = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
-                     WHERE DB = DATABASE() AND STATE = 'Waiting for table metadata lock'",
-                )
-                .fetch_one(&mut *watcher.lock().await)
-                .await
-                .unwrap();
-                waiting > 0
-            },
+            || async { app.tables().waiting_for_a_table_lock().await.unwrap() > 0 },
         )
         .await;
         sqlx::raw_sql("UNLOCK TABLES")

@@ -353,6 +353,17 @@ impl<'a> Tables<'a> {
         .await
     }
 
+    /// How many sessions on this database wait for a table's metadata lock
+    /// (behind a `LOCK TABLES`, an `ALTER TABLE`).
+    pub async fn waiting_for_a_table_lock(&self) -> sqlx::Result<i64> {
+        sqlx::query_scalar(
+            "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.processlist \
+             WHERE db = DATABASE() AND state = 'Waiting for table metadata lock'",
+        )
+        .fetch_one(self.pool)
+        .await
+    }
+
     /// Each transaction open on this database's connections, in a line:
     /// its state, age, rows, its session's command, and the statements it
     /// ran (from `performance_schema`'s history where the server keeps one).
