@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use bytes::Bytes;
+use futures::future::join_all;
 use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{HeaderValue, AUTHORIZATION, CONNECTION, HOST};
@@ -202,6 +203,24 @@ impl Lanes {
         Ok(Answer { status, node, body })
     }
 
+    /// Opens up to `connections` connections ahead of the requests, spread
+    /// over the clients as their requests will be, and keeps them idle: the
+    /// requests of a run then start on open connections, as a crowd waiting
+    /// on a sale's page has them, and their latency is the exchange's, not
+    /// the TCP handshake's. A connection that cannot be opened is left to
+    /// the request that needs it, whose outcome says why.
+    pub async fn open_ahead(&self, connections: usize) {
+        let opened = join_all((0..connections).map(|i| async move {
+            let client = i % self.sources.len();
+            self.connect(client).await.map(|sender| (client, sender))
+        }))
+        .await;
+        let mut idle = self.idle.lock().expect("lanes poisoned");
+        for (client, sender) in opened.into_iter().flatten() {
+            idle[client].push(sender);
+        }
+    }
+
     fn checkout(&self, client: usize) -> Option<SendRequest<Empty<Bytes>>> {
         let mut idle = self.idle.lock().expect("lanes poisoned");
         while let Some(sender) = idle[client].pop() {
@@ -254,8 +273,12 @@ pub(super) fn loopback_address(block: u8, i: usize, who: &str) -> anyhow::Result
 
 #[cfg(test)]
 mod tests {
-    use super::Lanes;
+    use std::net::IpAddr;
+
+    use futures::future::join_all;
     use hyper::header::HeaderValue;
+
+    use super::Lanes;
 
     #[test]
     fn a_target_is_a_plain_http_base_url() {
@@ -361,14 +384,16 @@ mod tests {
         }
     }
 
-    /// Many clients: each connection leaves from its client's own loopback
-    /// address, and a client's connection is kept for that client alone.
-    #[tokio::test]
-    async fn each_client_sends_from_an_address_of_its_own() {
+    /// A server that answers every request with `{}` and reports the
+    /// address of each connection it accepts.
+    async fn counting_server() -> (
+        std::net::SocketAddr,
+        tokio::sync::mpsc::UnboundedReceiver<IpAddr>,
+    ) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
-        let (peers, mut seen) = tokio::sync::mpsc::unbounded_channel();
+        let (peers, seen) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move {
             while let Ok((mut socket, peer)) = listener.accept().await {
                 peers.send(peer.ip()).unwrap();
@@ -386,6 +411,46 @@ mod tests {
                 });
             }
         });
+        (address, seen)
+    }
+
+    /// Connections opened ahead carry the requests: none is opened while
+    /// they are sent, each client's from its own address.
+    #[tokio::test]
+    async fn requests_go_out_on_the_connections_opened_ahead() {
+        let (address, mut seen) = counting_server().await;
+        let lanes = Lanes::new(&format!("http://{address}"), "/x", 4)
+            .unwrap()
+            .spread_over(2)
+            .unwrap();
+        lanes.open_ahead(4).await;
+        let idle: Vec<usize> = (lanes.idle.lock().unwrap().iter()).map(Vec::len).collect();
+        assert_eq!(idle, [2, 2], "each client's connections, open and idle");
+
+        let token = HeaderValue::from_static("token");
+        let _permits = lanes.reserve(4).await;
+        let answers = join_all((0..4).map(|client| lanes.post(client, &token, &token))).await;
+        for answer in answers {
+            assert_eq!(answer.unwrap().status, 200);
+        }
+        // Every connection that carried a request was accepted before its
+        // answer: all of them are in the channel now.
+        let mut accepted = Vec::new();
+        while let Ok(ip) = seen.try_recv() {
+            accepted.push(ip.to_string());
+        }
+        accepted.sort();
+        assert_eq!(
+            accepted,
+            ["127.3.0.1", "127.3.0.1", "127.3.0.2", "127.3.0.2"]
+        );
+    }
+
+    /// Many clients: each connection leaves from its client's own loopback
+    /// address, and a client's connection is kept for that client alone.
+    #[tokio::test]
+    async fn each_client_sends_from_an_address_of_its_own() {
+        let (address, mut seen) = counting_server().await;
         let token = HeaderValue::from_static("token");
         let lanes = Lanes::new(&format!("http://{address}"), "/x", 4)
             .unwrap()
