@@ -210,23 +210,24 @@ sale_cpu() { # nodes' name (SYNC or STREAM)
   # shellcheck disable=SC2086 # the nodes' pid list splits on purpose
   echo "$(cpu_s "$MARIADB_PID") $(cpu_s ${!nodes}) $(cpu_s "$REDIS_PID") $(cpu_s "${!nginx}")"
 }
-# How busy the cores were, and how long the threads of the processes given
-# waited on a run queue for one (their `run_delay`, /proc/PID/task/*/schedstat):
-# "<busy jiffies> <idle jiffies> <waited ns> <time s>" now, taken before and
-# after a run; `cores_over` reads two.
+# How busy the cores were, how much of their time the machine's host took
+# (steal), and how long the threads of the processes given waited on a run
+# queue for one (their `run_delay`, /proc/PID/task/*/schedstat): "<busy>
+# <idle> <stolen> jiffies <waited> ns <time> s" now, taken before and after
+# a run; `cores_over` reads two.
 cores_now() { # pids...
   local pid
-  awk '/^cpu / { printf "%d %d ", $2 + $3 + $4 + $7 + $8, $5 + $6 }' /proc/stat
+  awk '/^cpu / { printf "%d %d %d ", $2 + $3 + $4 + $7 + $8, $5 + $6, $9 }' /proc/stat
   for pid; do cat /proc/"$pid"/task/*/schedstat; done 2>/dev/null | awk '{ s += $2 } END { printf "%.0f ", s }'
   date +%s.%N
 }
-# "<cores busy> <threads waiting for a core>" on average between two
-# `cores_now`.
+# "<cores busy> <cores stolen> <threads waiting for a core>" on average
+# between two `cores_now`.
 cores_over() { # before, after
   awk -v n="$(nproc)" -v b="$1" -v a="$2" 'BEGIN {
     split(b, x, " "); split(a, y, " ")
-    busy = y[1] - x[1]; idle = y[2] - x[2]
-    printf "%.2f %.2f", n * busy / (busy + idle), (y[3] - x[3]) / 1e9 / (y[4] - x[4]) }'
+    busy = y[1] - x[1]; all = busy + y[2] - x[2] + y[3] - x[3]
+    printf "%.2f %.2f %.2f", n * busy / all, n * (y[3] - x[3]) / all, (y[4] - x[4]) / 1e9 / (y[5] - x[5]) }'
 }
 # The CPU of a sale per order, all processes and by process, from the
 # `sale_cpu` before and after it, the load generator's CPU file and the
@@ -318,7 +319,7 @@ for round in $(seq 1 "$ROUNDS"); do
   before=$(cpu_s "$MARIADB_PID")
   cores_before=$(cores_now "$MARIADB_PID")
   timed "$OUT/db-best-$round.cpu" $HMDP bench-db --concurrency "$DB_BEST_C" --duration "$DURATION" --json "$OUT/db-best-$round.json"
-  read -r db_busy db_waiting <<<"$(cores_over "$cores_before" "$(cores_now "$MARIADB_PID")")"
+  read -r db_busy db_stolen db_waiting <<<"$(cores_over "$cores_before" "$(cores_now "$MARIADB_PID")")"
   after=$(cpu_s "$MARIADB_PID")
   tx=$(num .tx_per_s "$OUT/db-best-$round.json")
   db_tx=$(num .transactions "$OUT/db-best-$round.json")
@@ -332,7 +333,7 @@ for round in $(seq 1 "$ROUNDS"); do
   cores_before=$(cores_now "$MARIADB_PID" "$REDIS_PID" "$SYNC_HMDP_NGINX_PID" $SYNC_HMDP_NODE_PIDS)
   timed "$OUT/sale-$round.cpu" loadtest SYNC sale "$OUT/sale-$round.json" --concurrency 64
   # shellcheck disable=SC2086
-  read -r sale_busy sale_waiting <<<"$(cores_over "$cores_before" \
+  read -r sale_busy sale_stolen sale_waiting <<<"$(cores_over "$cores_before" \
     "$(cores_now "$MARIADB_PID" "$REDIS_PID" "$SYNC_HMDP_NGINX_PID" $SYNC_HMDP_NODE_PIDS)")"
   after=$(sale_cpu SYNC)
   steps_after=$(steps SYNC)
@@ -340,7 +341,7 @@ for round in $(seq 1 "$ROUNDS"); do
   # A purchase's mean time at the client, 64 buyers over the answers per
   # second (Little's law: each buyer sends its next as soon as answered).
   STEPS+=("round $round: $(awk -v r="$(num .rps "$OUT/sale-$round.json")" 'BEGIN { printf "%.1f", 64 / r * 1000 }') ms at the client; in the nodes: $(step_means "$steps_before" "$steps_after")")
-  CORES+=("round $round: bench-db: cores busy $db_busy of $(nproc), $db_waiting of MariaDB's threads waiting for one; the sale: cores busy $sale_busy, $sale_waiting of the servers' threads waiting for one")
+  CORES+=("round $round: bench-db: cores busy $db_busy of $(nproc) (stolen $db_stolen), $db_waiting of MariaDB's threads waiting for one; the sale: cores busy $sale_busy (stolen $sale_stolen), $sale_waiting of the servers' threads waiting for one")
   placed=$(num '.outcomes.OK // 0' "$OUT/sale-$round.json")
   keep 4 "$(ratio "$orders" "$tx")" "$(printf '%.0f/%.0f' "$orders" "$tx")"
   read -r sync_cpu sync_all sync_line <<<"$(cpu_per_order "$before" "$after" "$OUT/sale-$round.cpu" "$placed")"
@@ -481,14 +482,12 @@ printf '%s\n' "${CPU_SALE[@]}"
 say "where a synchronous purchase's time goes, 64 buyers at once (means)"
 printf '%s\n' "${STEPS[@]}"
 
-# --- The cores over the same runs: the share of the time they were busy
-# (/proc/stat, every process) and the threads that were ready to run and
-# waited for one, on average (the run_delay of MariaDB's, or of MariaDB's,
-# Redis's, nginx's and the nodes' threads; the load generator and bench-db
-# left out). A 64-buyer sale leaves the cores idle part of the time and
-# keeps threads waiting for them the rest: its wake-ups come in bursts (a
-# shared commit answers its buyers together, who send their next purchases
-# together), where bench-db's clients keep them busy evenly.
+# --- The cores over the same runs: how many of them were busy on average
+# (/proc/stat, every process), how many the machine's host took for others
+# (steal: a shared machine's noise), and how many threads were ready to run
+# and waited for one (the run_delay of MariaDB's threads, or of MariaDB's,
+# Redis's, nginx's and the nodes'; the load generator and bench-db left
+# out): with CPU per order (row 4c), what sets each side's rate.
 say "the cores during bench-db and the 64-buyer sale (means)"
 printf '%s\n' "${CORES[@]}"
 
