@@ -313,6 +313,10 @@ done
 loadtest SYNC sale "$OUT/warm-up.json" --concurrency 512 >/dev/null
 loadtest STREAM sale "$OUT/warm-up-stream.json" --concurrency 64 >/dev/null
 drained >/dev/null
+# The processes that serve the synchronous sale, whose threads' waits for a
+# core the cores' lines count.
+# shellcheck disable=SC2206 # the nodes' pid list splits on purpose
+SYNC_SERVERS=("$MARIADB_PID" "$REDIS_PID" "$SYNC_HMDP_NGINX_PID" $SYNC_HMDP_NODE_PIDS)
 for round in $(seq 1 "$ROUNDS"); do
   say "round $round: bench-db at concurrency $DB_BEST_C, then sale: $USERS users, one purchase each, stock $USERS, sync then stream"
   settled "$MARIADB_PID"
@@ -329,12 +333,9 @@ for round in $(seq 1 "$ROUNDS"); do
   settled "$MARIADB_PID"
   steps_before=$(steps SYNC)
   before=$(sale_cpu SYNC)
-  # shellcheck disable=SC2086 # the nodes' pid list splits on purpose
-  cores_before=$(cores_now "$MARIADB_PID" "$REDIS_PID" "$SYNC_HMDP_NGINX_PID" $SYNC_HMDP_NODE_PIDS)
+  cores_before=$(cores_now "${SYNC_SERVERS[@]}")
   timed "$OUT/sale-$round.cpu" loadtest SYNC sale "$OUT/sale-$round.json" --concurrency 64
-  # shellcheck disable=SC2086
-  read -r sale_busy sale_stolen sale_waiting <<<"$(cores_over "$cores_before" \
-    "$(cores_now "$MARIADB_PID" "$REDIS_PID" "$SYNC_HMDP_NGINX_PID" $SYNC_HMDP_NODE_PIDS)")"
+  read -r sale_busy sale_stolen sale_waiting <<<"$(cores_over "$cores_before" "$(cores_now "${SYNC_SERVERS[@]}")")"
   after=$(sale_cpu SYNC)
   steps_after=$(steps SYNC)
   orders=$(num .orders_per_s "$OUT/sale-$round.json")
