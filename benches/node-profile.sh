@@ -13,9 +13,9 @@
 #
 # Knobs: USERS (default 30000: the sale outlasts the sampling), CONCURRENCY
 # (64), SAMPLE_SECONDS (2), MIN_PERCENT (5), OUT (the recording and the
-# reports, default a temporary directory). Needs `perf` (Debian: linux-perf) and
-# the right to sample every process (root, or kernel.perf_event_paranoid
-# at -1).
+# reports, default a temporary directory). Needs `perf` (Debian:
+# linux-perf) and the right to sample every process (root, or
+# kernel.perf_event_paranoid at -1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 USERS=${USERS:-30000}
