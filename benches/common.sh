@@ -80,6 +80,18 @@ start_nodes() { # env file, log file, hmdp up flags...
   echo "hmdp $up wrote no $env within 60 s" >&2
   exit 1
 }
+# `hmdp loadtest` with the flags given, pointed at the pair of nodes whose
+# env file was read last: its nginx, database, Redis, key prefix and admin
+# token.
+pair_loadtest() { # hmdp loadtest flags...
+  "$HMDP" loadtest --target "$HMDP_TARGET" --database-url "$DATABASE_URL" --redis-url "$REDIS_URL" \
+    --redis-prefix "$HMDP_REDIS_PREFIX" --admin-token "$HMDP_ADMIN_TOKEN" "$@"
+}
+# Logs that pair's first users in (`hmdp tokens`), their tokens in the file.
+pair_tokens() { # users, file
+  "$HMDP" tokens --target "$HMDP_TARGET" --redis-url "$REDIS_URL" --redis-prefix "$HMDP_REDIS_PREFIX" \
+    --users "$1" --out "$2" >/dev/null
+}
 stop_nodes() {
   local pid
   for pid in "${UPS[@]}"; do

@@ -65,9 +65,7 @@ loadtest() { # label, json, workload flags...
   shift 2
   local before after
   before=$(snapshot)
-  timed "$json.cpu" "$HMDP" loadtest --target "$HMDP_TARGET" --database-url "$DATABASE_URL" \
-    --redis-url "$REDIS_URL" --redis-prefix "$HMDP_REDIS_PREFIX" --admin-token "$HMDP_ADMIN_TOKEN" \
-    --users "$USERS" --tokens "$OUT/tokens.txt" --json "$json" "$@" >/dev/null
+  timed "$json.cpu" pair_loadtest --users "$USERS" --tokens "$OUT/tokens.txt" --json "$json" "$@" >/dev/null
   after=$(snapshot)
   report "$label ($(jq -r '.rps | floor' "$json")/s)" "$before" "$after" \
     "$(jq -r .requests "$json")" "$(cat "$json.cpu")"
@@ -89,8 +87,7 @@ for run in $(seq 1 "$RUNS"); do
     start_nodes "$OUT/nodes.env" "$OUT/nodes.log" --lock reentrant --seckill stream
     # shellcheck disable=SC1091 # HMDP_TARGET=..., DATABASE_URL=..., ...
     . "$OUT/nodes.env"
-    "$HMDP" tokens --target "$HMDP_TARGET" --redis-url "$REDIS_URL" --redis-prefix "$HMDP_REDIS_PREFIX" \
-      --users "$USERS" --out "$OUT/tokens.txt" >/dev/null
+    pair_tokens "$USERS" "$OUT/tokens.txt"
     # Warm-up: connections opened, statements prepared, sessions read.
     loadtest warm-up "$OUT/warm-up.json" --workload sale --concurrency 64 >/dev/null
     wrk_run "wrk /health" "$HMDP_TARGET/health"

@@ -36,21 +36,21 @@ trap stop_nodes EXIT
 start_nodes "$OUT/nodes.env" "$OUT/nodes.log" --lock reentrant --seckill sync
 # shellcheck disable=SC1091 # HMDP_TARGET=..., DATABASE_URL=..., ...
 . "$OUT/nodes.env"
-"$HMDP" tokens --target "$HMDP_TARGET" --redis-url "$REDIS_URL" --redis-prefix "$HMDP_REDIS_PREFIX" \
-  --users "$USERS" --out "$OUT/tokens.txt" >/dev/null
+pair_tokens "$USERS" "$OUT/tokens.txt"
 sale() { # json
-  exec "$HMDP" loadtest --target "$HMDP_TARGET" --database-url "$DATABASE_URL" \
-    --redis-url "$REDIS_URL" --redis-prefix "$HMDP_REDIS_PREFIX" --admin-token "$HMDP_ADMIN_TOKEN" \
-    --users "$USERS" --tokens "$OUT/tokens.txt" --workload sale --concurrency "$CONCURRENCY" \
+  pair_loadtest --users "$USERS" --tokens "$OUT/tokens.txt" --workload sale --concurrency "$CONCURRENCY" \
     --json "$1" >/dev/null
 }
 # Warm-up: connections opened, statements prepared.
-(sale "$OUT/warm-up.json")
+sale "$OUT/warm-up.json"
 
 # The sampling starts once the sale's opening is behind it.
 sale "$OUT/sale.json" &
 SALE=$!
 sleep 0.5
+# The load generator: the sale's subshell and the `hmdp` it runs.
+# shellcheck disable=SC2207 # pids split on purpose
+LOAD_GENERATOR=("$SALE" $(pgrep -P "$SALE" || true))
 perf record --all-cpus --call-graph dwarf,16384 --freq 999 --output "$OUT/perf.data" \
   -- sleep "$SAMPLE_SECONDS" 2>"$OUT/perf-record.log"
 wait "$SALE"
@@ -62,24 +62,28 @@ fi
 printf '== the sale: %s orders/s, %s buyers at once; sampled %s s of it\n' \
   "$(jq -r '.orders_per_s | floor' "$OUT/sale.json")" "$CONCURRENCY" "$SAMPLE_SECONDS"
 
+# The pids given as `perf report --pid` takes them, comma-separated.
+pid_list() { # pids...
+  local IFS=,
+  echo "$*"
+}
 # The share of the samples of the processes given (pid 0: the cores idle).
 share() { # pids...
-  local pids
-  pids=$(echo "$@" | tr ' ' ,)
-  perf report --input "$OUT/perf.data" --no-children --pid "$pids" --sort pid --call-graph none \
+  perf report --input "$OUT/perf.data" --no-children --pid "$(pid_list "$@")" --sort pid --call-graph none \
     --stdio 2>/dev/null | awk '/^ +[0-9.]+%/ { s += $1 } END { printf "%.1f%%", s }'
 }
 # shellcheck disable=SC2086,SC2046 # the pid lists split on purpose
 printf '\n== the samples by process: nodes %s, MariaDB %s, Redis %s, nginx %s, load generator %s; idle %s\n' \
   "$(share $HMDP_NODE_PIDS)" "$(share "$(mariadb_pid)")" "$(share "$(redis_pid)")" \
-  "$(share $HMDP_NGINX_PID $(pgrep -P "$HMDP_NGINX_PID" || true))" "$(share "$SALE")" "$(share 0)"
+  "$(share $HMDP_NGINX_PID $(pgrep -P "$HMDP_NGINX_PID" || true))" "$(share "${LOAD_GENERATOR[@]}")" "$(share 0)"
 
 # Left out: unresolved addresses, and the threads' entry frames, under which
 # every sample of a thread lies (some twice over, a frame shown twice in a
 # stack).
 THREAD_ENTRY='start_thread|clone3|<std::sys::thread::unix::Thread>::new::thread_start|std::sys::backtrace::__rust_begin_short_backtrace|core::ops::function::FnOnce::call_once\{\{vtable\.shim\}\}'
 printf '\n== the nodes: frames with at least %s%% of their samples, callees included\n' "$MIN_PERCENT"
-perf report --input "$OUT/perf.data" --children --pid "${HMDP_NODE_PIDS// /,}" --percentage relative \
+# shellcheck disable=SC2086 # the nodes' pid list splits on purpose
+perf report --input "$OUT/perf.data" --children --pid "$(pid_list $HMDP_NODE_PIDS)" --percentage relative \
   --sort sym --call-graph none --percent-limit "$MIN_PERCENT" --stdio 2>/dev/null |
   awk '/^ +[0-9.]+%/ && !/\[\.\] 0x[0-9a-f]+$/ && !/\] ('"$THREAD_ENTRY"')$/' | cut -c1-160 | tee "$OUT/nodes.txt"
 echo "(perf.data and the reports in $OUT)"

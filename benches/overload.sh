@@ -38,9 +38,8 @@ sale() { # label, concurrency
   rm -f "$OUT/probe.txt" "$OUT/stop"
   probe "$OUT/probe.txt" "$OUT/stop" &
   local prober=$!
-  "$HMDP" loadtest --target "$HMDP_TARGET" --database-url "$DATABASE_URL" --redis-url "$REDIS_URL" \
-    --redis-prefix "$HMDP_REDIS_PREFIX" --admin-token "$HMDP_ADMIN_TOKEN" --workload sale \
-    --users "$USERS" --tokens "$OUT/tokens.txt" --concurrency "$2" --json "$json" >/dev/null
+  pair_loadtest --workload sale --users "$USERS" --tokens "$OUT/tokens.txt" --concurrency "$2" \
+    --json "$json" >/dev/null
   touch "$OUT/stop"
   wait "$prober"
   printf '%-28s %5s buyers at once: %6.0f orders/s, ordered p99 %7.1f ms, shed %6s, /health p99 %6s ms, worst %6s ms\n' \
@@ -53,8 +52,7 @@ for shed in "$TARGET_MS" 0; do
   HMDP_SHED_LATENCY_MS=$shed start_nodes "$OUT/nodes.env" "$OUT/nodes.log" --lock reentrant --seckill sync
   # shellcheck disable=SC1091 # HMDP_TARGET=..., DATABASE_URL=..., ...
   . "$OUT/nodes.env"
-  "$HMDP" tokens --target "$HMDP_TARGET" --redis-url "$REDIS_URL" --redis-prefix "$HMDP_REDIS_PREFIX" \
-    --users "$USERS" --out "$OUT/tokens.txt" >/dev/null
+  pair_tokens "$USERS" "$OUT/tokens.txt"
   sale "warm-up, shed ${shed} ms" 64 >/dev/null
   sale "shed past ${shed} ms" "$LOW"
   sale "shed past ${shed} ms" "$HIGH"
