@@ -37,7 +37,11 @@ pub struct BenchDbResult {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
+    /// Committed in the measured seconds.
     pub transactions: u64,
+    /// Committed in the whole run, the warm-up second's included: the
+    /// count to divide CPU read around the process by.
+    pub all_transactions: u64,
     pub errors: u64,
     pub concurrency: usize,
     pub duration_s: u64,
@@ -113,6 +117,7 @@ pub async fn run(args: BenchDbArgs) -> anyhow::Result<BenchDbResult> {
         p99_ms,
         max_ms,
         transactions: measured.operations,
+        all_transactions: measured.all_operations,
         errors: measured.errors,
         concurrency: args.shape.concurrency,
         duration_s: args.shape.duration,

@@ -43,6 +43,9 @@ pub struct RunShape {
 /// What a timed loop measured.
 pub struct Measured {
     pub operations: u64,
+    /// The operations that succeeded from the start, the warm-up's
+    /// included: what CPU read around the whole run was spent on.
+    pub all_operations: u64,
     pub errors: u64,
     pub elapsed: Duration,
     pub latency: Latency,
@@ -73,7 +76,7 @@ where
             let operation = operation.clone();
             tokio::spawn(async move {
                 let mut histogram = new_histogram();
-                let (mut ok, mut errors, mut i) = (0u64, 0u64, 0u64);
+                let (mut ok, mut errors, mut i, mut all_ok) = (0u64, 0u64, 0u64, 0u64);
                 loop {
                     let begun = Instant::now();
                     if begun >= stop_at {
@@ -81,6 +84,7 @@ where
                     }
                     let succeeded = operation(task, i).await;
                     i += 1;
+                    all_ok += u64::from(succeeded);
                     if begun >= measure_from {
                         let micros = begun.elapsed().as_micros() as u64;
                         histogram.saturating_record(micros.max(1));
@@ -91,20 +95,22 @@ where
                         }
                     }
                 }
-                (histogram, ok, errors)
+                (histogram, ok, errors, all_ok)
             })
         })
         .collect();
     let mut histogram = new_histogram();
-    let (mut operations, mut errors) = (0, 0);
+    let (mut operations, mut errors, mut all_operations) = (0, 0, 0);
     for task in tasks {
-        let (h, ok, failed) = task.await.expect("benchmark task panicked");
+        let (h, ok, failed, all_ok) = task.await.expect("benchmark task panicked");
         histogram.add(h).expect("same histogram bounds");
         operations += ok;
         errors += failed;
+        all_operations += all_ok;
     }
     Measured {
         operations,
+        all_operations,
         errors,
         elapsed: Duration::from_secs(shape.duration),
         latency: Latency::of(&histogram),

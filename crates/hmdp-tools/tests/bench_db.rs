@@ -1,0 +1,47 @@
+//! `hmdp bench-db` on a sandbox of its own: the transactions of its
+//! measured seconds, and every transaction it committed — its warm-up
+//! second's included, what the CPU read around the whole process (row 4c
+//! of `benches/run.sh`) is divided by; and no order left behind.
+
+mod common;
+
+use hmdp_test_support::Tables;
+
+use common::hmdp;
+
+#[tokio::test]
+async fn bench_db_counts_the_warm_ups_transactions_apart_and_removes_its_orders() {
+    let sandbox = common::sandbox().await;
+    let json = tempfile::NamedTempFile::new().unwrap();
+    let (code, out) = hmdp(
+        &sandbox,
+        &[
+            "bench-db",
+            "--concurrency=2",
+            "--duration=1",
+            "--json",
+            json.path().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json.path()).unwrap()).unwrap();
+    let measured = report["transactions"].as_u64().unwrap();
+    let all = report["all_transactions"].as_u64().unwrap();
+    assert!(measured > 0, "{report}");
+    assert_eq!(report["errors"], 0, "{report}");
+    assert_eq!(
+        report["tx_per_s"].as_f64().unwrap(),
+        measured as f64,
+        "one second measured: {report}"
+    );
+    // The warm-up second commits as the measured one does.
+    assert!(
+        all > measured,
+        "the warm-up second's transactions are counted in all_transactions: {report}"
+    );
+
+    let store = sandbox.store(1).unwrap();
+    let orders = Tables::of(store.pool()).all_orders().await.unwrap();
+    assert_eq!(orders, 0, "the benchmark removes its orders: {report}");
+}
