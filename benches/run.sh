@@ -440,12 +440,12 @@ verdict() { # value, op, target
     echo FAIL
   fi
 }
-row() { # label, name, op, target
-  local value
+row() { # label, name[, op, target]: without a target, the median alone
+  local value judged=""
   # shellcheck disable=SC2086 # the rounds' ratios, one word each
   value=$(median ${R[$2]})
-  printf '%-55s %6.2f %s %-4s %s  (rounds:%s; %s)\n' "$1" "$value" "$3" "$4" \
-    "$(verdict "$value" "$3" "$4")" "${R[$2]}" "${D[$2]}"
+  [ $# -eq 4 ] && judged=$(printf ' %s %-4s %s' "$3" "$4" "$(verdict "$value" "$3" "$4")")
+  printf '%-55s %6.2f%s  (rounds:%s; %s)\n' "$1" "$value" "$judged" "${R[$2]}" "${D[$2]}"
 }
 
 say "ratios, median of $ROUNDS rounds (results in $OUT)"
@@ -471,14 +471,8 @@ row "12 p99 of a sync purchase, 256 buyers at once, ms" 12 "<=" 50
 row "13 sync sale orders/s, 512 buyers at once / 256" 13 ">=" 0.8
 # Rows 4 and 4c with the stream sale in the synchronous sale's place: no
 # target, what this machine allows those two rows.
-ceiling() { # label, name
-  local value
-  # shellcheck disable=SC2086 # the rounds' ratios, one word each
-  value=$(median ${R[$2]})
-  printf '%-55s %6.2f  (rounds:%s; %s)\n' "$1" "$value" "${R[$2]}" "${D[$2]}"
-}
-ceiling "4s  stream sale admissions/s / bench-db tx/s (row 4's ceiling)" 4s
-ceiling "4sc CPU per bench-db tx / CPU per stream order, all processes (row 4c's)" 4sc
+row "4s  stream sale admissions/s / bench-db tx/s (row 4's ceiling)" 4s
+row "4sc CPU per bench-db tx / CPU per stream order, all processes (row 4c's)" 4sc
 echo "sync shared commits: $SYNC_BATCHES"
 echo "stream consumers: $BATCHES"
 
