@@ -21,7 +21,7 @@ use hmdp_test_support::Tables;
 use hmdp_tools::nodes::{node_flags, Nodes, NodesSpec, Sandbox};
 use redis::AsyncCommands;
 
-use common::{hmdp, seckill_voucher_in_mysql};
+use common::{hmdp, hmdp_report, seckill_voucher_in_mysql};
 
 fn audit(sandbox: &Sandbox, voucher: i64) -> (i32, String) {
     hmdp(sandbox, &["audit", "--voucher", &voucher.to_string()])
@@ -47,16 +47,11 @@ fn verified_sale(
     nodes: &Nodes,
     extra: &[&str],
 ) -> (String, serde_json::Value) {
-    let json = tempfile::NamedTempFile::new().unwrap();
     let target = nodes.url();
     let mut args = vec!["loadtest", "--target", &target, "--workload=sale"];
     args.extend(extra);
-    args.extend(["--admin-token", &spec.admin_token, "--verify", "--json"]);
-    args.push(json.path().to_str().unwrap());
-    let (code, out) = hmdp(sandbox, &args);
-    assert_eq!(code, 0, "{out}");
-    let report = serde_json::from_str(&std::fs::read_to_string(json.path()).unwrap()).unwrap();
-    (out, report)
+    args.extend(["--admin-token", &spec.admin_token, "--verify"]);
+    hmdp_report(sandbox, &args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -84,20 +79,8 @@ async fn the_audit_holds_after_a_drained_sale_and_names_what_breaks_it() {
     // `bench-drain` on the same nodes: a backlog admitted straight in Redis
     // is written by their consumers, every order once (the benchmark checks
     // that before it removes its voucher).
-    let json = tempfile::NamedTempFile::new().unwrap();
-    let (code, out) = hmdp(
-        &sandbox,
-        &[
-            "bench-drain",
-            "--orders=300",
-            "--json",
-            json.path().to_str().unwrap(),
-        ],
-    );
-    assert_eq!(code, 0, "{out}");
+    let (out, report) = hmdp_report(&sandbox, &["bench-drain", "--orders=300"]);
     assert!(out.contains("all in MySQL after"), "{out}");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(json.path()).unwrap()).unwrap();
     assert_eq!(report["orders"], 300, "{report}");
     assert!(report["written_per_s"].as_f64().unwrap() > 0.0, "{report}");
     let drained: i64 = report["voucher"].as_str().unwrap().parse().unwrap();

@@ -7,25 +7,12 @@ mod common;
 
 use hmdp_test_support::Tables;
 
-use common::hmdp;
+use common::hmdp_report;
 
 #[tokio::test]
 async fn bench_db_counts_the_warm_ups_transactions_apart_and_removes_its_orders() {
     let sandbox = common::sandbox().await;
-    let json = tempfile::NamedTempFile::new().unwrap();
-    let (code, out) = hmdp(
-        &sandbox,
-        &[
-            "bench-db",
-            "--concurrency=2",
-            "--duration=1",
-            "--json",
-            json.path().to_str().unwrap(),
-        ],
-    );
-    assert_eq!(code, 0, "{out}");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(json.path()).unwrap()).unwrap();
+    let (_, report) = hmdp_report(&sandbox, &["bench-db", "--concurrency=2", "--duration=1"]);
     let measured = report["transactions"].as_u64().unwrap();
     let all = report["all_transactions"].as_u64().unwrap();
     assert!(measured > 0, "{report}");

@@ -42,6 +42,18 @@ pub fn hmdp(sandbox: &Sandbox, args: &[&str]) -> (i32, String) {
     (output.status.code().expect("exited"), out)
 }
 
+/// Runs `hmdp` with `args` and `--json` to a file of its own, which must
+/// succeed; returns its output and the JSON report it wrote.
+pub fn hmdp_report(sandbox: &Sandbox, args: &[&str]) -> (String, serde_json::Value) {
+    let json = tempfile::NamedTempFile::new().unwrap();
+    let mut args = args.to_vec();
+    args.extend(["--json", json.path().to_str().unwrap()]);
+    let (code, out) = hmdp(sandbox, &args);
+    assert_eq!(code, 0, "{out}");
+    let report = serde_json::from_str(&std::fs::read_to_string(json.path()).unwrap()).unwrap();
+    (out, report)
+}
+
 /// A seckill voucher of `stock` on sale for the next hour, inserted in
 /// MySQL without any node knowing; its id.
 pub async fn seckill_voucher_in_mysql(store: &Store, stock: i32) -> i64 {
