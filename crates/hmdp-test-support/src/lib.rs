@@ -21,7 +21,7 @@ pub mod tcp_proxy;
 pub use database::TestDatabase;
 pub use mariadb_server::MariaDbServer;
 pub use node::{NodeCommand, NodeProcess, Probe};
-pub use process::{send_signal, ChildProcess, Stdout};
+pub use process::{port_was_taken, send_signal, ChildProcess, Stdout};
 pub use redis_cluster::RedisCluster;
 pub use redis_keys::{remove_keys_with_prefix, RedisNamespace};
 pub use redis_server::{calls_in, command_calls, is_master, logged_script_calls, RedisServer};
@@ -132,6 +132,12 @@ pub(crate) fn finish_from_drop<T: Send + 'static>(
     })
     .join()
 }
+
+/// How many times a server is started on ports found free before giving up:
+/// another process may take a port between its choice and the server's
+/// bind (most often as the local end of an outgoing connection, from the
+/// same ephemeral range).
+pub const PORT_ATTEMPTS: usize = 5;
 
 /// Distinct local ports that were free a moment ago: all are held open until
 /// each is chosen, so the kernel cannot hand out one twice. Another process

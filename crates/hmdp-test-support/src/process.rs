@@ -9,6 +9,10 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use tokio::process::{Child, Command};
 
+/// The line each start writes to its process's log before the process's
+/// own output, followed by the process's name.
+const STARTING: &str = "--- starting ";
+
 /// Where a child's standard output goes; its standard error always goes to
 /// its log.
 pub enum Stdout {
@@ -41,7 +45,7 @@ impl ChildProcess {
             .append(true)
             .open(log)
             .with_context(|| format!("opening {}", log.display()))?;
-        writeln!(file, "--- starting {name}")?;
+        writeln!(file, "{STARTING}{name}")?;
         let stdout = match stdout {
             Stdout::Log => Stdio::from(file.try_clone()?),
             Stdout::Discard => Stdio::null(),
@@ -151,6 +155,16 @@ pub fn send_signal(pid: u32, signal: &str) -> anyhow::Result<()> {
         .context("cannot run kill")?;
     anyhow::ensure!(status.success(), "kill -{signal} {pid}: {status}");
     Ok(())
+}
+
+/// Whether the last process started with its output in `log` (the lines
+/// after its `--- starting` line) could not bind a port because another
+/// process had taken it. Read from the whole log, not the tail an error
+/// carries: a backtrace may follow the line that says so.
+pub fn port_was_taken(log: &Path) -> bool {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let last_start = text.rsplit(STARTING).next().unwrap_or_default();
+    last_start.contains("Address already in use")
 }
 
 /// The last lines of a log file, for an error message.

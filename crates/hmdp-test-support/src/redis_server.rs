@@ -7,16 +7,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::free_ports;
 use crate::process::send_signal;
+use crate::{free_ports, PORT_ATTEMPTS};
 
 /// How long a fresh redis-server may take to answer PING.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How many free ports a start tries: a port found free can be taken by
-/// another process (an outgoing connection's local port, another test's
-/// server) before redis-server binds it, and the server then exits at once.
-const PORT_ATTEMPTS: usize = 5;
 
 /// A redis-server child process; killed when dropped.
 pub struct RedisServer {

@@ -3,6 +3,7 @@
 //! modes keep one order per user across nodes, and what a node crash does.
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -13,10 +14,14 @@ use hmdp_lock::LockMode;
 
 mod common;
 use common::nodes::{run, TestNodes};
-use hmdp_test_support::{poll_until, redis_url, wait_until, RedisCluster, Tables};
+use hmdp::config::RedisSettings;
+use hmdp_test_support::{
+    mysql_server_url, poll_until, port_was_taken, redis_url, wait_until, RedisCluster, Tables,
+};
 use hmdp_tools::loadtest::tokens::Login;
 use hmdp_tools::loadtest::{self, Plan, Report};
-use hmdp_tools::nodes::NODE_IDS;
+use hmdp_tools::nodes::node::Node;
+use hmdp_tools::nodes::{NodesSpec, Sandbox, NODE_IDS};
 
 fn assert_served_by_both_nodes(report: &Report) {
     for node in NODE_IDS {
@@ -76,6 +81,39 @@ async fn a_redis_lua_lock_keeps_one_order_per_user_across_two_nodes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reentrant_lock_keeps_one_order_per_user_across_two_nodes() {
     assert_one_order_per_user_across_two_nodes(LockMode::Reentrant).await;
+}
+
+/// What the start of two nodes retries on: a node whose port another
+/// process holds exits, and its log says why; one started on a port found
+/// free serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_on_a_taken_port_says_so_in_its_log_and_another_port_serves() {
+    let sandbox = Sandbox::create(&mysql_server_url(), &RedisSettings::at(redis_url()), "test")
+        .await
+        .expect("MySQL is reachable (scripts/services.sh starts it)");
+    let spec = NodesSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = holder.local_addr().unwrap().port();
+    let log = tempfile::NamedTempFile::new().unwrap();
+
+    let mut node = Node::new("taken", taken, log.path().to_owned());
+    let refused = node.start(&spec, &[]).await;
+
+    assert!(refused.is_err(), "a node started on a taken port");
+    assert!(
+        port_was_taken(log.path()),
+        "{}",
+        std::fs::read_to_string(log.path()).unwrap()
+    );
+    let node = Node::start_on_a_free_port("free", log.path().to_owned(), &spec, &[])
+        .await
+        .unwrap();
+    assert_ne!(node.port, taken);
+    assert!(!port_was_taken(log.path()));
+    let health = reqwest::get(format!("{}/health", node.url()))
+        .await
+        .unwrap();
+    assert!(health.status().is_success(), "{health:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

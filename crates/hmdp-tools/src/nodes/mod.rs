@@ -12,12 +12,11 @@ pub mod soak;
 pub mod up;
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::Context;
 use hmdp::config::SeckillMode;
 use hmdp_lock::LockMode;
-use hmdp_test_support::{free_ports, ChildProcess};
+use hmdp_test_support::ChildProcess;
 use tempfile::TempDir;
 
 pub(crate) use node::Node;
@@ -97,24 +96,13 @@ impl Nodes {
             .prefix("hmdp-nodes-")
             .tempdir()
             .context("cannot create nginx's prefix directory")?;
-        let [nginx_port, port1, port2] = free_ports().context("no free local port")?;
-        let mut nodes = vec![
-            Node::new(NODE_IDS[0], port1, dir.path().join("node1.log")),
-            Node::new(NODE_IDS[1], port2, dir.path().join("node2.log")),
-        ];
-        for node in &mut nodes {
-            node.start(&spec, node_flags).await?;
+        let mut nodes = Vec::with_capacity(NODE_IDS.len());
+        for id in NODE_IDS {
+            let log = dir.path().join(format!("{id}.log"));
+            nodes.push(Node::start_on_a_free_port(id, log, &spec, node_flags).await?);
         }
-
-        let conf = nginx::render(nginx::TEMPLATE, nginx_port, &[port1, port2])?;
-        let conf_file = dir.path().join("nginx.conf");
-        std::fs::write(&conf_file, conf).context("writing nginx.conf")?;
-        let log = dir.path().join("nginx.log");
-        let mut nginx = nginx::spawn(&nginx_bin, dir.path(), &conf_file, &log)?;
-        let health = format!("http://127.0.0.1:{nginx_port}/nginx-health");
-        nginx
-            .wait_until_answers(&health, Duration::from_secs(10))
-            .await?;
+        let node_ports: Vec<u16> = nodes.iter().map(|node| node.port).collect();
+        let (nginx, nginx_port) = nginx::start(&nginx_bin, dir.path(), &node_ports).await?;
         Ok(Nodes {
             spec,
             members: nodes,

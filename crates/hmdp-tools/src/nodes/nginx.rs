@@ -4,8 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
 use anyhow::{bail, Context};
-use hmdp_test_support::{ChildProcess, Stdout};
+use hmdp_test_support::{free_ports, port_was_taken, ChildProcess, Stdout, PORT_ATTEMPTS};
 use tokio::process::Command;
 
 /// The repository's `nginx.conf`, built in so the demo runs from any directory
@@ -142,7 +144,38 @@ pub fn render(conf: &str, listen: u16, node_ports: &[u16]) -> anyhow::Result<Str
 /// (`master_process off`) so killing that child leaves no orphaned worker
 /// holding the port. Its error log goes to `log`; its access log (stdout) is
 /// discarded, where it costs nothing.
-pub fn spawn(
+/// nginx rendered from [`TEMPLATE`] in front of the nodes on `node_ports`,
+/// its prefix (config, pid, temp files, log) in `prefix`, listening on a port
+/// found free — another should that one be taken before nginx bound it;
+/// returns once it answers, with its port.
+pub async fn start(
+    nginx: &Path,
+    prefix: &Path,
+    node_ports: &[u16],
+) -> anyhow::Result<(ChildProcess, u16)> {
+    let conf_file = prefix.join("nginx.conf");
+    let log = prefix.join("nginx.log");
+    let mut attempt = 1;
+    loop {
+        let [port] = free_ports().context("no free local port")?;
+        let conf = render(TEMPLATE, port, node_ports)?;
+        std::fs::write(&conf_file, conf).context("writing nginx.conf")?;
+        let mut process = spawn(nginx, prefix, &conf_file, &log)?;
+        let health = format!("http://127.0.0.1:{port}/nginx-health");
+        match process
+            .wait_until_answers(&health, Duration::from_secs(10))
+            .await
+        {
+            Err(_) if port_was_taken(&log) && attempt < PORT_ATTEMPTS => {
+                tracing::debug!(%port, "nginx's port was taken; another");
+                attempt += 1;
+            }
+            answered => return answered.map(|()| (process, port)),
+        }
+    }
+}
+
+fn spawn(
     nginx: &Path,
     prefix: &Path,
     conf_file: &Path,
@@ -161,6 +194,44 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What [`start`] retries on: nginx on a port another process holds
+    /// exits, and its log says why; one that started says nothing of it.
+    #[tokio::test]
+    async fn nginx_on_a_taken_port_says_so_in_its_log() {
+        let nginx = find().expect("nginx (scripts/services.sh installs it)");
+        let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let taken = holder.local_addr().unwrap().port();
+        let prefix = tempfile::tempdir().unwrap();
+        let [node1, node2] = free_ports().unwrap();
+        let conf_file = prefix.path().join("nginx.conf");
+        let log = prefix.path().join("nginx.log");
+        std::fs::write(
+            &conf_file,
+            render(TEMPLATE, taken, &[node1, node2]).unwrap(),
+        )
+        .unwrap();
+
+        let mut process = spawn(&nginx, prefix.path(), &conf_file, &log).unwrap();
+        let health = format!("http://127.0.0.1:{taken}/nginx-health");
+        let refused = process
+            .wait_until_answers(&health, Duration::from_secs(30))
+            .await;
+
+        assert!(refused.is_err(), "nginx answered on a taken port");
+        assert!(
+            port_was_taken(&log),
+            "{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        let (_nginx, port) = start(&nginx, prefix.path(), &[node1, node2]).await.unwrap();
+        assert_ne!(port, taken);
+        assert!(
+            !port_was_taken(&log),
+            "{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+    }
 
     #[test]
     fn the_template_names_the_two_app_services() {

@@ -5,7 +5,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use hmdp_test_support::{NodeCommand, NodeProcess, Probe};
+use anyhow::Context;
+use hmdp_test_support::{
+    free_ports, port_was_taken, NodeCommand, NodeProcess, Probe, PORT_ATTEMPTS,
+};
 
 use super::NodesSpec;
 
@@ -28,6 +31,29 @@ impl Node {
             port,
             log,
             process: None,
+        }
+    }
+
+    /// Node `id`, started with `flags` after the shared settings on a port
+    /// found free, and on another should that one be taken before the node
+    /// bound it.
+    pub async fn start_on_a_free_port(
+        id: &str,
+        log: PathBuf,
+        spec: &NodesSpec,
+        flags: &[String],
+    ) -> anyhow::Result<Node> {
+        let mut attempt = 1;
+        loop {
+            let [port] = free_ports().context("no free local port")?;
+            let mut node = Node::new(id, port, log.clone());
+            match node.start(spec, flags).await {
+                Err(_) if port_was_taken(&node.log) && attempt < PORT_ATTEMPTS => {
+                    tracing::debug!(%port, "the node's port was taken; another");
+                    attempt += 1;
+                }
+                started => return started.map(|()| node),
+            }
         }
     }
 
