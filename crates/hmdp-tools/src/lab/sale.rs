@@ -102,7 +102,9 @@ impl SaleStage {
         flags.push(format!("{lease}={LOCK_LEASE_MS}"));
         flags.push("--db-pool=8".into());
         flags.extend(extra.iter().map(|flag| flag.to_string()));
-        self.nodes[index].start(&self.spec, &flags).await?;
+        (self.nodes[index])
+            .start_moving_if_taken(&self.spec, &flags)
+            .await?;
         let slow = if chaos_hold_ms > 0 {
             format!(", its writer holding each transaction open {chaos_hold_ms} ms")
         } else {

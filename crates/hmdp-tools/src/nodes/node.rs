@@ -35,24 +35,37 @@ impl Node {
     }
 
     /// Node `id`, started with `flags` after the shared settings on a port
-    /// found free, and on another should that one be taken before the node
-    /// bound it.
+    /// found free (see [`Node::start_moving_if_taken`]).
     pub async fn start_on_a_free_port(
         id: &str,
         log: PathBuf,
         spec: &NodesSpec,
         flags: &[String],
     ) -> anyhow::Result<Node> {
+        let [port] = free_ports().context("no free local port")?;
+        let mut node = Node::new(id, port, log);
+        node.start_moving_if_taken(spec, flags).await?;
+        Ok(node)
+    }
+
+    /// [`Node::start`], on another port found free should this node's be
+    /// taken before it bound it (another process's, often an outgoing
+    /// connection's local end): for a node reached through [`Node::url`]
+    /// read after its start, not one nginx was told the port of.
+    pub async fn start_moving_if_taken(
+        &mut self,
+        spec: &NodesSpec,
+        flags: &[String],
+    ) -> anyhow::Result<()> {
         let mut attempt = 1;
         loop {
-            let [port] = free_ports().context("no free local port")?;
-            let mut node = Node::new(id, port, log.clone());
-            match node.start(spec, flags).await {
-                Err(_) if port_was_taken(&node.log) && attempt < PORT_ATTEMPTS => {
-                    tracing::debug!(%port, "the node's port was taken; another");
+            match self.start(spec, flags).await {
+                Err(_) if port_was_taken(&self.log) && attempt < PORT_ATTEMPTS => {
+                    tracing::debug!(port = self.port, "the node's port was taken; another");
+                    [self.port] = free_ports().context("no free local port")?;
                     attempt += 1;
                 }
-                started => return started.map(|()| node),
+                started => return started,
             }
         }
     }
