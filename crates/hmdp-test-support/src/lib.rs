@@ -21,7 +21,7 @@ pub mod tcp_proxy;
 pub use database::TestDatabase;
 pub use mariadb_server::MariaDbServer;
 pub use node::{NodeCommand, NodeProcess, Probe};
-pub use process::{port_was_taken, send_signal, ChildProcess, Stdout};
+pub use process::{moving_if_taken, port_was_taken, send_signal, ChildProcess, Stdout};
 pub use redis_cluster::RedisCluster;
 pub use redis_keys::{remove_keys_with_prefix, RedisNamespace};
 pub use redis_server::{calls_in, command_calls, is_master, logged_script_calls, RedisServer};

@@ -9,6 +9,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use tokio::process::{Child, Command};
 
+use crate::{free_ports, PORT_ATTEMPTS};
+
 /// The line each start writes to its process's log before the process's
 /// own output, followed by the process's name.
 const STARTING: &str = "--- starting ";
@@ -165,6 +167,27 @@ pub fn port_was_taken(log: &Path) -> bool {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let last_start = text.rsplit(STARTING).next().unwrap_or_default();
     last_start.contains("Address already in use")
+}
+
+/// `start` on `port`, and again on another port found free while it fails
+/// with its log, `log`, saying the port was taken ([`port_was_taken`]):
+/// [`PORT_ATTEMPTS`] starts at most. `start` is handed the port to use.
+pub async fn moving_if_taken<T>(
+    log: &Path,
+    mut port: u16,
+    mut start: impl AsyncFnMut(u16) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let mut attempt = 1;
+    loop {
+        match start(port).await {
+            Err(_) if port_was_taken(log) && attempt < PORT_ATTEMPTS => {
+                tracing::debug!(%port, log = %log.display(), "the port was taken; another");
+                [port] = free_ports().context("no free local port")?;
+                attempt += 1;
+            }
+            started => return started,
+        }
+    }
 }
 
 /// The last lines of a log file, for an error message.

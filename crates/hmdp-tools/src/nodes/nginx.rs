@@ -3,11 +3,10 @@
 //! services) and replaced with local ports for a private nginx run.
 
 use std::path::{Path, PathBuf};
-
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use hmdp_test_support::{free_ports, port_was_taken, ChildProcess, Stdout, PORT_ATTEMPTS};
+use hmdp_test_support::{free_ports, moving_if_taken, ChildProcess, Stdout};
 use tokio::process::Command;
 
 /// The repository's `nginx.conf`, built in so the demo runs from any directory
@@ -139,11 +138,6 @@ pub fn render(conf: &str, listen: u16, node_ports: &[u16]) -> anyhow::Result<Str
     Ok(out)
 }
 
-/// Starts nginx on `conf_file` with `prefix` as its private prefix: in the
-/// foreground (`daemon off`) so it is our child, and as one process
-/// (`master_process off`) so killing that child leaves no orphaned worker
-/// holding the port. Its error log goes to `log`; its access log (stdout) is
-/// discarded, where it costs nothing.
 /// nginx rendered from [`TEMPLATE`] in front of the nodes on `node_ports`,
 /// its prefix (config, pid, temp files, log) in `prefix`, listening on a port
 /// found free — another should that one be taken before nginx bound it;
@@ -155,26 +149,25 @@ pub async fn start(
 ) -> anyhow::Result<(ChildProcess, u16)> {
     let conf_file = prefix.join("nginx.conf");
     let log = prefix.join("nginx.log");
-    let mut attempt = 1;
-    loop {
-        let [port] = free_ports().context("no free local port")?;
+    let [port] = free_ports().context("no free local port")?;
+    moving_if_taken(&log, port, async |port| {
         let conf = render(TEMPLATE, port, node_ports)?;
         std::fs::write(&conf_file, conf).context("writing nginx.conf")?;
         let mut process = spawn(nginx, prefix, &conf_file, &log)?;
         let health = format!("http://127.0.0.1:{port}/nginx-health");
-        match process
+        process
             .wait_until_answers(&health, Duration::from_secs(10))
-            .await
-        {
-            Err(_) if port_was_taken(&log) && attempt < PORT_ATTEMPTS => {
-                tracing::debug!(%port, "nginx's port was taken; another");
-                attempt += 1;
-            }
-            answered => return answered.map(|()| (process, port)),
-        }
-    }
+            .await?;
+        Ok((process, port))
+    })
+    .await
 }
 
+/// Starts nginx on `conf_file` with `prefix` as its private prefix: in the
+/// foreground (`daemon off`) so it is our child, and as one process
+/// (`master_process off`) so killing that child leaves no orphaned worker
+/// holding the port. Its error log goes to `log`; its access log (stdout) is
+/// discarded, where it costs nothing.
 fn spawn(
     nginx: &Path,
     prefix: &Path,
@@ -193,6 +186,8 @@ fn spawn(
 
 #[cfg(test)]
 mod tests {
+    use hmdp_test_support::port_was_taken;
+
     use super::*;
 
     /// What [`start`] retries on: nginx on a port another process holds

@@ -6,9 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use hmdp_test_support::{
-    free_ports, port_was_taken, NodeCommand, NodeProcess, Probe, PORT_ATTEMPTS,
-};
+use hmdp_test_support::{free_ports, moving_if_taken, NodeCommand, NodeProcess, Probe};
 
 use super::NodesSpec;
 
@@ -57,17 +55,12 @@ impl Node {
         spec: &NodesSpec,
         flags: &[String],
     ) -> anyhow::Result<()> {
-        let mut attempt = 1;
-        loop {
-            match self.start(spec, flags).await {
-                Err(_) if port_was_taken(&self.log) && attempt < PORT_ATTEMPTS => {
-                    tracing::debug!(port = self.port, "the node's port was taken; another");
-                    [self.port] = free_ports().context("no free local port")?;
-                    attempt += 1;
-                }
-                started => return started,
-            }
-        }
+        let log = self.log.clone();
+        moving_if_taken(&log, self.port, async |port| {
+            self.port = port;
+            self.start(spec, flags).await
+        })
+        .await
     }
 
     pub fn url(&self) -> String {
