@@ -10,11 +10,13 @@ use anyhow::{bail, Context};
 use sqlx::Connection;
 
 use crate::process::{ChildProcess, Stdout};
-use crate::{free_ports, poll_until};
+use crate::{free_ports, moving_if_taken, poll_until};
 
 /// How long a fresh or restarted server may take to accept a connection
 /// (a restart after a SIGKILL runs InnoDB's crash recovery first).
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long one readiness check waits for the server's greeting.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A `mariadbd` of its own on a free port, its data in a temporary directory;
 /// killed and its files removed when dropped. `root` has no password.
@@ -32,6 +34,13 @@ impl MariaDbServer {
     /// server with `extra_args` besides its own (port, paths, a small buffer
     /// pool).
     pub async fn start_with(extra_args: &[&str]) -> anyhow::Result<MariaDbServer> {
+        let [port] = free_ports()?;
+        Self::start_from_port(port, extra_args).await
+    }
+
+    /// [`MariaDbServer::start_with`], on `port` first, on another while the
+    /// port it tried was taken by then.
+    async fn start_from_port(port: u16, extra_args: &[&str]) -> anyhow::Result<MariaDbServer> {
         let dir = tempfile::Builder::new().prefix("hmdp-mariadb-").tempdir()?;
         let data = dir.path().join("data");
         let installed = tokio::process::Command::new("mariadb-install-db")
@@ -49,7 +58,6 @@ impl MariaDbServer {
                 String::from_utf8_lossy(&installed.stderr)
             );
         }
-        let [port] = free_ports()?;
         let mut server = MariaDbServer {
             process: None,
             port,
@@ -57,7 +65,12 @@ impl MariaDbServer {
             data,
             dir,
         };
-        server.spawn().await?;
+        let log = server.log();
+        moving_if_taken(&log, port, async |port| {
+            server.port = port;
+            server.spawn().await
+        })
+        .await?;
         Ok(server)
     }
 
@@ -108,15 +121,53 @@ impl MariaDbServer {
             .arg(format!("--socket={}", dir.join("sock").display()))
             .arg(format!("--pid-file={}", dir.join("pid").display()))
             .args(&self.extra_args);
-        let log = dir.join("mariadbd.log");
-        self.process = Some(ChildProcess::spawn("mariadbd", command, &log, Stdout::Log)?);
-        let url = self.url();
+        let process = ChildProcess::spawn("mariadbd", command, &self.log(), Stdout::Log)?;
+        let process = self.process.insert(process);
+        let url = format!("mysql://root@127.0.0.1:{}", self.port);
+        // A server that exits at start (its port taken) is seen at once,
+        // not after the readiness timeout.
+        let process = std::sync::Mutex::new(process);
         poll_until(
             &format!("mariadbd on {} to accept connections", self.port),
             READY_TIMEOUT,
             Duration::from_millis(100),
-            || async { Ok(sqlx::MySqlConnection::connect(&url).await.is_ok()) },
+            || async {
+                (process.lock().expect("not poisoned")).still_running("while starting")?;
+                // Bounded: whatever holds the port may accept the
+                // connection and never greet it.
+                let connect = sqlx::MySqlConnection::connect(&url);
+                let connected = tokio::time::timeout(CONNECT_TIMEOUT, connect).await;
+                Ok(matches!(connected, Ok(Ok(_))))
+            },
         )
         .await
+    }
+
+    /// Where the server writes its log, each start after a line of its own.
+    fn log(&self) -> PathBuf {
+        self.dir.path().join("mariadbd.log")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_server_whose_port_was_taken_says_so_and_moves_to_another() {
+        let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let server = MariaDbServer::start_from_port(port, &[]).await.unwrap();
+        assert_ne!(server.port, port);
+        let log = std::fs::read_to_string(server.log()).unwrap();
+        assert!(log.contains("Address already in use"), "{log}");
+        let mut conn = sqlx::MySqlConnection::connect(&server.url()).await.unwrap();
+        let one: i64 = sqlx::query_scalar("SELECT 1")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(one, 1);
     }
 }

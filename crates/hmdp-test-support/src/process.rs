@@ -77,13 +77,7 @@ impl ChildProcess {
             .build()?;
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            if let Some(status) = self.child.try_wait()? {
-                bail!(
-                    "{} exited ({status}) while starting; its log ends with:\n{}",
-                    self.name,
-                    self.log_tail()
-                );
-            }
+            self.still_running("while starting")?;
             if let Ok(response) = client.get(url).send().await {
                 if response.status().is_success() {
                     return Ok(());
@@ -98,6 +92,20 @@ impl ChildProcess {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// An error, with the end of the log, if the process has exited: for a
+    /// wait on it that would otherwise wait on a process that is gone.
+    /// `when` says when, in the message ("while starting").
+    pub fn still_running(&mut self, when: &str) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!(
+                "{} exited ({status}) {when}; its log ends with:\n{}",
+                self.name,
+                self.log_tail()
+            );
+        }
+        Ok(())
     }
 
     /// The process id, until the process has been reaped.

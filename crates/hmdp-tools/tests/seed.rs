@@ -7,7 +7,7 @@ use std::time::Duration;
 use hmdp::config::RedisSettings;
 use hmdp::keys::Keys;
 use hmdp::store::Store;
-use hmdp_test_support::{free_ports, mysql_server_url, redis_url, wait_until, Tables};
+use hmdp_test_support::{mysql_server_url, redis_url, wait_until, Tables};
 use hmdp_tools::loadtest::tokens::Login;
 use hmdp_tools::nodes::node::Node;
 use hmdp_tools::nodes::{NodesSpec, Sandbox};
@@ -60,10 +60,9 @@ async fn seeding_twice_leaves_the_same_rows_and_a_seeded_voucher_sells_in_stream
 
     // What the front end does next: a category, a shop, its voucher, a purchase.
     let spec = NodesSpec::in_sandbox(PathBuf::from(env!("CARGO_BIN_EXE_hmdp")), &sandbox);
-    let [port] = free_ports().unwrap();
     let log = tempfile::NamedTempFile::new().unwrap();
-    let mut node = Node::new("seeded", port, log.path().to_owned());
-    node.start(&spec, &["--seckill=stream".to_owned()])
+    let flags = ["--seckill=stream".to_owned()];
+    let mut node = Node::start_on_a_free_port("seeded", log.path().to_owned(), &spec, &flags)
         .await
         .unwrap_or_else(|error| panic!("the node did not start: {error:#}"));
     let client = reqwest::Client::new();
