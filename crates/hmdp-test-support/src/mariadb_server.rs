@@ -121,9 +121,9 @@ impl MariaDbServer {
             .arg(format!("--socket={}", dir.join("sock").display()))
             .arg(format!("--pid-file={}", dir.join("pid").display()))
             .args(&self.extra_args);
+        let url = self.url();
         let process = ChildProcess::spawn("mariadbd", command, &self.log(), Stdout::Log)?;
         let process = self.process.insert(process);
-        let url = format!("mysql://root@127.0.0.1:{}", self.port);
         // A server that exits at start (its port taken) is seen at once,
         // not after the readiness timeout.
         let process = std::sync::Mutex::new(process);
