@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use sqlx::Connection;
 
 use crate::process::{ChildProcess, Stdout};
-use crate::{free_ports, moving_if_taken, poll_until};
+use crate::{free_ports, moving_if_taken};
 
 /// How long a fresh or restarted server may take to accept a connection
 /// (a restart after a SIGKILL runs InnoDB's crash recovery first).
@@ -123,24 +123,24 @@ impl MariaDbServer {
             .args(&self.extra_args);
         let url = self.url();
         let process = ChildProcess::spawn("mariadbd", command, &self.log(), Stdout::Log)?;
-        let process = self.process.insert(process);
+        let accepts = || async {
+            // Bounded: whatever holds the port may accept the connection
+            // and never greet it.
+            let connect = sqlx::MySqlConnection::connect(&url);
+            matches!(
+                tokio::time::timeout(CONNECT_TIMEOUT, connect).await,
+                Ok(Ok(_))
+            )
+        };
         // A server that exits at start (its port taken) is seen at once,
         // not after the readiness timeout.
-        let process = std::sync::Mutex::new(process);
-        poll_until(
-            &format!("mariadbd on {} to accept connections", self.port),
-            READY_TIMEOUT,
+        let (what, every) = (
+            format!("accept connections on {}", self.port),
             Duration::from_millis(100),
-            || async {
-                (process.lock().expect("not poisoned")).still_running("while starting")?;
-                // Bounded: whatever holds the port may accept the
-                // connection and never greet it.
-                let connect = sqlx::MySqlConnection::connect(&url);
-                let connected = tokio::time::timeout(CONNECT_TIMEOUT, connect).await;
-                Ok(matches!(connected, Ok(Ok(_))))
-            },
-        )
-        .await
+        );
+        (self.process.insert(process))
+            .wait_until_ready(&what, READY_TIMEOUT, every, accepts)
+            .await
     }
 
     /// Where the server writes its log, each start after a line of its own.

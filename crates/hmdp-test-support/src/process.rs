@@ -1,6 +1,8 @@
 //! The one launcher of child processes (nodes, nginx): output appended to a
-//! log file, readiness polled over HTTP with a deadline, SIGKILL when dropped.
+//! log file, readiness polled (over HTTP, or by a check of the caller's)
+//! with a deadline, SIGKILL when dropped.
 
+use std::future::Future;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -75,37 +77,49 @@ impl ChildProcess {
             .no_proxy()
             .timeout(Duration::from_secs(5))
             .build()?;
+        let answers = || async {
+            let response = client.get(url).send().await;
+            response.is_ok_and(|response| response.status().is_success())
+        };
+        let every = Duration::from_millis(20);
+        (self.wait_until_ready(&format!("answer {url}"), within, every, answers)).await
+    }
+
+    /// Polls `ready` every `every` until it holds; fails, with the end of
+    /// the log, if the process exits first or `within` passes (`what` it
+    /// was to do, in the message: "answer http://...").
+    pub async fn wait_until_ready<F, Fut>(
+        &mut self,
+        what: &str,
+        within: Duration,
+        every: Duration,
+        mut ready: F,
+    ) -> anyhow::Result<()>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = bool>,
+    {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            self.still_running("while starting")?;
-            if let Ok(response) = client.get(url).send().await {
-                if response.status().is_success() {
-                    return Ok(());
-                }
-            }
-            if tokio::time::Instant::now() > deadline {
+            if let Some(status) = self.child.try_wait()? {
                 bail!(
-                    "{} did not answer {url} within {within:?}; its log ends with:\n{}",
+                    "{} exited ({status}) while starting; its log ends with:\n{}",
                     self.name,
                     self.log_tail()
                 );
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            if ready().await {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!(
+                    "{} did not {what} within {within:?}; its log ends with:\n{}",
+                    self.name,
+                    self.log_tail()
+                );
+            }
+            tokio::time::sleep(every).await;
         }
-    }
-
-    /// An error, with the end of the log, if the process has exited: for a
-    /// wait on it that would otherwise wait on a process that is gone.
-    /// `when` says when, in the message ("while starting").
-    pub fn still_running(&mut self, when: &str) -> anyhow::Result<()> {
-        if let Some(status) = self.child.try_wait()? {
-            bail!(
-                "{} exited ({status}) {when}; its log ends with:\n{}",
-                self.name,
-                self.log_tail()
-            );
-        }
-        Ok(())
     }
 
     /// The process id, until the process has been reaped.
