@@ -24,21 +24,34 @@ cpu_s() { # pids... -> their total
     awk -v hz="$HZ" '{ sub(/^.*\) /, ""); split($0, f, " "); print (f[12] + f[13]) / hz }' "/proc/$pid/stat"
   done | awk '{ s += $1 } END { printf "%.3f", s }'
 }
-# Waits until the processes given are quiet: no CPU used in two 100 ms
-# looks in a row (at most 10 s). After a run that wrote much, MariaDB
-# purges and flushes for a few hundred ms: the next run is measured
-# without that.
+# Nanoseconds on a core of the living threads of the processes given
+# (/proc's schedstat: finer than cpu_s's clock ticks of 10 ms).
+cpu_ns() { # pids...
+  local pid
+  for pid; do cat /proc/"$pid"/task/*/schedstat 2>/dev/null; done | awk '{ s += $1 } END { printf "%d", s }'
+}
+# Waits until the processes given are quiet: under 10 ms of CPU over the
+# last 1.2 s, looked at every 100 ms (at most 30 s). After a run that wrote
+# much, MariaDB purges and flushes: its page cleaner, once a second, can
+# spend 50 ms at a time on what `bench-db` left, well after the last
+# transaction. The next run is measured without that; the 1.2 s window
+# spans the cleaner's second.
 settled() { # pids...
-  local quiet=0 before
-  for _ in $(seq 1 100); do
-    before=$(cpu_s "$@")
+  local looks=() before now sum look
+  before=$(cpu_ns "$@")
+  for _ in $(seq 1 300); do
     sleep 0.1
-    if [ "$(cpu_s "$@")" = "$before" ]; then
-      quiet=$((quiet + 1))
-      [ "$quiet" -lt 2 ] || return 0
-    else
-      quiet=0
-    fi
+    now=$(cpu_ns "$@")
+    # A thread that ended takes its time with it: not a quiet look.
+    look=$((now - before))
+    [ "$look" -ge 0 ] || look=1000000000
+    looks+=("$look")
+    before=$now
+    [ ${#looks[@]} -ge 12 ] || continue
+    looks=("${looks[@]: -12}")
+    sum=0
+    for look in "${looks[@]}"; do sum=$((sum + look)); done
+    [ "$sum" -ge 10000000 ] || return 0
   done
 }
 # The pid of the MariaDB the benchmarks use (127.0.0.1:3306), as it reports
