@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use tokio::process::{Child, Command};
 
-use crate::{free_ports, PORT_ATTEMPTS};
+use crate::{free_ports, poll_until, PORT_ATTEMPTS};
 
 /// The line each start writes to its process's log before the process's
 /// own output, followed by the process's name.
@@ -85,9 +85,9 @@ impl ChildProcess {
         (self.wait_until_ready(&format!("answer {url}"), within, every, answers)).await
     }
 
-    /// Polls `ready` every `every` until it holds; fails, with the end of
-    /// the log, if the process exits first or `within` passes (`what` it
-    /// was to do, in the message: "answer http://...").
+    /// Polls `ready` every `every` until it holds ([`poll_until`]); fails,
+    /// with the end of the log, if the process exits first or `within`
+    /// passes (`what` it was to do, in the message: "answer http://...").
     pub async fn wait_until_ready<F, Fut>(
         &mut self,
         what: &str,
@@ -99,27 +99,20 @@ impl ChildProcess {
         F: FnMut() -> Fut,
         Fut: Future<Output = bool>,
     {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                bail!(
-                    "{} exited ({status}) while starting; its log ends with:\n{}",
-                    self.name,
-                    self.log_tail()
-                );
+        let (name, child) = (&self.name, &mut self.child);
+        let waiting_for = format!("{name} to {what}");
+        let waited = poll_until(&waiting_for, within, every, || {
+            let exited = child.try_wait();
+            let ready = ready();
+            async move {
+                match exited? {
+                    Some(status) => bail!("{name} exited ({status}) while starting"),
+                    None => Ok(ready.await),
+                }
             }
-            if ready().await {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() > deadline {
-                bail!(
-                    "{} did not {what} within {within:?}; its log ends with:\n{}",
-                    self.name,
-                    self.log_tail()
-                );
-            }
-            tokio::time::sleep(every).await;
-        }
+        });
+        (waited.await)
+            .map_err(|error| anyhow::anyhow!("{error}; its log ends with:\n{}", self.log_tail()))
     }
 
     /// The process id, until the process has been reaped.
