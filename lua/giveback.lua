@@ -20,5 +20,8 @@ if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
   return 0
 end
 redis.call('HINCRBY', KEYS[1], 'stock', 1)
-redis.call('SREM', KEYS[2], ARGV[2])
+-- The buyers' count follows the set (lua/sale_fence.lua).
+if redis.call('SREM', KEYS[2], ARGV[2]) == 1 then
+  redis.call('HINCRBY', KEYS[1], 'buyers', -1)
+end
 return 1

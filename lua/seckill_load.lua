@@ -24,17 +24,23 @@
 --          orders admitted before, which count them again meanwhile
 -- ARGV[7]: this load's epoch: a transfer lent from an earlier load's sale
 --          is not received into this one (this load counted its units)
--- ARGV[8]: how many user ids follow (n)
--- ARGV[9..8+n]: user ids of the shard that hold an active order in MySQL
+-- ARGV[8]: the shard's admission sequence to go on from: MySQL's fence, or
+--          the highest number of an order on its way when higher (the
+--          sequence the shard held is kept when higher still)
+-- ARGV[9]: how many user ids follow (n)
+-- ARGV[10..9+n]: user ids of the shard that hold an active order in MySQL
 --          or an order on its way
--- ARGV[9+n..]: the shard's closed orders: their units are in ARGV[2]
+-- ARGV[10+n..]: the shard's closed orders: their units are in ARGV[2]
 --          already, so they count as given back (a give-back still on its
 --          way changes nothing)
+-- The shard is stamped with what lua/sale_fence.lua checks: this server's
+-- replication id, its buyers' count, its sequence.
 -- Returns nothing.
+local seq = math.max(tonumber(ARGV[8]), tonumber(redis.call('HGET', KEYS[1], 'seq') or '0'))
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 redis.call('HSET', KEYS[1], 'initial', ARGV[1], 'stock', ARGV[2],
   'begin_ms', ARGV[3], 'end_ms', ARGV[4], 'token', ARGV[5], 'epoch', ARGV[7],
-  'lent', 0, 'received', 0, 'moves', 0, 'in_transit', 0)
+  'lent', 0, 'received', 0, 'moves', 0, 'in_transit', 0, 'seq', seq, 'replid', sale_replid())
 if tonumber(ARGV[6]) > 0 then
   local time = redis.call('TIME')
   local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -47,6 +53,7 @@ local function add_all(key, first, last)
     redis.call('SADD', key, unpack(ARGV, from, math.min(from + slice - 1, last)))
   end
 end
-local buyers_end = 8 + tonumber(ARGV[8])
-add_all(KEYS[2], 9, buyers_end)
+local buyers_end = 9 + tonumber(ARGV[9])
+add_all(KEYS[2], 10, buyers_end)
 add_all(KEYS[3], buyers_end + 1, #ARGV)
+redis.call('HSET', KEYS[1], 'buyers', redis.call('SCARD', KEYS[2]))

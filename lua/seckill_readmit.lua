@@ -12,6 +12,9 @@
 -- ARGV[3]: voucher id
 -- ARGV[4]: '1' to append the order to the stream again (`stream` mode), so
 --          that it is written by the consumers should this writer fail
+-- ARGV[5]: the order's admission sequence number: the shard's sequence is
+--          raised to it, so that the fence this commit records in MySQL is
+--          never above it (lua/sale_fence.lua)
 -- Returns 0 when counted now (a unit taken, the buyer added, the order
 -- pending again), 1 when it is pending already (Redis never lost it), 2 when
 -- Redis holds no sale for the voucher (the reload, after this commit, will
@@ -32,9 +35,15 @@ if tonumber(stock) < 1 then
   return 4
 end
 redis.call('HINCRBY', KEYS[1], 'stock', -1)
+redis.call('HINCRBY', KEYS[1], 'buyers', 1)
 redis.call('SADD', KEYS[2], ARGV[2])
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[2] .. ':' .. ARGV[3])
+local seq = tonumber(ARGV[5])
+if seq > tonumber(redis.call('HGET', KEYS[1], 'seq') or '0') then
+  redis.call('HSET', KEYS[1], 'seq', seq)
+end
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[2] .. ':' .. ARGV[3] .. ':' .. ARGV[5])
 if ARGV[4] == '1' then
-  redis.call('XADD', KEYS[4], '*', 'id', ARGV[1], 'userId', ARGV[2], 'voucherId', ARGV[3])
+  redis.call('XADD', KEYS[4], '*', 'id', ARGV[1], 'userId', ARGV[2], 'voucherId', ARGV[3],
+    'seq', ARGV[5])
 end
 return 0

@@ -4,7 +4,7 @@
 //! The keys of the asynchronous purchase live in a sale's shards
 //! ([`ShardKeys`], `shards.rs`): each shard's keys share one hash
 //! tag, since the admission script touches a voucher's hash, its buyers,
-//! the order stream, the pending orders and the id sequence in one call,
+//! the order stream and the pending orders in one call,
 //! which a Redis Cluster allows only within one slot. A one-shard sale's
 //! tag is `{seckill}`.
 
@@ -183,7 +183,7 @@ impl ShardKeys<'_> {
     }
 
     /// `{tag}:orders`: the shard's stream of admitted orders (fields `id`,
-    /// `userId`, `voucherId`) that the consumer group writes to MySQL.
+    /// `userId`, `voucherId`, `seq`) that the consumer group writes to MySQL.
     pub fn orders(&self) -> String {
         self.key(format_args!("orders"))
     }
@@ -194,16 +194,9 @@ impl ShardKeys<'_> {
         self.key(format_args!("orders:dead"))
     }
 
-    /// `{tag}:icr:order`: the sequence of the order ids the admission
-    /// script draws (never reset: unlike the id worker's daily counter, it
-    /// lives in the script's slot, and a day's key would have to be named
-    /// before the script reads Redis's clock).
-    pub fn sequence(&self) -> String {
-        self.key(format_args!("icr:order"))
-    }
-
-    /// `{tag}:pending`: hash order id → `<userId>:<voucherId>` of orders
-    /// admitted and not yet written to MySQL.
+    /// `{tag}:pending`: hash order id → `<userId>:<voucherId>:<sequence>`
+    /// of orders admitted and not yet written to MySQL (the admission's
+    /// number in its shard, `sale_state/fence.rs`).
     pub fn pending(&self) -> String {
         self.key(format_args!("pending"))
     }

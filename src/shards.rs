@@ -97,8 +97,9 @@ impl Shard {
     }
 }
 
-/// Bits of an admission script's sequence: 16.7 million ids a second per
-/// shard before one could repeat.
+/// Bits of the number in an admitted order id's low word (leased from
+/// MySQL, `seckill/sale_state/order_ids.rs`): 16.7 million ids a second
+/// before one could repeat.
 pub const SEQUENCE_BITS: u32 = 24;
 
 /// How a sale is split: its number of shards, 1 to [`MAX_SHARDS`].

@@ -50,6 +50,9 @@ impl Seckill {
         }
         let append = matches!(handoff, Handoff::Stream);
         let admit = async |sale: &SaleInfo, limits: &mut Counting| {
+            // What MySQL had written when the catalog last read it: another
+            // node's writers raise the fence too.
+            self.sale_state.fences().learn(voucher_id, sale.fence());
             let sale = SaleRef {
                 voucher_id,
                 token: sale.token(),
@@ -84,8 +87,8 @@ impl Seckill {
         metrics::ADMISSIONS
             .with_label_values(&[admission.label()])
             .inc();
-        let id = match admission {
-            Admission::Admitted(id) => id,
+        let (id, sequence) = match admission {
+            Admission::Admitted(id, sequence) => (id, sequence),
             // Handed off when it was admitted.
             Admission::Again(id) => return Ok((id, true)),
             Admission::KeyReused => return Err(Error::IdempotencyKeyReused),
@@ -98,6 +101,18 @@ impl Seckill {
                 return Err(Error::Unavailable(anyhow::anyhow!(
                     "voucher {voucher_id}'s sale in Redis still carries another sale token"
                 )))
+            }
+            Admission::Suspect(suspicion) => {
+                // Redis may have forgotten admissions: nothing was done,
+                // and the sale is loaded again from MySQL under its stock
+                // row. It reopens once writers holding orders admitted
+                // before could count them again; the buyer asks again.
+                self.sale_state.load(voucher_id).await?;
+                return Err(Error::Unavailable(anyhow::anyhow!(
+                    "voucher {voucher_id}'s sale in Redis could not be trusted ({}): loaded \
+                     again from MySQL, it reopens shortly",
+                    suspicion.label()
+                )));
             }
             Admission::Refused(rejection) => {
                 if rejection == Rejection::SoldOut {
@@ -112,6 +127,7 @@ impl Seckill {
                     id,
                     user_id,
                     voucher_id,
+                    sequence,
                 })
                 .await?;
         }

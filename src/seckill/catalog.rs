@@ -34,7 +34,7 @@ use crate::error::{Error, Rejection};
 use crate::ids::VoucherId;
 use crate::metrics;
 use crate::shards::Layout;
-use crate::store::Store;
+use crate::store::{SaleFence, Store};
 
 /// A seckill voucher as the pre-checks see it.
 #[derive(Debug)]
@@ -46,6 +46,8 @@ pub struct SaleInfo {
     token: u64,
     /// How its sale is split into shards in Redis.
     layout: Layout,
+    /// Its shards' fences as MySQL had them when read.
+    fence: SaleFence,
     read_at: Instant,
     /// Set by the one purchase that reads the voucher again.
     rereading: AtomicBool,
@@ -58,6 +60,11 @@ impl SaleInfo {
 
     pub fn layout(&self) -> Layout {
         self.layout
+    }
+
+    /// Its shards' fences as MySQL had them when read (`store/sale_fence.rs`).
+    pub fn fence(&self) -> &SaleFence {
+        &self.fence
     }
 
     pub fn is_sold_out(&self) -> bool {
@@ -247,6 +254,7 @@ impl Catalog {
             sold_out: AtomicBool::new(row.stock < 1),
             token: row.sale_token,
             layout: super::sale_state::layout_of(row.shards)?,
+            fence: SaleFence::parse(&row.sale_fence),
             read_at: Instant::now(),
             rereading: AtomicBool::new(false),
         });

@@ -60,7 +60,7 @@ use queue::OrderQueue;
 use sale_news::{News, SaleNews};
 pub use sale_state::{
     Admission, DeadLetter, InTransit, PendingOrder, RedisSale, RedisShard, SaleRef, SaleState,
-    RECONCILE_EVERY, STALE_AFTER, SWEEP_EVERY,
+    Suspicion, ID_BLOCK, RECONCILE_EVERY, STALE_AFTER, SWEEP_EVERY,
 };
 use shared_commits::SharedCommits;
 pub use shared_commits::Written;

@@ -1,6 +1,7 @@
 //! The order that an admitted order's fields stand for, as the admission
 //! script writes them into the order stream (and a dead letter keeps
-//! them): `id`, `userId` and `voucherId` as decimal strings. Read by the
+//! them): `id`, `userId`, `voucherId` and the admission's `seq` as decimal
+//! strings. Read by the
 //! consumers and by the audit's reads of orders in flight.
 
 use std::collections::HashMap;
@@ -18,6 +19,11 @@ pub(super) fn order_of(fields: &HashMap<String, Value>) -> Result<NewOrder, Stri
         // Positive, so its absolute value is itself.
         user_id: UserId::new(number(fields, "userId")?.unsigned_abs()),
         voucher_id: VoucherId::new(number(fields, "voucherId")?),
+        // An entry written before admissions were numbered has none.
+        sequence: match fields.contains_key("seq") {
+            true => number(fields, "seq")?.unsigned_abs(),
+            false => 0,
+        },
     })
 }
 

@@ -104,11 +104,7 @@ impl Seckill {
         };
         let (outcome, held) = match (held, id) {
             (Ok(held), Ok(id)) => {
-                let order = NewOrder {
-                    id,
-                    user_id,
-                    voucher_id,
-                };
+                let order = NewOrder::unsequenced(id, user_id, voucher_id);
                 let placing = Instant::now();
                 let placed = self.write_under_lock(order, held, answer_by).await;
                 step("placed", placing);

@@ -3,8 +3,10 @@
 mod fence;
 mod invariants;
 mod order;
+mod order_id_block;
 mod order_life;
 mod sale;
+mod sale_fence;
 mod shop;
 mod tx;
 mod user;
@@ -28,6 +30,7 @@ pub use order::{
 };
 pub use order_life::{CloseCause, Closing, Giveback, OrderState, Paid, Using};
 pub use sale::SaleSnapshot;
+pub use sale_fence::SaleFence;
 pub use shop::{Shop, ShopType, UserInfo};
 pub use tx::Tx;
 pub use user::User;

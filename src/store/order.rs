@@ -14,6 +14,7 @@ use sqlx::Either;
 use sqlx::{AssertSqlSafe, FromRow, MySqlConnection, RawSql, Row};
 
 use super::order_life::active_order;
+use super::sale_fence::SaleFence;
 use crate::ids::{OrderId, UserId, VoucherId};
 
 /// An order to insert.
@@ -22,6 +23,30 @@ pub struct NewOrder {
     pub id: OrderId,
     pub user_id: UserId,
     pub voucher_id: VoucherId,
+    /// Its admission's number in its shard's sequence (lua/seckill.lua),
+    /// which the transaction writing it records in the sale's fence
+    /// (`tb_seckill_voucher.sale_fence`); 0 for a synchronous purchase,
+    /// which no Redis admitted, and for a row read back from MySQL.
+    #[sqlx(default)]
+    pub sequence: u64,
+}
+
+impl NewOrder {
+    /// An order no Redis admission numbered: a synchronous purchase's.
+    pub fn unsequenced(id: OrderId, user_id: UserId, voucher_id: VoucherId) -> NewOrder {
+        NewOrder {
+            id,
+            user_id,
+            voucher_id,
+            sequence: 0,
+        }
+    }
+
+    /// Whether `other` is this order: the same id, buyer and voucher,
+    /// however each was numbered.
+    pub fn is_same_order(&self, other: &NewOrder) -> bool {
+        (self.id, self.user_id, self.voucher_id) == (other.id, other.user_id, other.voucher_id)
+    }
 }
 
 /// An order as `GET /voucher-order/{id}` shows it (hmdp's `VoucherOrder`).
@@ -56,18 +81,22 @@ pub async fn take_stock_units(
     conn: &mut MySqlConnection,
     voucher_id: VoucherId,
     units: u32,
+    fence: &SaleFence,
 ) -> Result<bool, sqlx::Error> {
-    let taken = batch_sql(take_stock(voucher_id, units))
+    let taken = batch_sql(take_stock(voucher_id, units, fence))
         .execute(conn)
         .await?;
     Ok(taken.rows_affected() == 1)
 }
 
-/// The `UPDATE` of [`take_stock_units`], its integers written in.
-fn take_stock(voucher_id: VoucherId, units: u32) -> String {
+/// The `UPDATE` of [`take_stock_units`], its integers written in: the
+/// stock taken and the sale's fence raised to the orders' admissions, in
+/// the row every write of the voucher's orders locks anyway.
+fn take_stock(voucher_id: VoucherId, units: u32, fence: &SaleFence) -> String {
     format!(
-        "UPDATE tb_seckill_voucher SET stock = stock - {units} \
-         WHERE voucher_id = {voucher_id} AND stock >= {units}"
+        "UPDATE tb_seckill_voucher SET stock = stock - {units}{} \
+         WHERE voucher_id = {voucher_id} AND stock >= {units}",
+        fence.raise_clause()
     )
 }
 
@@ -235,8 +264,9 @@ pub async fn insert_orders_taking_stock(
     );
     let mut sql = format!("INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES {rows}");
     for (voucher, units) in &units {
+        let of_voucher = orders.iter().filter(|order| order.voucher_id == *voucher);
         sql += "; ";
-        sql += &take_stock(*voucher, *units);
+        sql += &take_stock(*voucher, *units, &SaleFence::of_orders(of_voucher));
     }
     let results: Vec<MySqlQueryResult> = batch_sql(sql).execute_many(conn).try_collect().await?;
     // The first result is the `INSERT`'s, one per `UPDATE` follows.

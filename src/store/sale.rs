@@ -4,7 +4,7 @@
 use chrono::NaiveDateTime;
 
 use super::order_life::active_order;
-use super::{Store, Tx};
+use super::{SaleFence, Store, Tx};
 use crate::ids::{OrderId, UserId, VoucherId};
 
 /// One seckill voucher's sale as MySQL has it.
@@ -33,6 +33,9 @@ pub struct SaleSnapshot {
     pub loaded_before: bool,
     /// How many shards the sale is split into in Redis.
     pub shards: u16,
+    /// Each shard's highest admission number MySQL has written: the
+    /// sequence a shard loaded again goes on from.
+    pub fence: SaleFence,
 }
 
 impl SaleSnapshot {
@@ -119,7 +122,7 @@ impl Store {
 macro_rules! sale_row {
     () => {
         "SELECT stock, CAST(begin_time AS DATETIME), CAST(end_time AS DATETIME), sale_token, \
-                sale_loaded, shards \
+                sale_loaded, shards, sale_fence \
          FROM tb_seckill_voucher WHERE voucher_id = ?"
     };
 }
@@ -138,11 +141,12 @@ async fn snapshot(
     } else {
         sale_row!()
     };
-    let sale: Option<(i32, NaiveDateTime, NaiveDateTime, u64, bool, u16)> = sqlx::query_as(query)
+    type Row = (i32, NaiveDateTime, NaiveDateTime, u64, bool, u16, String);
+    let sale: Option<Row> = sqlx::query_as(query)
         .bind(voucher_id)
         .fetch_optional(&mut **tx)
         .await?;
-    let Some((stock, begin_time, end_time, token, loaded_before, shards)) = sale else {
+    let Some((stock, begin_time, end_time, token, loaded_before, shards, fence)) = sale else {
         return Ok(None);
     };
     let orders: i64 = sqlx::query_scalar(concat!(
@@ -185,5 +189,6 @@ async fn snapshot(
         token,
         loaded_before,
         shards,
+        fence: SaleFence::parse(&fence),
     }))
 }

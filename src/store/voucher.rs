@@ -101,6 +101,9 @@ pub struct SeckillVoucher {
     pub sale_token: u64,
     /// How many shards its sale is split into in Redis.
     pub shards: u16,
+    /// Each shard's highest admission number MySQL has written
+    /// (`store/sale_fence.rs`), as the column holds it.
+    pub sale_fence: String,
 }
 
 /// A new seckill voucher's sale token: random, below 2^63 (a Lua number
@@ -181,7 +184,7 @@ impl Store {
     ) -> Result<Option<SeckillVoucher>, sqlx::Error> {
         sqlx::query_as(
             "SELECT stock, CAST(begin_time AS DATETIME) AS begin_time, \
-             CAST(end_time AS DATETIME) AS end_time, sale_token, shards \
+             CAST(end_time AS DATETIME) AS end_time, sale_token, shards, sale_fence \
              FROM tb_seckill_voucher WHERE voucher_id = ?",
         )
         .bind(voucher_id)

@@ -11,7 +11,7 @@ use hmdp::error::Rejection;
 use hmdp::id_worker::EPOCH_SECONDS;
 use hmdp::ids::{OrderId, UserId, VoucherId};
 use hmdp::limits::Counting;
-use hmdp::seckill::{Admission, RedisSale, SaleRef};
+use hmdp::seckill::{Admission, RedisSale, SaleRef, ID_BLOCK};
 use hmdp::shards::Layout;
 use hmdp_lock::LockMode;
 use hmdp_test_support::{wait_until, RedisServer};
@@ -75,8 +75,9 @@ async fn the_script_answers_every_outcome() {
     let two = app.create_open_seckill(2).await;
     let admitted = app.purchase(two, &first).await;
     assert_eq!(admitted["success"], true, "{admitted}");
-    // The script drew the id: Redis's clock in the high word, its own
-    // sequence, top bit set, in the low one.
+    // The script composed the id: Redis's clock in the high word, and in
+    // the low one, top bit set, a number of the block the node leased
+    // from MySQL's counter.
     let id: i64 = admitted["data"].as_str().unwrap().parse().unwrap();
     let (redis_now, _): (i64, i64) = redis::cmd("TIME")
         .query_async(&mut app.redis.clone())
@@ -84,13 +85,12 @@ async fn the_script_answers_every_outcome() {
         .unwrap();
     let age = redis_now - EPOCH_SECONDS - (id >> 32);
     assert!((0..=5).contains(&age), "id {id} is {age} s old");
-    let sequence: i64 = app
-        .redis
-        .clone()
-        .get(app.keys().single().sequence())
-        .await
-        .unwrap();
-    assert_eq!(id & 0xFFFF_FFFF, (1 << 31) | sequence, "id {id}");
+    let leased = app.tables().next_order_id_number().await.unwrap() as i64;
+    let number = (id & 0xFFFF_FFFF) - (1 << 31);
+    assert!(
+        (leased - ID_BLOCK as i64..leased).contains(&number),
+        "id {id}: number {number}, leased up to {leased}"
+    );
     assert_eq!(
         error_code(&app.purchase(two, &first).await),
         "ALREADY_ORDERED"
@@ -147,13 +147,8 @@ async fn a_voucher_missing_in_redis_is_an_answer_not_a_script_error() {
     let _: () = app.redis.clone().hset(&key, "stock", 5).await.unwrap();
     assert_eq!(admit(424_243, true).await.unwrap(), not_found);
 
-    // Refusals write nothing: no buyer, no pending order, no stream entry,
-    // no id drawn.
+    // Refusals write nothing: no buyer, no pending order, no stream entry.
     assert_eq!(app.pending_orders().await, 0);
-    assert!(
-        !app.key_exists(&app.keys().single().sequence()).await,
-        "a refused admission drew an order id"
-    );
     assert!(
         !app.key_exists(&app.keys().single().orders()).await,
         "a refused admission appended to the stream"
@@ -393,20 +388,16 @@ async fn queue_loses_admitted_orders_when_its_node_is_killed() {
     assert_eq!(app.pending_orders().await, BUYERS);
 }
 
-/// The script's id sequence keeps the low word's top bit set, and the
-/// shard's index below it, as it wraps around its 24 bits: the ids stay
+/// The ids' numbers keep the low word's top bit set, and the shard's
+/// index below it, as they wrap around their 24 bits: the ids stay
 /// distinct, never look like the id worker's, and name their shard.
 #[tokio::test]
 async fn the_scripts_id_sequence_wraps_within_its_24_bits() {
     let app = queue_app(0).await;
     let voucher = app.create_open_seckill(3).await;
     let tokens = app.login_many(3).await;
-    let _: () = app
-        .redis
-        .clone()
-        .set(app.keys().single().sequence(), (1u64 << 24) - 2)
-        .await
-        .unwrap();
+    // The node leases its first block at its first admission.
+    (app.tables().set_next_order_id_number((1 << 24) - 2).await).unwrap();
     let mut low_words = Vec::new();
     for token in &tokens {
         let body = app.purchase(voucher, token).await;
@@ -415,7 +406,7 @@ async fn the_scripts_id_sequence_wraps_within_its_24_bits() {
     }
     assert_eq!(
         low_words,
-        [(1 << 31) + (1 << 24) - 1, 1 << 31, (1 << 31) + 1]
+        [(1 << 31) + (1 << 24) - 2, (1 << 31) + (1 << 24) - 1, 1 << 31]
     );
     wait_until_written(&app).await;
 }

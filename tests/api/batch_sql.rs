@@ -40,11 +40,11 @@ async fn batches_of_every_size_prepare_no_statement_and_close_none() {
         let orders: Vec<NewOrder> = (0..size)
             .map(|i| {
                 next_id += 1;
-                NewOrder {
-                    id: OrderId::new(next_id),
-                    user_id: UserId::new((size * 1000 + i) as u64),
-                    voucher_id: voucher,
-                }
+                NewOrder::unsequenced(
+                    OrderId::new(next_id),
+                    UserId::new((size * 1000 + i) as u64),
+                    voucher,
+                )
             })
             .collect();
         let ids: Vec<OrderId> = orders.iter().map(|order| order.id).collect();

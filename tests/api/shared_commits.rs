@@ -168,11 +168,7 @@ async fn one_batch_with_a_duplicate_a_fenced_out_holder_a_lost_lock_and_a_taken_
     let orders: Vec<NewOrder> = [bought, fenced, lost, taken, fine, also_fine]
         .iter()
         .enumerate()
-        .map(|(n, user)| NewOrder {
-            id: id(n as i64),
-            user_id: *user,
-            voucher_id: voucher,
-        })
+        .map(|(n, user)| NewOrder::unsequenced(id(n as i64), *user, voucher))
         .collect();
     let locks = Locks::held_by(held);
     let outcomes = writer

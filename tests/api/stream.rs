@@ -323,11 +323,11 @@ async fn a_redelivered_written_order_is_acknowledged_not_written_again() {
         .await
         .unwrap();
     let mut tx = app.store.begin().await.unwrap();
-    let order = NewOrder {
-        id: hmdp::ids::OrderId::new(order_id(1)),
-        user_id: hmdp::ids::UserId::new(1),
-        voucher_id: voucher,
-    };
+    let order = NewOrder::unsequenced(
+        hmdp::ids::OrderId::new(order_id(1)),
+        hmdp::ids::UserId::new(1),
+        voucher,
+    );
     let short = store::insert_orders_taking_stock(&mut tx, &[order])
         .await
         .unwrap();

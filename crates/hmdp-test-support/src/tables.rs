@@ -145,6 +145,30 @@ impl<'a> Tables<'a> {
             .await
     }
 
+    /// `voucher_id`'s sale fence as MySQL holds it (`sale_fence`, JSON).
+    pub async fn sale_fence(&self, voucher_id: i64) -> sqlx::Result<String> {
+        sqlx::query_scalar("SELECT sale_fence FROM tb_seckill_voucher WHERE voucher_id = ?")
+            .bind(voucher_id)
+            .fetch_one(self.pool)
+            .await
+    }
+
+    /// The next number MySQL's order-id counter leases (`tb_order_id_block`).
+    pub async fn next_order_id_number(&self) -> sqlx::Result<u64> {
+        sqlx::query_scalar("SELECT next_value FROM tb_order_id_block WHERE name = 'order'")
+            .fetch_one(self.pool)
+            .await
+    }
+
+    /// Sets the next number MySQL's order-id counter leases.
+    pub async fn set_next_order_id_number(&self, next: u64) -> sqlx::Result<()> {
+        sqlx::query("UPDATE tb_order_id_block SET next_value = ? WHERE name = 'order'")
+            .bind(next)
+            .execute(self.pool)
+            .await?;
+        Ok(())
+    }
+
     /// The shard count `voucher_id`'s sale was created with.
     pub async fn shards(&self, voucher_id: i64) -> sqlx::Result<u16> {
         sqlx::query_scalar("SELECT shards FROM tb_seckill_voucher WHERE voucher_id = ?")

@@ -28,13 +28,26 @@ use crate::ids::{OrderId, UserId};
 use crate::limits::{Counting, GCRA_COUNT};
 use crate::metrics;
 use crate::redis_handle::RedisConnection;
-use crate::shards::{Shard, SEQUENCE_BITS};
+use crate::shards::Shard;
 use crate::telemetry::traces;
 
+use super::fence::Suspicion;
+
 /// The admission script, after the GCRA count with which it counts its
-/// purchase's limits in the same call.
-static ADMIT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&[GCRA_COUNT, include_str!("../../../lua/seckill.lua")].concat()));
+/// purchase's limits in the same call, and the fence's check.
+static ADMIT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        &[
+            GCRA_COUNT,
+            SALE_FENCE,
+            include_str!("../../../lua/seckill.lua"),
+        ]
+        .concat(),
+    )
+});
+
+/// lua/sale_fence.lua, put in front of the scripts that check a shard.
+pub(super) const SALE_FENCE: &str = include_str!("../../../lua/sale_fence.lua");
 
 /// The refusals `lua/seckill.lua` answers, at the index of their code.
 const REFUSALS: [Option<Rejection>; 6] = [
@@ -50,8 +63,9 @@ const REFUSALS: [Option<Rejection>; 6] = [
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {
     /// Stock taken, buyer added, order handed off and recorded as pending,
-    /// under the id the script drew.
-    Admitted(OrderId),
+    /// under the id the script composed, with its admission's number in
+    /// the shard's sequence.
+    Admitted(OrderId, u64),
     /// This very attempt (its Idempotency-Key, or a call the cluster
     /// connection sent again) was admitted before, under this id: nothing
     /// done now.
@@ -69,6 +83,9 @@ pub enum Admission {
     /// admits nobody until writers holding orders admitted before the loss
     /// have counted them again. The buyer hears 503: try again shortly.
     Reopening,
+    /// Nothing done: the shard cannot be trusted (`fence.rs`); the sale is
+    /// loaded again from MySQL, and the buyer hears 503.
+    Suspect(Suspicion),
 }
 
 /// How long an admitted attempt's answer is kept for the same attempt sent
@@ -89,12 +106,13 @@ impl Admission {
     /// refusal's `errorCode`.
     pub fn label(self) -> &'static str {
         match self {
-            Admission::Admitted(_) => "admitted",
+            Admission::Admitted(..) => "admitted",
             Admission::Again(_) => "admitted_again",
             Admission::KeyReused => "idempotency_key_reused",
             Admission::Refused(rejection) => rejection.code(),
             Admission::Stale => "stale_sale",
             Admission::Reopening => "reopening",
+            Admission::Suspect(suspicion) => suspicion.label(),
         }
     }
 
@@ -113,12 +131,18 @@ impl Admission {
                 let id = std::str::from_utf8(id).ok()?;
                 match id.strip_prefix("again:") {
                     Some(again) => again.parse().ok().map(Admission::Again),
-                    None => id.parse().ok().map(Admission::Admitted),
+                    None => {
+                        let (id, sequence) = id.split_once(':')?;
+                        Some(Admission::Admitted(id.parse().ok()?, sequence.parse().ok()?))
+                    }
                 }
             }
             redis::Value::Int(STALE) => Some(Admission::Stale),
             redis::Value::Int(KEY_REUSED) => Some(Admission::KeyReused),
             redis::Value::Int(REOPENING) => Some(Admission::Reopening),
+            redis::Value::Int(code) if Suspicion::from_code(*code).is_some() => {
+                Suspicion::from_code(*code).map(Admission::Suspect)
+            }
             redis::Value::Int(code) => usize::try_from(*code)
                 .ok()
                 .and_then(|code| REFUSALS.get(code).copied().flatten())
@@ -204,6 +228,7 @@ impl SaleState {
             }
             None => (keys.attempt(0), Duration::ZERO),
         };
+        let low_word = self.order_ids.next_low_word(shard).await?;
         metrics::SHARD_ADMISSIONS
             .with_label_values(&[shard.tag()])
             .inc();
@@ -212,15 +237,14 @@ impl SaleState {
             .key(keys.buyers(sale.voucher_id))
             .key(keys.orders())
             .key(keys.pending())
-            .key(keys.sequence())
             .key(attempt_key)
             .arg(user_id.get())
             .arg(sale.voucher_id.get())
             .arg(u8::from(append_to_stream))
             .arg(sale.token)
             .arg(kept.as_millis() as u64)
-            .arg(shard.sequence_base())
-            .arg(1u64 << SEQUENCE_BITS)
+            .arg(low_word)
+            .arg(self.fences.floor(sale.voucher_id, shard))
             .arg(traceparent.as_deref().unwrap_or(""));
         let owed = limits.for_script();
         match &owed {
@@ -242,7 +266,7 @@ impl SaleState {
 
 #[cfg(test)]
 mod tests {
-    use super::Admission;
+    use super::{Admission, Suspicion};
     use crate::error::Rejection;
     use crate::ids::OrderId;
     use redis::Value;
@@ -250,8 +274,17 @@ mod tests {
     #[test]
     fn an_id_is_an_admission_each_code_one_refusal_and_anything_else_none() {
         assert_eq!(
-            Admission::from_reply(&Value::BulkString(b"530713649031938048".to_vec())),
-            Some(Admission::Admitted(OrderId::new(530_713_649_031_938_048)))
+            Admission::from_reply(&Value::BulkString(b"530713649031938048:7".to_vec())),
+            Some(Admission::Admitted(OrderId::new(530_713_649_031_938_048), 7))
+        );
+        assert_eq!(
+            [9, 10, 11].map(|code| Admission::from_reply(&Value::Int(code))),
+            [
+                Suspicion::ServerChanged,
+                Suspicion::BuyersLost,
+                Suspicion::BehindMysql
+            ]
+            .map(|suspicion| Some(Admission::Suspect(suspicion)))
         );
         let refusals: Vec<_> = (1..=5)
             .map(|code| Admission::from_reply(&Value::Int(code)))
@@ -286,7 +319,8 @@ mod tests {
         for unknown in [
             Value::Int(0),
             Value::Int(-1),
-            Value::Int(9),
+            Value::Int(12),
+            Value::BulkString(b"530713649031938048".to_vec()),
             Value::BulkString(b"again:x".to_vec()),
             Value::BulkString(b"-5".to_vec()),
             Value::BulkString(b"12x".to_vec()),

@@ -312,19 +312,22 @@ fn letter_id(id: &str) -> Option<(Shard, &str)> {
 /// The order the pending orders hash holds under `order_id`, as the
 /// admission script writes it: `<userId>:<voucherId>`.
 pub(super) fn pending_entry(order_id: OrderId, entry: &str) -> Result<NewOrder, Error> {
-    entry
-        .split_once(':')
-        .and_then(|(user, voucher)| Some((user.parse().ok()?, voucher.parse().ok()?)))
-        .map(|(user, voucher)| NewOrder {
+    let mut parts = entry.split(':');
+    let mut next = || parts.next().and_then(|part| part.parse::<u64>().ok());
+    let (user, voucher) = (next(), next());
+    // An entry written before admissions were numbered has no sequence.
+    let sequence = next().unwrap_or(0);
+    match (user, voucher.and_then(|voucher| i64::try_from(voucher).ok())) {
+        (Some(user), Some(voucher)) => Ok(NewOrder {
             id: order_id,
             user_id: UserId::new(user),
             voucher_id: VoucherId::new(voucher),
-        })
-        .ok_or_else(|| {
-            Error::Internal(anyhow::anyhow!(
-                "pending order {order_id} holds {entry:?}, not userId:voucherId"
-            ))
-        })
+            sequence,
+        }),
+        _ => Err(Error::Internal(anyhow::anyhow!(
+            "pending order {order_id} holds {entry:?}, not userId:voucherId:sequence"
+        ))),
+    }
 }
 
 /// Of the `pending` orders, those on their way to MySQL: not written, not
@@ -348,11 +351,7 @@ mod tests {
     use super::*;
 
     fn order(id: i64, user: u64) -> NewOrder {
-        NewOrder {
-            id: OrderId::new(id),
-            user_id: UserId::new(user),
-            voucher_id: VoucherId::new(7),
-        }
+        NewOrder::unsequenced(OrderId::new(id), UserId::new(user), VoucherId::new(7))
     }
 
     #[test]

@@ -18,6 +18,8 @@ use chrono::{Local, NaiveDateTime, TimeZone};
 use redis::{AsyncCommands, Script};
 use std::sync::LazyLock;
 
+use super::admission::SALE_FENCE;
+use super::fence::Suspicion;
 use super::in_flight::on_their_way;
 use super::{layout_of, Drift, SaleState};
 use crate::error::Error;
@@ -28,10 +30,14 @@ use crate::redis_handle::RedisConnection;
 use crate::shards::{Layout, Shard};
 use crate::store::{NewOrder, SaleSnapshot};
 
-static LOAD: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/seckill_load.lua")));
+static LOAD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&[SALE_FENCE, include_str!("../../../lua/seckill_load.lua")].concat())
+});
 static CLOSE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/seckill_close.lua")));
+static FOUND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&[SALE_FENCE, include_str!("../../../lua/sale_found.lua")].concat())
+});
 /// What Redis holds of a voucher's sale, as a load finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Found {
@@ -47,6 +53,9 @@ enum Found {
     Drifted(Drift),
     /// A shard carries another token: an earlier voucher's sale.
     Stale,
+    /// Every shard is there, and one cannot be trusted (`fence.rs`): Redis
+    /// restarted or failed over, lost buyers, or lost admissions MySQL has.
+    Suspect(Suspicion),
 }
 
 impl SaleState {
@@ -117,6 +126,9 @@ impl SaleState {
             return Ok(false);
         };
         let layout = layout_of(sale.shards)?;
+        // What MySQL has written, read under the stock row: no writer
+        // raises it until this load ends.
+        self.fences.learn(voucher_id, &sale.fence);
         let mut found = self.found(voucher_id, layout, sale.token).await?;
         if found == Found::Whole {
             let drift = match heal {
@@ -170,6 +182,7 @@ impl SaleState {
             let (label, drift) = match &found {
                 Found::Split => ("split", String::new()),
                 Found::Drifted(Drift(drift)) => ("drift", drift.clone()),
+                Found::Suspect(suspicion) => (suspicion.label(), String::new()),
                 _ => ("missing", String::new()),
             };
             metrics::SALES_RELOADED.with_label_values(&[label]).inc();
@@ -236,33 +249,40 @@ impl SaleState {
     }
 
     /// Whether Redis holds the voucher's sale, in every shard, with the
-    /// voucher's `token` and one load's epoch.
+    /// voucher's `token` and one load's epoch, and every shard can be
+    /// trusted (`lua/sale_found.lua`).
     async fn found(
         &self,
         voucher_id: VoucherId,
         layout: Layout,
         token: u64,
     ) -> Result<Found, Error> {
-        let shards: Vec<(Option<i64>, Option<u64>, Option<String>)> = self
+        type Shard = (Option<i64>, Option<u64>, Option<String>, i64);
+        let shards: Vec<Shard> = self
             .on_shards(layout.shards(), |mut redis, keys| async move {
-                redis::cmd("HMGET")
-                    .arg(keys.voucher(voucher_id))
-                    .arg(&["stock", "token", "epoch"])
-                    .query_async(&mut redis)
+                let floor = self.fences.floor(voucher_id, keys.shard());
+                FOUND
+                    .key(keys.voucher(voucher_id))
+                    .key(keys.buyers(voucher_id))
+                    .arg(floor)
+                    .invoke_async(&mut redis)
                     .await
             })
             .await?;
         // A sale stored before tokens existed has none: it is token 0's.
         if shards
             .iter()
-            .any(|(stock, found, _)| stock.is_some() && found.unwrap_or(0) != token)
+            .any(|(stock, found, _, _)| stock.is_some() && found.unwrap_or(0) != token)
         {
             return Ok(Found::Stale);
         }
-        if shards.iter().any(|(stock, _, _)| stock.is_none()) {
+        if shards.iter().any(|(stock, _, _, _)| stock.is_none()) {
             return Ok(Found::Missing);
         }
-        let one_load = (shards.iter()).all(|(_, _, epoch)| epoch == &shards[0].2);
+        if let Some(suspicion) = (shards.iter()).find_map(|(.., code)| Suspicion::from_code(*code)) {
+            return Ok(Found::Suspect(suspicion));
+        }
+        let one_load = (shards.iter()).all(|(_, _, epoch, _)| epoch == &shards[0].2);
         Ok(if one_load { Found::Whole } else { Found::Split })
     }
 
@@ -293,6 +313,7 @@ impl SaleState {
     pub async fn delete_voucher(&self, voucher_id: VoucherId) -> Result<(), Error> {
         let layout = self.layout(voucher_id).await?.unwrap_or(Layout::SINGLE);
         self.store.delete_voucher(voucher_id).await?;
+        self.fences.forget(voucher_id);
         self.on_shards(layout.shards(), |mut redis, keys| async move {
             let keys = [
                 keys.voucher(voucher_id),
@@ -345,6 +366,13 @@ async fn put(
             .filter(|order| Shard::of_order(order.id) == shard)
             .map(|order| order.user_id);
         let buyers: Vec<UserId> = written.chain(coming).collect();
+        // The shard's numbers go on above every admission MySQL has written
+        // and every order on its way, so that the fence its writers raise
+        // never passes what it holds.
+        let sequence = (on_their_way.iter())
+            .filter(|order| Shard::of_order(order.id) == shard)
+            .map(|order| order.sequence)
+            .fold(sale.fence.of(shard), u64::max);
         let keys = keys.shard(shard);
         let mut load = LOAD.prepare_invoke();
         load.key(keys.voucher(voucher_id))
@@ -358,6 +386,7 @@ async fn put(
             .arg(sale.token)
             .arg(opens_in.as_millis() as u64)
             .arg(epoch)
+            .arg(sequence)
             .arg(buyers.len());
         for buyer in buyers {
             load.arg(buyer.get());

@@ -10,7 +10,9 @@
 //! - `transit`: the units on their way, and the sweep that delivers a dead mover's;
 //! - `readmit`: an order Redis lost, counted again before its commit;
 //! - `in_flight`: the orders between admission and MySQL;
-//! - `reconcile`: Redis compared with MySQL, and the sale healed.
+//! - `reconcile`: Redis compared with MySQL, and the sale healed;
+//! - `fence`: what tells a node that Redis forgot, before it admits;
+//! - `order_ids`: the admissions' order ids, leased from MySQL.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -28,8 +30,10 @@ use crate::shards::{Layout, Shard};
 use crate::store::Store;
 
 mod admission;
+mod fence;
 mod in_flight;
 mod load;
+mod order_ids;
 mod read;
 mod readmit;
 mod reconcile;
@@ -37,6 +41,8 @@ mod stock_moves;
 mod transit;
 
 pub use admission::Admission;
+pub use fence::{Fences, Suspicion};
+pub use order_ids::{OrderIds, ID_BLOCK};
 pub use in_flight::{DeadLetter, PendingOrder};
 pub use read::{RedisSale, RedisShard};
 pub use readmit::Readmit;
@@ -67,6 +73,10 @@ pub struct SaleState {
     /// What this node saw of each sharded sale's shards a moment ago
     /// (`stock_moves.rs`).
     seen_shards: Mutex<HashMap<VoucherId, Seen>>,
+    /// Each sale shard's fence as this node knows MySQL's (`fence.rs`).
+    fences: Fences,
+    /// The admissions' order ids (`order_ids.rs`).
+    order_ids: OrderIds,
 }
 
 impl SaleState {
@@ -74,11 +84,19 @@ impl SaleState {
         SaleState {
             redis,
             keys,
-            store,
             loading: Mutex::new(HashMap::new()),
             move_pause_ms: AtomicU64::new(0),
             seen_shards: Mutex::new(HashMap::new()),
+            fences: Fences::default(),
+            order_ids: OrderIds::new(store.clone()),
+            store,
         }
+    }
+
+    /// Each sale shard's fence as this node knows MySQL's: what its
+    /// writers and its reads of MySQL tell it.
+    pub fn fences(&self) -> &Fences {
+        &self.fences
     }
 
     /// Fault injection: every move of stock between shards pauses `pause`

@@ -121,6 +121,7 @@ impl SaleState {
             .arg(order.user_id.get())
             .arg(order.voucher_id.get())
             .arg(u8::from(append_to_stream))
+            .arg(order.sequence)
             .invoke_async(&mut self.redis.clone())
             .await?;
         match code {

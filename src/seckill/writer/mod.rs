@@ -341,12 +341,16 @@ impl OrderWriter {
                     .instrument(tracing::info_span!("commit"))
                     .await?;
                 step("commit", committing);
-                let written = orders
+                let written: Vec<&NewOrder> = orders
                     .iter()
                     .zip(outcomes)
                     .filter(|(_, outcome)| **outcome == Outcome::Written)
-                    .map(|(order, _)| order.id);
-                self.deadlines.schedule(written);
+                    .map(|(order, _)| order)
+                    .collect();
+                // MySQL's fence rose with this commit: this node's next
+                // admission from a shard that lost these orders is refused.
+                self.sale_state.fences().written(written.iter().copied());
+                self.deadlines.schedule(written.iter().map(|order| order.id));
             }
             Ended::IdTaken | Ended::Resold(_) => tx.rollback().await?,
         }

@@ -17,7 +17,7 @@ use crate::error::Error;
 use crate::ids::{OrderId, UserId};
 use crate::metrics;
 use crate::seckill::sale_state::Readmit;
-use crate::store::{self, Found, Lookup, NewOrder, Tx};
+use crate::store::{self, Found, Lookup, NewOrder, SaleFence, Tx};
 
 /// What the transaction's opening round trips found: the users whose lock
 /// passed on to a newer holder, the orders written already, the users who
@@ -96,7 +96,7 @@ impl OrderWriter {
             }
             // Written already, whoever holds the lock now.
             if let Some(row) = found.written.iter().find(|row| row.id == order.id) {
-                *outcome = Some(if row == order {
+                *outcome = Some(if row.is_same_order(order) {
                     Outcome::AlreadyWritten
                 } else {
                     Outcome::IdTaken
@@ -177,7 +177,10 @@ impl OrderWriter {
                 .collect();
             store::delete_orders(tx, &out).await?;
             let kept = units - out.len() as u32;
-            if kept > 0 && !store::take_stock_units(tx, voucher, kept).await? {
+            let kept_orders = (new.iter())
+                .filter(|order| order.voucher_id == voucher && !out.contains(&order.id));
+            let fence = SaleFence::of_orders(kept_orders);
+            if kept > 0 && !store::take_stock_units(tx, voucher, kept, &fence).await? {
                 return Err(Error::Internal(anyhow::anyhow!(
                     "voucher {voucher}'s stock changed under its row lock"
                 )));

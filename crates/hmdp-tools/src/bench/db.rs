@@ -87,11 +87,7 @@ pub async fn run(args: BenchDbArgs) -> anyhow::Result<BenchDbResult> {
                 let held = NoLock.acquire("").await.ok().flatten();
                 match held {
                     Some(held) => {
-                        let order = NewOrder {
-                            id,
-                            user_id,
-                            voucher_id,
-                        };
+                        let order = NewOrder::unsequenced(id, user_id, voucher_id);
                         let locks = Locks::one(user_id, held);
                         seckill.write_alone(order, &locks, None).await.is_ok()
                     }
