@@ -15,6 +15,11 @@
 -- ARGV[6]: the receiving shard's epoch as its mover saw it: a shard of
 --          another load lends nothing (shards that disagree are a sale
 --          Redis partly forgot, which is loaded again, not moved between)
+-- KEYS[3]: the lending shard's buyer set ({tag}:buyers:<voucherId>)
+-- ARGV[7]: the lending shard's fence as the node knows MySQL's
+-- A shard that cannot be trusted (lua/sale_fence.lua) lends nothing: its
+-- units may be ones MySQL has sold. It answers {-1, ''}, and the sale is
+-- loaded again.
 -- Returns {units lent, the sale's epoch}: {0, ''} when the shard has no
 -- unit (or no sale of this token); half its stock, rounded up, at most
 -- ARGV[5], otherwise. A transfer id lends once: sent again while its
@@ -26,9 +31,12 @@ if lent then
   local _, _, units, epoch = string.match(lent, '^(%d+):(%d+):(%d+):([^:]*):(%d+)$')
   return {tonumber(units), epoch}
 end
-local sale = redis.call('HMGET', KEYS[1], 'stock', 'token', 'epoch')
+local sale = redis.call('HMGET', KEYS[1], 'stock', 'token', 'epoch', 'replid', 'buyers', 'seq')
 if not sale[1] or (sale[2] or '0') ~= ARGV[2] then
   return {0, ''}
+end
+if sale_suspect(sale[4], sale[5], sale[6], KEYS[3], ARGV[7]) then
+  return {-1, ''}
 end
 local stock = tonumber(sale[1])
 if stock < 1 or (sale[3] or '') ~= ARGV[6] then

@@ -18,6 +18,7 @@ mod overload;
 mod queue;
 mod redis_cluster;
 mod redis_forgets;
+mod redis_loss;
 mod sale_news;
 mod settings_file;
 mod shards;

@@ -33,6 +33,7 @@ use redis::Script;
 use std::sync::LazyLock;
 use tokio::time::Instant;
 
+use super::admission::SALE_FENCE;
 use super::transit::Transfer;
 use super::SaleState;
 use crate::error::Error;
@@ -40,8 +41,9 @@ use crate::ids::VoucherId;
 use crate::metrics;
 use crate::shards::{Layout, Shard};
 
-static LEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/shard_lend.lua")));
+static LEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&[SALE_FENCE, include_str!("../../../lua/shard_lend.lua")].concat())
+});
 
 /// At most this many units move in one transfer: enough that a shard all
 /// buyers hash to borrows a few times, not once a purchase.
@@ -85,8 +87,9 @@ pub struct SaleRef {
 pub enum Refill {
     /// Units came to the shard (moved here, or given back): ask it again.
     Moved,
-    /// A shard of the sale is gone from Redis, or its shards are of
-    /// different loads: the sale is to be loaded again as a whole.
+    /// A shard of the sale is gone from Redis, its shards are of
+    /// different loads, or one cannot be trusted (`fence.rs`): the sale is
+    /// to be loaded again as a whole.
     Missing,
     /// No shard holds or moves a unit.
     SoldOut,
@@ -129,11 +132,10 @@ impl SaleState {
             Some(Seen { looks, .. }) => {
                 if let Some(donor) = fullest(&looks, position).next() {
                     let epoch = looks[usize::from(position)].epoch;
-                    if self
-                        .moved(sale, sale.layout.shard(donor), home, epoch)
-                        .await?
+                    if let Some(refill) =
+                        (self.moved(sale, sale.layout.shard(donor), home, epoch)).await?
                     {
-                        return Ok(Refill::Moved);
+                        return Ok(refill);
                     }
                 }
             }
@@ -158,11 +160,10 @@ impl SaleState {
             self.remember(sale.voucher_id, &first, false);
             for donor in fullest(&first, position) {
                 let epoch = first[usize::from(position)].epoch;
-                if self
-                    .moved(sale, sale.layout.shard(donor), home, epoch)
-                    .await?
+                if let Some(refill) =
+                    (self.moved(sale, sale.layout.shard(donor), home, epoch)).await?
                 {
-                    return Ok(Refill::Moved);
+                    return Ok(refill);
                 }
             }
             // Units on their way land within a mover's round trips, or, its
@@ -245,30 +246,35 @@ impl SaleState {
     }
 
     /// One move from `from` to `to`, whose load is `epoch`: lend, receive,
-    /// settle. `false` when `from` had no unit left to lend, or is of
-    /// another load.
+    /// settle; [`Refill::Moved`] once done. `None` when `from` had no unit
+    /// left to lend, or is of another load; [`Refill::Missing`] when `from`
+    /// cannot be trusted (`fence.rs`): the sale is to be loaded again.
     async fn moved(
         &self,
         sale: &SaleRef,
         from: Shard,
         to: Shard,
         epoch: Option<i64>,
-    ) -> Result<bool, Error> {
+    ) -> Result<Option<Refill>, Error> {
         let transfer_id = format!("{:032x}", rand::random::<u128>());
         let from_keys = self.keys.shard(from);
         let (units, epoch): (i64, String) = LEND
             .key(from_keys.voucher(sale.voucher_id))
             .key(from_keys.transit())
+            .key(from_keys.buyers(sale.voucher_id))
             .arg(sale.voucher_id.get())
             .arg(sale.token)
             .arg(to.index())
             .arg(&transfer_id)
             .arg(MOST_LENT)
             .arg(epoch.map(|epoch| epoch.to_string()).unwrap_or_default())
+            .arg(self.fences.floor(sale.voucher_id, from))
             .invoke_async(&mut self.redis.clone())
             .await?;
-        if units == 0 {
-            return Ok(false);
+        match units {
+            0 => return Ok(None),
+            ..0 => return Ok(Some(Refill::Missing)),
+            _ => {}
         }
         metrics::STOCK_MOVES.with_label_values(&["lent"]).inc();
         let pause = self.move_pause_ms.load(Ordering::Relaxed);
@@ -283,6 +289,6 @@ impl SaleState {
             lent_ms: 0,
         };
         self.deliver(from, &transfer_id, &transfer).await?;
-        Ok(true)
+        Ok(Some(Refill::Moved))
     }
 }
