@@ -109,7 +109,10 @@ mod tests {
             order(three.sequence_base() + 1, 2),
             order(5, 0),
         ]);
-        assert_eq!(fence.shards().collect::<Vec<_>>(), [(Shard::SINGLE, 8), (three, 2)]);
+        assert_eq!(
+            fence.shards().collect::<Vec<_>>(),
+            [(Shard::SINGLE, 8), (three, 2)]
+        );
         assert_eq!(
             fence.raise_clause(),
             ", sale_fence = JSON_SET(sale_fence, '$.s0', GREATEST(CAST(COALESCE(\

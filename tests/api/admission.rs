@@ -406,7 +406,11 @@ async fn the_scripts_id_sequence_wraps_within_its_24_bits() {
     }
     assert_eq!(
         low_words,
-        [(1 << 31) + (1 << 24) - 2, (1 << 31) + (1 << 24) - 1, 1 << 31]
+        [
+            (1 << 31) + (1 << 24) - 2,
+            (1 << 31) + (1 << 24) - 1,
+            1 << 31
+        ]
     );
     wait_until_written(&app).await;
 }

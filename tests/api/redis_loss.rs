@@ -5,17 +5,19 @@
 //! to two buyers; the sale answers again within seconds.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use hmdp::config::SeckillMode;
 use hmdp::ids::{UserId, VoucherId};
 use hmdp::shards::Layout;
-use hmdp_test_support::wait_until;
+use hmdp_test_support::{wait_until, Direction, Faults, RedisServer, TcpProxy, Verdict};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 
-use crate::helpers::{open_seckill_body, spawn_app, TestApp, ADMIN_TOKEN};
+use crate::helpers::{buy_at, open_seckill_body, spawn_app, NodeProcess, TestApp, ADMIN_TOKEN};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -47,7 +49,10 @@ pub async fn judge(app: &TestApp, voucher: VoucherId, told: &[Told]) -> Broken {
     for (user, answer) in told.iter().filter(|(_, answer)| answer["success"] == true) {
         let id: i64 = answer["data"].as_str().unwrap().parse().unwrap();
         ids_of.entry(*user).or_default().insert(id);
-        if buyer_of.insert(id, *user).is_some_and(|other| other != *user) {
+        if buyer_of
+            .insert(id, *user)
+            .is_some_and(|other| other != *user)
+        {
             broken.ids_twice += 1;
         }
         let orders = app.tables().order_ids_of(voucher.get(), user.get()).await;
@@ -63,7 +68,9 @@ pub async fn judge(app: &TestApp, voucher: VoucherId, told: &[Told]) -> Broken {
 pub async fn create_sale(app: &TestApp, stock: i64, shards: u16) -> VoucherId {
     let mut body = open_seckill_body(stock);
     body["shards"] = json!(shards);
-    let created: Value = (app.post_voucher("/voucher/seckill", ADMIN_TOKEN, &body).await)
+    let created: Value = (app
+        .post_voucher("/voucher/seckill", ADMIN_TOKEN, &body)
+        .await)
         .json()
         .await
         .unwrap();
@@ -72,9 +79,11 @@ pub async fn create_sale(app: &TestApp, stock: i64, shards: u16) -> VoucherId {
 
 /// Each of `tokens` buys once, all at once; their answers.
 pub async fn buy_all(app: &TestApp, voucher: VoucherId, tokens: &[String]) -> Vec<Told> {
-    join_all(tokens.iter().map(|token| async move {
-        (app.user_id(token).await, app.purchase(voucher, token).await)
-    }))
+    join_all(
+        tokens.iter().map(|token| async move {
+            (app.user_id(token).await, app.purchase(voucher, token).await)
+        }),
+    )
     .await
 }
 
@@ -102,7 +111,10 @@ pub async fn buy_until_answered(
     }))
     .await;
     let last = answers.iter().map(|(_, at)| *at).max().unwrap();
-    (answers.into_iter().flat_map(|(told, _)| told).collect(), last)
+    (
+        answers.into_iter().flat_map(|(told, _)| told).collect(),
+        last,
+    )
 }
 
 /// Each answer's code (`success` for a success) and how many times it
@@ -116,7 +128,10 @@ pub fn summary(told: &[Told]) -> String {
         };
         *counts.entry(code).or_default() += 1;
     }
-    let counts: Vec<String> = counts.iter().map(|(code, n)| format!("{code} ×{n}")).collect();
+    let counts: Vec<String> = counts
+        .iter()
+        .map(|(code, n)| format!("{code} ×{n}"))
+        .collect();
     counts.join(", ")
 }
 
@@ -173,7 +188,10 @@ async fn after_redis_forgets(mode: SeckillMode, shards: u16, loss: Loss) {
         }
     }
     told.extend(buy_all(&app, voucher, &tokens[2..5]).await);
-    assert!(told.iter().all(|(_, answer)| answer["success"] == true), "{told:?}");
+    assert!(
+        told.iter().all(|(_, answer)| answer["success"] == true),
+        "{told:?}"
+    );
     wait_until("five orders written", WAIT, || async {
         app.audit(voucher).await.active_orders == 5 && app.pending_orders().await == 0
     })
@@ -186,7 +204,10 @@ async fn after_redis_forgets(mode: SeckillMode, shards: u16, loss: Loss) {
                 let user = app.user_id(token).await;
                 let shard = keys.shard(layout.shard_of(user));
                 let _: () = redis.srem(shard.buyers(voucher), user.get()).await.unwrap();
-                let _: () = redis.hincr(shard.voucher(voucher), "stock", 1).await.unwrap();
+                let _: () = redis
+                    .hincr(shard.voucher(voucher), "stock", 1)
+                    .await
+                    .unwrap();
             }
         }
         Loss::OlderCopy => {
@@ -217,7 +238,10 @@ async fn after_redis_forgets(mode: SeckillMode, shards: u16, loss: Loss) {
     let audit = app.audit(voucher).await;
     println!("broken promises: {broken:?}; MySQL: {audit:?}");
     assert_eq!(broken, Broken::default(), "{}", summary(&told));
-    assert!(waited < ANSWERS_AGAIN_WITHIN, "answered again after {waited:?}");
+    assert!(
+        waited < ANSWERS_AGAIN_WITHIN,
+        "answered again after {waited:?}"
+    );
     assert_eq!((audit.active_orders, audit.stock_left), (5, 0), "{audit:?}");
 }
 
@@ -244,4 +268,180 @@ async fn queue_buyers_after_redis_went_back_to_an_older_copy_are_told_no_false_s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharded_buyers_after_redis_forgot_buyers_and_stock_are_told_no_false_success() {
     after_redis_forgets(SeckillMode::Stream, 4, Loss::BuyersAndStock).await;
+}
+
+/// The replication link of a replica, through a proxy: cut, every chunk
+/// either way closes its connection (the replica keeps reconnecting, and
+/// keeps failing), as a partition between the two machines does.
+struct Link {
+    cut: AtomicBool,
+}
+
+impl Faults for Link {
+    async fn chunk(&self, _connection: u64, _direction: Direction, _chunk: &[u8]) -> Verdict {
+        match self.cut.load(Ordering::SeqCst) {
+            true => Verdict::Close,
+            false => Verdict::Pass,
+        }
+    }
+}
+
+/// `field` of `INFO replication` on `redis`.
+async fn replication(redis: &RedisServer, field: &str) -> String {
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut redis.connect().await.unwrap())
+        .await
+        .unwrap();
+    let line = info
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("{field}:")));
+    line.unwrap_or_default().trim().to_owned()
+}
+
+/// A shop's failover, for real: a Redis master with one replica, two
+/// nodes of `mode` whose Redis address follows the master (a proxy, as
+/// haproxy or a virtual IP would), a sale of stock 10 in `shards` shards.
+/// Buyers 1–2 buy and the replica has it all; its link is cut while buyers
+/// 3–5 buy and their orders reach MySQL; the master is killed, the replica
+/// promoted, the address moved to it. Buyers 3–7 purchase again: the nodes
+/// find the sale on another server, load it again from MySQL, and tell
+/// nobody success without an order, nobody twice, no id twice.
+async fn after_a_failover(mode: SeckillMode, shards: u16) {
+    let mut master = RedisServer::start().await.unwrap();
+    let link = Arc::new(Link {
+        cut: AtomicBool::new(false),
+    });
+    let to_master = TcpProxy::start(master.port(), link.clone()).await.unwrap();
+    let replica =
+        RedisServer::start_with(&["--replicaof", "127.0.0.1", &to_master.port().to_string()])
+            .await
+            .unwrap();
+    let address = TcpProxy::start(master.port(), Arc::new(Passes))
+        .await
+        .unwrap();
+    let redis_url = format!("redis://127.0.0.1:{}/0", address.port());
+    let app = spawn_app(|s| {
+        s.seckill = mode;
+        s.store.redis.url = redis_url.clone();
+        s.store.timeout.backend_timeout_ms = 2_000;
+    })
+    .await;
+    let other = NodeProcess::start_with_env(
+        &app,
+        &[match mode {
+            SeckillMode::Queue => "--seckill=queue",
+            _ => "--seckill=stream",
+        }],
+        &[("REDIS_URL", redis_url.as_str())],
+    )
+    .await;
+    let voucher = create_sale(&app, 10, shards).await;
+    let tokens = app.login_many(7).await;
+    let users = join_all(tokens.iter().map(|token| app.user_id(token))).await;
+    let nodes = [app.address.clone(), other.address.clone()];
+    let buy = |buyer: usize| {
+        let (address, token, user) = (&nodes[buyer % 2], &tokens[buyer], users[buyer]);
+        async move { (user, buy_at(address, voucher, token).await) }
+    };
+    let mut told: Vec<Told> = join_all((0..2).map(buy)).await;
+    wait_until("the replica caught up", WAIT, || async {
+        let offset = replication(&master, "master_repl_offset").await;
+        replication(&replica, "master_link_status").await == "up"
+            && replication(&replica, "slave_repl_offset").await == offset
+    })
+    .await;
+
+    link.cut.store(true, Ordering::SeqCst);
+    told.extend(join_all((2..5).map(buy)).await);
+    assert!(
+        told.iter().all(|(_, answer)| answer["success"] == true),
+        "{}",
+        summary(&told)
+    );
+    wait_until("five orders written", WAIT, || async {
+        app.audit(voucher).await.active_orders == 5
+    })
+    .await;
+    assert_eq!(replication(&replica, "master_link_status").await, "down");
+
+    master.kill();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query_async(&mut replica.connect().await.unwrap())
+        .await
+        .unwrap();
+    address.move_to(replica.port());
+    let moved_at = Instant::now();
+    let again = join_all((2..7).map(|buyer| {
+        let (address, token, user) = (&nodes[buyer % 2], &tokens[buyer], users[buyer]);
+        async move {
+            let mut told = Vec::new();
+            loop {
+                let answer = buy_at(address, voucher, token).await;
+                let definite = answer["errorCode"] != "UNAVAILABLE";
+                told.push((user, answer));
+                if definite {
+                    return (told, Instant::now());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }))
+    .await;
+    let waited = again.iter().map(|(_, at)| *at).max().unwrap() - moved_at;
+    let again: Vec<Told> = again.into_iter().flat_map(|(told, _)| told).collect();
+    println!(
+        "after the failover, answered again after {waited:?}: {}",
+        summary(&again)
+    );
+    told.extend(again);
+    // The test's own connection went down with the master: its first call
+    // after reconnects.
+    wait_until("the new buyers' orders written", WAIT, || async {
+        let on_their_way = app.sale_state().orders_on_their_way().await;
+        app.audit(voucher).await.active_orders == 7
+            && on_their_way.is_ok_and(|(pending, _)| pending == 0)
+    })
+    .await;
+    let broken = judge(&app, voucher, &told).await;
+    let audit = app.audit(voucher).await;
+    println!("broken promises: {broken:?}; MySQL: {audit:?}");
+    assert_eq!(broken, Broken::default(), "{}", summary(&told));
+    assert!(
+        waited < ANSWERS_AGAIN_WITHIN,
+        "answered again after {waited:?}"
+    );
+    assert_eq!(
+        (audit.active_orders, audit.stock_left, audit.duplicate_users),
+        (7, 3, 0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_buyers_after_a_failover_to_a_replica_that_missed_admissions_are_told_no_false_success(
+) {
+    after_a_failover(SeckillMode::Stream, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_buyers_after_a_failover_to_a_replica_that_missed_admissions_are_told_no_false_success(
+) {
+    after_a_failover(SeckillMode::Queue, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_buyers_after_a_failover_to_a_replica_that_missed_admissions_are_told_no_false_success(
+) {
+    after_a_failover(SeckillMode::Stream, 4).await;
+}
+
+/// A proxy that lets everything through.
+struct Passes;
+
+impl Faults for Passes {
+    async fn chunk(&self, _connection: u64, _direction: Direction, _chunk: &[u8]) -> Verdict {
+        Verdict::Pass
+    }
 }

@@ -2,10 +2,13 @@
 //! one upstream server on this machine, and each chunk read in either
 //! direction is shown to the test's [`Faults`] before it goes on, which may
 //! hold it (a slow link, a silent peer), or end the connection instead (a
-//! reply lost on the way).
+//! reply lost on the way). Its upstream can move
+//! ([`TcpProxy::move_to`]): an address that follows a Redis master from one
+//! server to the one promoted after it, as a shop's haproxy or virtual IP
+//! does.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -50,6 +53,7 @@ pub trait Faults: Send + Sync + 'static {
 /// runtime.
 pub struct TcpProxy {
     port: u16,
+    upstream: Arc<AtomicU16>,
 }
 
 impl TcpProxy {
@@ -72,6 +76,12 @@ impl TcpProxy {
     pub fn port(&self) -> u16 {
         self.port
     }
+
+    /// Relays the connections accepted from now on to the server listening
+    /// on `upstream_port`; those relayed already stay where they are.
+    pub fn move_to(&self, upstream_port: u16) {
+        self.upstream.store(upstream_port, Ordering::SeqCst);
+    }
 }
 
 /// A proxy's port, bound, before it relays ([`TcpProxy::listen`]).
@@ -90,8 +100,11 @@ impl Listening {
     pub fn relay_to<F: Faults>(self, upstream_port: u16, faults: Arc<F>) -> TcpProxy {
         let Listening { listener, port } = self;
         let connections = AtomicU64::new(0);
+        let upstream = Arc::new(AtomicU16::new(upstream_port));
+        let moved = upstream.clone();
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                let upstream_port = moved.load(Ordering::SeqCst);
                 let Ok(server) = TcpStream::connect(("127.0.0.1", upstream_port)).await else {
                     continue;
                 };
@@ -99,7 +112,7 @@ impl Listening {
                 tokio::spawn(relay(client, server, number, faults.clone()));
             }
         });
-        TcpProxy { port }
+        TcpProxy { port, upstream }
     }
 }
 

@@ -133,7 +133,10 @@ impl Admission {
                     Some(again) => again.parse().ok().map(Admission::Again),
                     None => {
                         let (id, sequence) = id.split_once(':')?;
-                        Some(Admission::Admitted(id.parse().ok()?, sequence.parse().ok()?))
+                        Some(Admission::Admitted(
+                            id.parse().ok()?,
+                            sequence.parse().ok()?,
+                        ))
                     }
                 }
             }
@@ -275,7 +278,10 @@ mod tests {
     fn an_id_is_an_admission_each_code_one_refusal_and_anything_else_none() {
         assert_eq!(
             Admission::from_reply(&Value::BulkString(b"530713649031938048:7".to_vec())),
-            Some(Admission::Admitted(OrderId::new(530_713_649_031_938_048), 7))
+            Some(Admission::Admitted(
+                OrderId::new(530_713_649_031_938_048),
+                7
+            ))
         );
         assert_eq!(
             [9, 10, 11].map(|code| Admission::from_reply(&Value::Int(code))),

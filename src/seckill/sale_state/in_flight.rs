@@ -317,7 +317,10 @@ pub(super) fn pending_entry(order_id: OrderId, entry: &str) -> Result<NewOrder, 
     let (user, voucher) = (next(), next());
     // An entry written before admissions were numbered has no sequence.
     let sequence = next().unwrap_or(0);
-    match (user, voucher.and_then(|voucher| i64::try_from(voucher).ok())) {
+    match (
+        user,
+        voucher.and_then(|voucher| i64::try_from(voucher).ok()),
+    ) {
         (Some(user), Some(voucher)) => Ok(NewOrder {
             id: order_id,
             user_id: UserId::new(user),

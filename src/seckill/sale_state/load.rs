@@ -279,7 +279,8 @@ impl SaleState {
         if shards.iter().any(|(stock, _, _, _)| stock.is_none()) {
             return Ok(Found::Missing);
         }
-        if let Some(suspicion) = (shards.iter()).find_map(|(.., code)| Suspicion::from_code(*code)) {
+        if let Some(suspicion) = (shards.iter()).find_map(|(.., code)| Suspicion::from_code(*code))
+        {
             return Ok(Found::Suspect(suspicion));
         }
         let one_load = (shards.iter()).all(|(_, _, epoch, _)| epoch == &shards[0].2);

@@ -42,8 +42,8 @@ mod transit;
 
 pub use admission::Admission;
 pub use fence::{Fences, Suspicion};
-pub use order_ids::{OrderIds, ID_BLOCK};
 pub use in_flight::{DeadLetter, PendingOrder};
+pub use order_ids::{OrderIds, ID_BLOCK};
 pub use read::{RedisSale, RedisShard};
 pub use readmit::Readmit;
 pub use reconcile::RECONCILE_EVERY;

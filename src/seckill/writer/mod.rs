@@ -350,7 +350,8 @@ impl OrderWriter {
                 // MySQL's fence rose with this commit: this node's next
                 // admission from a shard that lost these orders is refused.
                 self.sale_state.fences().written(written.iter().copied());
-                self.deadlines.schedule(written.iter().map(|order| order.id));
+                self.deadlines
+                    .schedule(written.iter().map(|order| order.id));
             }
             Ended::IdTaken | Ended::Resold(_) => tx.rollback().await?,
         }
