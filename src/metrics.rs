@@ -69,8 +69,16 @@ metric!(SALES_RELOADED: IntCounterVec = register_int_counter_vec_with_registry(
     "hmdp_sales_reloaded_total",
     "Sales Redis forgot, loaded again from MySQL, by what the load found: missing (a shard \
      or the whole sale gone), split (shards of different loads), drift (counts the reconciler \
-     found to differ from MySQL's)",
+     found to differ from MySQL's), server_changed (a Redis restart or failover since the \
+     load), buyers_lost (the buyer set lost members), behind_mysql (MySQL wrote admissions \
+     Redis lost)",
     &["found"]));
+metric!(REDIS_SERVER_CHANGES: IntCounterVec = register_int_counter_vec_with_registry(
+    "hmdp_redis_server_changes_total",
+    "Changes of the Redis server holding a shard of the sales that the per-second probe \
+     noticed, by how: restarted or replaced (a new run id), promoted (a new replication id), \
+     went back (its replication offset fell)",
+    &["how"]));
 metric!(ADMISSIONS: IntCounterVec = register_int_counter_vec_with_registry(
     "hmdp_admissions_total",
     "Purchases the Redis admission script admitted or refused (queue and stream modes), \
@@ -264,8 +272,18 @@ pub fn init(mode: &str) {
     for news in ["sold-out", "returned"] {
         SALE_NEWS_HEARD.with_label_values(&[news]);
     }
-    for found in ["missing", "split", "drift"] {
+    for found in [
+        "missing",
+        "split",
+        "drift",
+        "server_changed",
+        "buyers_lost",
+        "behind_mysql",
+    ] {
         SALES_RELOADED.with_label_values(&[found]);
+    }
+    for how in ["restarted or replaced", "promoted", "went back"] {
+        REDIS_SERVER_CHANGES.with_label_values(&[how]);
     }
     for step in [
         "lent",

@@ -213,6 +213,9 @@ impl Seckill {
         // node, for as long as it runs.
         let sale_state = self.sale_state.clone();
         tokio::spawn(async move { sale_state.reconcile_forever().await });
+        // A Redis restart or failover is noticed within a second.
+        let sale_state = self.sale_state.clone();
+        tokio::spawn(async move { sale_state.probe_servers_forever().await });
         let (source, handoff): (_, fn(Arc<OrderWriter>) -> Handoff) = match mode {
             SeckillMode::Queue => (OrderSource::Queue, |writer| {
                 Handoff::Queue(OrderQueue::start(writer))

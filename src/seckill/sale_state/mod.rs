@@ -12,7 +12,8 @@
 //! - `in_flight`: the orders between admission and MySQL;
 //! - `reconcile`: Redis compared with MySQL, and the sale healed;
 //! - `fence`: what tells a node that Redis forgot, before it admits;
-//! - `order_ids`: the admissions' order ids, leased from MySQL.
+//! - `order_ids`: the admissions' order ids, leased from MySQL;
+//! - `server_probe`: a Redis restart or failover noticed within a second.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -37,6 +38,8 @@ mod order_ids;
 mod read;
 mod readmit;
 mod reconcile;
+mod server_mark;
+mod server_probe;
 mod stock_moves;
 mod transit;
 
