@@ -21,4 +21,11 @@ CREATE TABLE IF NOT EXISTS `tb_order_id_block` (
   PRIMARY KEY (`name`) USING BTREE
 ) ENGINE = InnoDB CHARACTER SET = utf8mb4 COLLATE = utf8mb4_general_ci;
 
+-- `idempotency_key_digest`: the synchronous purchase's Idempotency-Key, as
+-- the first 8 bytes of its SHA-256, written with the order: the key's answer
+-- kept in Redis may be lost with Redis, and the order MySQL wrote for the
+-- key answers it then (src/seckill/sync_purchase.rs).
+ALTER TABLE `tb_voucher_order`
+  ADD COLUMN `idempotency_key_digest` bigint(20) UNSIGNED NULL DEFAULT NULL COMMENT '同步下单的幂等键摘要';
+
 INSERT IGNORE INTO `tb_order_id_block` (`name`, `next_value`) VALUES ('order', 1);

@@ -40,6 +40,15 @@ impl IdempotencyKey {
         &self.0
     }
 
+    /// The key as MySQL keeps it beside the order it placed: the first 8
+    /// bytes of its SHA-256 (the same key of one buyer and voucher meets
+    /// another's digest with odds of 2^-64).
+    pub fn digest(&self) -> u64 {
+        use sha2::Digest;
+        let hash = sha2::Sha256::digest(self.0.as_bytes());
+        u64::from_be_bytes(hash[..8].try_into().expect("a SHA-256 has 32 bytes"))
+    }
+
     /// The header's value: a structured-field string (`"…"`) or the bare
     /// token most clients send; 1 to 255 visible ASCII characters.
     pub fn parse(raw: &[u8]) -> Result<IdempotencyKey, Error> {

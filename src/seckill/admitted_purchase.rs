@@ -128,6 +128,7 @@ impl Seckill {
                     user_id,
                     voucher_id,
                     sequence,
+                    idempotency: None,
                 })
                 .await?;
         }

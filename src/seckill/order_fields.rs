@@ -24,6 +24,7 @@ pub(super) fn order_of(fields: &HashMap<String, Value>) -> Result<NewOrder, Stri
             true => number(fields, "seq")?.unsigned_abs(),
             false => 0,
         },
+        idempotency: None,
     })
 }
 

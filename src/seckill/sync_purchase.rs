@@ -51,6 +51,9 @@ impl Seckill {
                 if let Some(order_id) = self.kept_answer(user_id, voucher_id, key, None).await? {
                     return Ok((order_id, true));
                 }
+                if let Some(order_id) = self.placed_with_key(user_id, voucher_id, key).await? {
+                    return Ok((order_id, true));
+                }
             }
             return Err(refusal.into());
         }
@@ -104,7 +107,10 @@ impl Seckill {
         };
         let (outcome, held) = match (held, id) {
             (Ok(held), Ok(id)) => {
-                let order = NewOrder::unsequenced(id, user_id, voucher_id);
+                let order = NewOrder {
+                    idempotency: key.map(IdempotencyKey::digest),
+                    ..NewOrder::unsequenced(id, user_id, voucher_id)
+                };
                 let placing = Instant::now();
                 let placed = self.write_under_lock(order, held, answer_by).await;
                 step("placed", placing);
@@ -132,7 +138,28 @@ impl Seckill {
         if matches!(outcome, Err(Error::Rejected(Rejection::SoldOut))) {
             self.sold_out(voucher_id, &voucher);
         }
+        // A key Redis forgot the answer of (a restart, a failover): the
+        // order MySQL wrote for it is the answer, not the refusal.
+        if let (Some(key), Err(Error::Rejected(_))) = (claimed, &outcome) {
+            if let Some(order_id) = self.placed_with_key(user_id, voucher_id, key).await? {
+                return Ok((order_id, true));
+            }
+        }
         outcome.map(|order_id| (order_id, false))
+    }
+
+    /// The order MySQL wrote for `user_id`'s purchase of `voucher_id` with
+    /// `key`, if any (`tb_voucher_order.idempotency_key_digest`).
+    async fn placed_with_key(
+        &self,
+        user_id: UserId,
+        voucher_id: VoucherId,
+        key: &IdempotencyKey,
+    ) -> Result<Option<OrderId>, Error> {
+        let digest = key.digest();
+        Ok((self.store)
+            .order_placed_with_key(user_id, voucher_id, digest)
+            .await?)
     }
 
     /// Ends the claim of the purchase's Idempotency-Key `key` by its

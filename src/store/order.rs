@@ -29,6 +29,11 @@ pub struct NewOrder {
     /// which no Redis admitted, and for a row read back from MySQL.
     #[sqlx(default)]
     pub sequence: u64,
+    /// The digest of the Idempotency-Key of the synchronous purchase that
+    /// placed it ([`IdempotencyKey::digest`](crate::idempotency::IdempotencyKey::digest)),
+    /// written with it: what answers the key when Redis lost its answer.
+    #[sqlx(default)]
+    pub idempotency: Option<u64>,
 }
 
 impl NewOrder {
@@ -39,6 +44,7 @@ impl NewOrder {
             user_id,
             voucher_id,
             sequence: 0,
+            idempotency: None,
         }
     }
 
@@ -257,12 +263,19 @@ pub async fn insert_orders_taking_stock(
     for order in orders {
         *units.entry(order.voucher_id).or_default() += 1;
     }
-    let rows = listed(
-        orders
-            .iter()
-            .map(|order| format!("({}, {}, {})", order.id, order.user_id, order.voucher_id)),
+    let rows = listed(orders.iter().map(|order| {
+        let digest = order
+            .idempotency
+            .map_or("NULL".to_owned(), |key| key.to_string());
+        format!(
+            "({}, {}, {}, {digest})",
+            order.id, order.user_id, order.voucher_id
+        )
+    }));
+    let mut sql = format!(
+        "INSERT INTO tb_voucher_order (id, user_id, voucher_id, idempotency_key_digest) \
+         VALUES {rows}"
     );
-    let mut sql = format!("INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES {rows}");
     for (voucher, units) in &units {
         let of_voucher = orders.iter().filter(|order| order.voucher_id == *voucher);
         sql += "; ";

@@ -155,6 +155,26 @@ fn whole_seconds(duration: Duration) -> u64 {
 }
 
 impl Store {
+    /// The order a synchronous purchase of `user_id` placed for `voucher_id`
+    /// with the Idempotency-Key of `digest`, if MySQL has one: the key's
+    /// answer when Redis lost the one it kept.
+    pub async fn order_placed_with_key(
+        &self,
+        user_id: UserId,
+        voucher_id: VoucherId,
+        digest: u64,
+    ) -> Result<Option<OrderId>, sqlx::Error> {
+        sqlx::query_scalar(
+            "SELECT id FROM tb_voucher_order \
+             WHERE user_id = ? AND voucher_id = ? AND idempotency_key_digest = ? LIMIT 1",
+        )
+        .bind(user_id)
+        .bind(voucher_id)
+        .bind(digest)
+        .fetch_optional(&self.pool)
+        .await
+    }
+
     /// The order if it exists and belongs to `user_id`.
     pub async fn order_of_user(
         &self,

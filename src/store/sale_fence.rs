@@ -101,6 +101,7 @@ mod tests {
             user_id: UserId::new(1),
             voucher_id: VoucherId::new(10),
             sequence,
+            idempotency: None,
         };
         let three = Shard::from_index(3).unwrap();
         let fence = SaleFence::of_orders(&[

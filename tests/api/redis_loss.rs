@@ -445,3 +445,34 @@ impl Faults for Passes {
         Verdict::Pass
     }
 }
+
+/// The synchronous purchase keeps its Idempotency-Key answers in Redis;
+/// Redis forgets them (a restart, a failover): the same key sent again is
+/// answered with the order MySQL wrote for it, not ALREADY_ORDERED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_idempotency_key_redis_forgot_is_answered_with_its_order() {
+    let app = spawn_app(|s| s.seckill = SeckillMode::Sync).await;
+    let voucher = create_sale(&app, 2, 1).await;
+    let token = &app.login_many(1).await[0];
+    let buy = |key: &'static str| {
+        app.client
+            .post(app.url(&format!("/voucher-order/seckill/{voucher}")))
+            .header("authorization", token)
+            .header("idempotency-key", key)
+            .send()
+    };
+    let first: Value = buy("k").await.unwrap().json().await.unwrap();
+    assert_eq!(first["success"], true, "{first}");
+
+    let user = app.user_id(token).await;
+    let kept = app.keys().single().idempotency(user, "k");
+    assert!(app.key_exists(&kept).await, "the answer is kept in Redis");
+    let _: () = app.redis.clone().del(&kept).await.unwrap();
+
+    let again: Value = buy("k").await.unwrap().json().await.unwrap();
+    println!("the key sent again after Redis forgot its answer: {again}");
+    assert_eq!(again["data"], first["data"], "{again}");
+    let other: Value = buy("another").await.unwrap().json().await.unwrap();
+    assert_eq!(other["errorCode"], "ALREADY_ORDERED", "{other}");
+    assert_eq!(app.audit(voucher).await.active_orders, 1);
+}

@@ -115,6 +115,7 @@ mod tests {
             user_id: UserId::new(1),
             voucher_id: voucher,
             sequence: 8,
+            idempotency: None,
         };
         fences.written(&[order]);
         assert_eq!(fences.floor(voucher, Shard::SINGLE), 8);

@@ -326,6 +326,7 @@ pub(super) fn pending_entry(order_id: OrderId, entry: &str) -> Result<NewOrder, 
             user_id: UserId::new(user),
             voucher_id: VoucherId::new(voucher),
             sequence,
+            idempotency: None,
         }),
         _ => Err(Error::Internal(anyhow::anyhow!(
             "pending order {order_id} holds {entry:?}, not userId:voucherId:sequence"
