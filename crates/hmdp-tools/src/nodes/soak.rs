@@ -5,7 +5,7 @@
 //! time, MySQL read-only, MySQL SIGKILLed and restarted. After each sale its
 //! buyers pay, cancel (and buy again) or leave their orders to time out.
 //! Every request, its answer and every fault go into the run's history,
-//! which the history checker (`history.rs`, `hmdp check`) judges against
+//! which the history checker (`history/check.rs`, `hmdp check`) judges against
 //! MySQL once the orders on their way are written: each success answer its
 //! buyer's order, each buyer's orders those their answers explain, nobody
 //! told success for two active orders, no unit sold twice or lost, each
@@ -153,7 +153,7 @@ struct Tally {
     /// Sales completed.
     sales: usize,
     /// Every request and its answer, and every fault: what the run is
-    /// judged by (`history.rs`).
+    /// judged by (`history/check.rs`).
     history: Vec<Event>,
     /// The sale running now: the one a MySQL stall holds.
     current: Option<i64>,
