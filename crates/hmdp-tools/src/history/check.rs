@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use clap::Args;
 
 use hmdp::config::DatabaseSettings;
@@ -411,7 +411,8 @@ pub async fn run(settings: &CheckSettings) -> anyhow::Result<i32> {
     let events = read(&settings.history)?;
     let store = Store::connect_lazy(&settings.database.url, 2, Duration::from_secs(10))?;
     let lag = Duration::from_millis(settings.writers_lag_ms);
-    let verdict = check(&store, &events, &settings.allow_loss, lag).await?;
+    let verdict = (check(&store, &events, &settings.allow_loss, lag).await)
+        .with_context(|| format!("checking {}", settings.history.display()))?;
     if settings.allow_loss.contains(&Loss::Everysec) {
         println!(
             "everysec losses allowed within {} ms of a Redis restart",
