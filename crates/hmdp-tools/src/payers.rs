@@ -52,6 +52,8 @@ pub enum Answered {
 #[derive(Debug, Clone)]
 pub struct Acted {
     pub user: usize,
+    /// The buyer's user id, as MySQL files their order.
+    pub user_id: i64,
     pub order_id: i64,
     pub act: Act,
     pub answered: Answered,
@@ -66,10 +68,11 @@ impl Acted {
             Act::Cancel => Call::Cancel,
             Act::Leave => return Vec::new(),
         };
-        let (client, order) = (self.user, Some(self.order_id));
+        let (client, user, order) = (self.user, Some(self.user_id), Some(self.order_id));
         let at_ms = history::unix_ms(Instant::now());
         let failure = |error: String| Failure {
             client,
+            user,
             voucher,
             f,
             order,
@@ -79,6 +82,7 @@ impl Acted {
         let answer = match &self.answered {
             Answered::Done => Event::Ok {
                 client,
+                user,
                 voucher,
                 f,
                 order: self.order_id,
@@ -90,6 +94,7 @@ impl Acted {
         };
         let invoke = Event::Invoke {
             client,
+            user,
             voucher,
             f,
             order,
@@ -121,10 +126,12 @@ pub async fn act_all(
         let act = Act::of(index, buyers, pay_percent, cancel_percent);
         let (client, target) = (client.clone(), target.to_owned());
         let (token, user, order_id) = (tokens[told.user].clone(), told.user, told.order_id);
+        let user_id = told.user_id;
         async move {
             let answered = send(&client, &target, &token, order_id, act).await;
             Acted {
                 user,
+                user_id,
                 order_id,
                 act,
                 answered,

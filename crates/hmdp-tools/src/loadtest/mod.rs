@@ -225,7 +225,8 @@ pub struct Measured {
     /// Every success answer: who was told which order, by which node, when.
     pub told: Vec<Told>,
     /// Every purchase sent and what it was answered, as `hmdp check` reads
-    /// them (the client is the buyer's index into the plan's tokens).
+    /// them (the client is the buyer's index into the plan's tokens, the
+    /// user their id).
     pub history: Vec<Event>,
 }
 
@@ -235,6 +236,8 @@ pub struct Measured {
 pub struct Told {
     /// The buyer: an index into the plan's tokens.
     pub user: usize,
+    /// The buyer's user id, as MySQL files their orders.
+    pub user_id: i64,
     pub order_id: i64,
     /// The node named in `x-served-by`.
     pub node: String,
@@ -277,6 +280,15 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Measured> {
     );
     // A user needing more permits than exist would wait forever.
     let burst = plan.per_user.min(plan.concurrency.max(1)) as u32;
+    // Who each token is, asked before the clock starts: the history names
+    // every buyer by the user id MySQL files their orders under.
+    let user_ids = tokens::user_ids(
+        &http_client(plan.concurrency)?,
+        &plan.target,
+        &plan.tokens,
+        plan.concurrency,
+    )
+    .await?;
     // As many connections as will carry requests at once, open before the
     // clock starts: a purchase's latency is its exchange, not a handshake.
     let shots = plan.tokens.len().saturating_mul(plan.per_user);
@@ -317,12 +329,13 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Measured> {
         let (user, shots) = joined.expect("a user task does not panic");
         for shot in shots {
             requests += 1;
-            history.extend(shot.history(user, plan.voucher));
+            history.extend(shot.history(user, user_ids[user], plan.voucher));
             latency_us.saturating_record(shot.latency.as_micros().max(1) as u64);
             if let Some(order_id) = shot.order_id {
                 ordered_latency_us.saturating_record(shot.latency.as_micros().max(1) as u64);
                 told.push(Told {
                     user,
+                    user_id: user_ids[user],
                     order_id,
                     node: shot.node.clone(),
                     at: shot.answered_at,
@@ -347,11 +360,13 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Measured> {
 
 impl Shot {
     /// The purchase's invocation and its answer, as `hmdp check` reads them.
-    fn history(&self, client: usize, voucher: i64) -> [Event; 2] {
+    fn history(&self, client: usize, user_id: i64, voucher: i64) -> [Event; 2] {
         let (f, at_ms) = (Call::Buy, history::unix_ms(self.answered_at));
+        let user = Some(user_id);
         let answer = match self.order_id {
             Some(order) => Event::Ok {
                 client,
+                user,
                 voucher,
                 f,
                 order,
@@ -362,6 +377,7 @@ impl Shot {
                 history::definite_refusal(&self.outcome),
                 Failure {
                     client,
+                    user,
                     voucher,
                     f,
                     order: None,
@@ -372,6 +388,7 @@ impl Shot {
         };
         let invoke = Event::Invoke {
             client,
+            user,
             voucher,
             f,
             order: None,

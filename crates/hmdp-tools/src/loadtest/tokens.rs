@@ -239,3 +239,51 @@ pub async fn run(settings: TokensSettings) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Sends of `GET /user/me` for one token before giving up: a node may be
+/// restarting under a soak's faults.
+const ME_SENDS: usize = 5;
+const ME_PAUSE: Duration = Duration::from_millis(200);
+
+/// The user id behind each of `tokens`, in order, read from `GET /user/me`
+/// at `target`: the history names each buyer by the id MySQL files their
+/// orders under, which a token does not say.
+pub async fn user_ids(
+    client: &reqwest::Client,
+    target: &str,
+    tokens: &[String],
+    concurrency: usize,
+) -> anyhow::Result<Vec<i64>> {
+    let url = format!("{}/user/me", target.trim_end_matches('/'));
+    // Each lookup owns what it sends: the stream of them is `Send` as a
+    // whole, as a spawned load needs.
+    let lookups = (tokens.iter()).map(|token| user_id(client.clone(), url.clone(), token.clone()));
+    stream::iter(lookups.collect::<Vec<_>>())
+        .buffered(concurrency.max(1))
+        .try_collect()
+        .await
+}
+
+/// One token's user id, asked again while the answer is not a user.
+async fn user_id(client: reqwest::Client, url: String, token: String) -> anyhow::Result<i64> {
+    let mut last = String::new();
+    for _ in 0..ME_SENDS {
+        let answer = client
+            .get(&url)
+            .header("authorization", &token)
+            .send()
+            .await;
+        match answer {
+            Ok(response) => {
+                let body: serde_json::Value = response.json().await.unwrap_or_default();
+                if let Some(id) = body["data"]["id"].as_i64() {
+                    return Ok(id);
+                }
+                last = body.to_string();
+            }
+            Err(error) => last = error.to_string(),
+        }
+        tokio::time::sleep(ME_PAUSE).await;
+    }
+    bail!("GET {url} named no user for a token after {ME_SENDS} sends: {last}")
+}
