@@ -52,17 +52,6 @@ impl Store {
         .await
     }
 
-    /// The seckill sales ever loaded into Redis (`queue` and `stream` load
-    /// them; a `sync` sale never is), each with its shard count.
-    pub async fn loaded_sales(&self) -> Result<Vec<(VoucherId, u16)>, sqlx::Error> {
-        sqlx::query_as(
-            "SELECT CAST(voucher_id AS SIGNED), shards FROM tb_seckill_voucher \
-             WHERE sale_loaded ORDER BY voucher_id",
-        )
-        .fetch_all(&self.pool)
-        .await
-    }
-
     /// The shard counts the seckill vouchers' sales use, ascending.
     pub async fn sale_shard_counts(&self) -> Result<Vec<u16>, sqlx::Error> {
         sqlx::query_scalar("SELECT DISTINCT shards FROM tb_seckill_voucher ORDER BY shards")
