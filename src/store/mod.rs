@@ -2,10 +2,13 @@
 
 mod fence;
 mod invariants;
+mod let_go;
+mod live_sale;
 mod order;
 mod order_id_block;
 mod order_life;
 mod sale;
+mod sale_counts;
 mod sale_fence;
 mod shop;
 mod tx;
@@ -24,12 +27,14 @@ use crate::config::redact_url;
 
 pub use fence::record_fence;
 pub use invariants::VoucherAudit;
+pub use live_sale::LiveSale;
 pub use order::{
     delete_orders, insert_orders_taking_stock, look_up, stock_left, take_stock_units, Found,
     Lookup, NewOrder, VoucherOrder,
 };
 pub use order_life::{CloseCause, Closing, Giveback, OrderState, Paid, Using};
 pub use sale::SaleSnapshot;
+pub use sale_counts::SaleCounts;
 pub use sale_fence::SaleFence;
 pub use shop::{Shop, ShopType, UserInfo};
 pub use tx::Tx;

@@ -46,21 +46,14 @@ impl SaleSnapshot {
 }
 
 impl Store {
-    /// Every seckill voucher's id.
-    pub async fn seckill_voucher_ids(&self) -> Result<Vec<VoucherId>, sqlx::Error> {
+    /// Every seckill voucher's id whose sale has not ended: what a node
+    /// starting loads into Redis. An ended sale has nothing to admit; one
+    /// with orders still on their way is loaded by the reconciler, which
+    /// reads every sale Redis is meant to hold.
+    pub async fn unended_sale_ids(&self) -> Result<Vec<VoucherId>, sqlx::Error> {
         sqlx::query_scalar(
-            "SELECT CAST(voucher_id AS SIGNED) FROM tb_seckill_voucher ORDER BY voucher_id",
-        )
-        .fetch_all(&self.pool)
-        .await
-    }
-
-    /// The seckill sales ever loaded into Redis (`queue` and `stream` load
-    /// them; a `sync` sale never is), each with its shard count.
-    pub async fn loaded_sales(&self) -> Result<Vec<(VoucherId, u16)>, sqlx::Error> {
-        sqlx::query_as(
-            "SELECT CAST(voucher_id AS SIGNED), shards FROM tb_seckill_voucher \
-             WHERE sale_loaded ORDER BY voucher_id",
+            "SELECT CAST(voucher_id AS SIGNED) FROM tb_seckill_voucher \
+             WHERE end_time > NOW() ORDER BY voucher_id",
         )
         .fetch_all(&self.pool)
         .await

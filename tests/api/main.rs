@@ -16,6 +16,7 @@ mod lost_reply;
 mod openapi;
 mod overload;
 mod queue;
+mod reconcile;
 mod redis_cluster;
 mod redis_forgets;
 mod redis_loss;

@@ -59,11 +59,11 @@ enum Found {
 }
 
 impl SaleState {
-    /// Loads every seckill voucher of MySQL that Redis lacks (a node
+    /// Loads every seckill sale of MySQL not ended that Redis lacks (a node
     /// starting in `queue` or `stream` mode); returns how many it loaded.
     pub async fn load_missing(&self) -> Result<usize, Error> {
         let mut loaded = 0;
-        for voucher_id in self.store.seckill_voucher_ids().await? {
+        for voucher_id in self.store.unended_sale_ids().await? {
             loaded += usize::from(self.load(voucher_id).await?);
         }
         Ok(loaded)

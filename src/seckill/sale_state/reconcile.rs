@@ -1,16 +1,24 @@
 //! The reconciler: Redis is a cache of the sale that may forget, MySQL is
-//! the truth. Every node, every [`RECONCILE_EVERY`], compares each seckill
-//! sale Redis holds with MySQL, a sale at a time (Redis read for all of
-//! them at once: one `MULTI` per shard, whose pending orders hash, shared
-//! by the shard's sales, is read once a round), and loads again from
+//! the truth. Every node, every [`RECONCILE_EVERY`], compares the seckill
+//! sales Redis is meant to hold (`Store::live_sales`, one statement: open
+//! sales, and ended ones not yet settled) with MySQL, and loads again from
 //! MySQL a sale whose counts drifted (an `appendfsync everysec` crash or a
 //! failover to a replica that missed writes: Redis kept the sale and lost
 //! its last admissions, or its last give-backs); a sale missing a shard, or
 //! whose shards are of different loads, is loaded again as any purchase
 //! would. Each heal is logged and counted (`hmdp_sales_reloaded_total`).
-//! While orders are on their way (writers working through a backlog) the
-//! comparison, which reads every one of them, runs at most every
-//! [`RECONCILE_BUSY_EVERY`]; the missing-shard check still every round.
+//! An ended sale whose orders are settled is let go (`reconcile/let_go.rs`):
+//! its keys expire and no round reads it again, so an idle node's rounds
+//! cost one statement each, however many sales have ended.
+//!
+//! A round costs what the sales Redis holds need: first their counts, each
+//! shard read in one `MULTI` for all its sales (`reconcile/counts.rs`), then
+//! MySQL's counts of them all in one statement; only a sale whose counts
+//! differ, or cannot tell (orders of it pending, give-backs owed), has its
+//! buyers and orders read and compared member by member. While orders are
+//! on their way (writers working through a backlog) the comparison, which
+//! reads every one of them, runs at most every [`RECONCILE_BUSY_EVERY`];
+//! the missing-shard check still every round.
 //!
 //! What Redis should hold, by MySQL: its stock plus the units in transit
 //! between shards equals MySQL's stock less the orders on their way
@@ -24,7 +32,15 @@
 //! step. So the comparison is made while the voucher's stock row is held
 //! (no commit, no close meanwhile), each shard read in one `MULTI`, and a
 //! move between two shards' reads (their `moves` counts change) makes the
-//! round skip the sale rather than heal what is no drift.
+//! round skip the sale rather than heal what is no drift. Redis is read
+//! before MySQL, counts and members alike, so that a commit or a close
+//! between the two reads balances (the order leaves the orders on their
+//! way as it enters MySQL's; the unit enters MySQL's stock as the
+//! give-back it owes Redis).
+
+mod agreement;
+mod counts;
+mod let_go;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -37,7 +53,8 @@ use super::{layout_of, Drift, SaleState};
 use crate::error::Error;
 use crate::ids::{OrderId, UserId, VoucherId};
 use crate::shards::{Layout, Shard};
-use crate::store::{NewOrder, SaleSnapshot};
+use crate::store::{LiveSale, NewOrder, SaleSnapshot};
+use agreement::Agreement;
 
 /// How often every node compares the sales with MySQL.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(5);
@@ -64,12 +81,22 @@ struct ShardView {
 
 impl SaleState {
     /// Every node's reconciler, for as long as it runs: every
-    /// [`RECONCILE_EVERY`], each seckill voucher's sale compared with
-    /// MySQL, and healed when it drifted.
+    /// [`RECONCILE_EVERY`], each sale Redis is meant to hold compared
+    /// with MySQL, healed when it drifted, let go once ended and settled.
     pub async fn reconcile_forever(&self) {
         let mut compared_at: Option<Instant> = None;
         loop {
             tokio::time::sleep(RECONCILE_EVERY).await;
+            // With no sale for Redis to hold, this one statement is the
+            // round: nothing else is read.
+            let sales = match self.store.live_sales().await {
+                Ok(sales) if sales.is_empty() => continue,
+                Ok(sales) => sales,
+                Err(error) => {
+                    tracing::debug!(?error, "sales not reconciled this round");
+                    continue;
+                }
+            };
             // The comparison reads every order on its way: while the
             // writers work through a backlog, it runs at most every
             // RECONCILE_BUSY_EVERY, the missing-shard check every round.
@@ -79,7 +106,7 @@ impl SaleState {
             if compare {
                 compared_at = Some(Instant::now());
             }
-            if let Err(error) = self.reconcile(compare).await {
+            if let Err(error) = self.reconcile(&sales, compare).await {
                 tracing::debug!(?error, "sales not reconciled this round");
             }
         }
@@ -90,48 +117,104 @@ impl SaleState {
     /// left drifted: a drift another node is healing meanwhile is compared
     /// again under the stock row, after that node's heal.
     pub async fn reconcile_once(&self) -> Result<(), Error> {
-        self.reconcile(true).await
+        let sales = self.store.live_sales().await?;
+        self.reconcile(&sales, true).await
     }
 
-    /// One round: each sale loaded before and missing a shard (or of shards
-    /// of different loads) loaded again, as a purchase would; then, when
-    /// `compare`, the others compared with MySQL and loaded again where
-    /// Redis forgot any of them.
-    async fn reconcile(&self, compare: bool) -> Result<(), Error> {
+    /// One round over `sales`: each one missing a shard (or of shards of
+    /// different loads, or of another token) loaded again, as a purchase
+    /// would; then, when `compare`, the others' counts compared with
+    /// MySQL's, the members of those that differ or cannot tell compared,
+    /// a sale that drifted loaded again, and an ended, settled one let go.
+    async fn reconcile(&self, sales: &[LiveSale], compare: bool) -> Result<(), Error> {
+        if sales.is_empty() {
+            return Ok(());
+        }
+        let mut counted = self.counts(sales, compare).await?;
         let mut whole = Vec::new();
-        for (voucher_id, shards) in self.store.loaded_sales().await? {
-            match self.load(voucher_id).await {
-                Ok(false) => whole.push((voucher_id, layout_of(shards)?)),
-                Ok(true) => {}
-                Err(error) => tracing::debug!(%voucher_id, ?error, "sale not reconciled"),
+        for sale in sales {
+            let shards = counted.remove(&sale.voucher_id).unwrap_or_default();
+            if counts::whole(&shards, sale.token) {
+                whole.push((*sale, shards));
+                continue;
+            }
+            if let Err(error) = self.load(sale.voucher_id).await {
+                tracing::debug!(voucher_id = %sale.voucher_id, ?error, "sale not reconciled");
             }
         }
         if !compare || whole.is_empty() {
             return Ok(());
         }
-        // Compared first without the stock row, which every writer of the
-        // voucher needs: Redis read before MySQL, so that a commit or a
-        // close between the two reads balances (the order leaves the orders
-        // on their way as it enters MySQL's; the unit enters MySQL's stock
-        // as the give-back it owes Redis). Only a drift found so is
-        // compared again under the stock row.
-        let mut views = self.views(&whole).await?;
+        let ids: Vec<VoucherId> = whole.iter().map(|(sale, _)| sale.voucher_id).collect();
+        let mysql = self.store.sale_counts(&ids).await?;
+        let mut members = Vec::new();
+        let mut settled = Vec::new();
+        for (sale, shards) in whole {
+            let Some(counts) = mysql.get(&sale.voucher_id) else {
+                continue;
+            };
+            if counts.shards != sale.shards {
+                continue;
+            }
+            match Agreement::of(&shards, counts) {
+                Agreement::Agrees if counts.settled() => settled.push(sale),
+                Agreement::Agrees => {}
+                Agreement::Differs | Agreement::Untold => members.push(sale),
+            }
+        }
+        settled.extend(self.compare_members(&members, &mysql).await?);
+        for sale in settled {
+            if let Err(error) = self.let_go(&sale).await {
+                tracing::debug!(voucher_id = %sale.voucher_id, ?error, "ended sale not let go this round");
+            }
+        }
+        Ok(())
+    }
+
+    /// The members of `sales` compared with MySQL, and each sale that
+    /// drifted healed; answers those found settled (no drift, no order of
+    /// theirs pending, and MySQL's `counts` say so), for the round to let go.
+    ///
+    /// Compared first without the stock row, which every writer of the
+    /// voucher needs (Redis read before MySQL); only a drift found so is
+    /// compared again under the stock row.
+    async fn compare_members(
+        &self,
+        sales: &[LiveSale],
+        counts: &HashMap<VoucherId, crate::store::SaleCounts>,
+    ) -> Result<Vec<LiveSale>, Error> {
+        if sales.is_empty() {
+            return Ok(Vec::new());
+        }
+        let layouts = (sales.iter())
+            .map(|sale| Ok((sale.voucher_id, layout_of(sale.shards)?)))
+            .collect::<Result<Vec<_>, Error>>()?;
+        let mut views = self.views(&layouts).await?;
         let dead = self.dead_order_ids().await?;
-        for (voucher_id, layout) in whole {
+        let mut settled = Vec::new();
+        for sale in sales {
+            let voucher_id = sale.voucher_id;
             let Some(views) = views.remove(&voucher_id) else {
                 continue;
             };
-            let Some(sale) = self.store.peek_sale(voucher_id).await? else {
+            let Some(snapshot) = self.store.peek_sale(voucher_id).await? else {
                 continue;
             };
-            if sale.shards != layout.count() || drift(&views, &sale, &dead).is_none() {
+            if snapshot.shards != sale.shards {
+                continue;
+            }
+            if drift(&views, &snapshot, &dead).is_none() {
+                let none_pending = views.iter().all(|view| view.pending.is_empty());
+                if none_pending && counts.get(&voucher_id).is_some_and(|c| c.settled()) {
+                    settled.push(*sale);
+                }
                 continue;
             }
             if let Err(error) = self.heal(voucher_id).await {
                 tracing::debug!(%voucher_id, ?error, "drifted sale not healed this round");
             }
         }
-        Ok(())
+        Ok(settled)
     }
 
     /// Under the stock row: the drift of the sale's Redis side from MySQL

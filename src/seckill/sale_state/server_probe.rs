@@ -86,12 +86,13 @@ impl SaleState {
         Ok(())
     }
 
-    /// Every sale loaded into Redis, checked as a purchase would check it
+    /// Every sale Redis is meant to hold, checked as a purchase would check it
     /// (`load`): one Redis no longer holds, or holds from another server or
     /// behind MySQL, is loaded again.
     async fn check_loaded_sales(&self) -> Result<(), Error> {
-        for (voucher_id, _) in self.store.loaded_sales().await? {
-            if let Err(error) = self.load(voucher_id).await {
+        for sale in self.store.live_sales().await? {
+            if let Err(error) = self.load(sale.voucher_id).await {
+                let voucher_id = sale.voucher_id;
                 tracing::warn!(%voucher_id, ?error, "sale not checked after a server change");
             }
         }
