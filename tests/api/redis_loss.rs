@@ -17,7 +17,9 @@ use hmdp_test_support::{wait_until, Direction, Faults, RedisServer, TcpProxy, Ve
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 
-use crate::helpers::{buy_at, open_seckill_body, spawn_app, NodeProcess, TestApp, ADMIN_TOKEN};
+use crate::helpers::{
+    buy_at, metric, open_seckill_body, spawn_app, NodeProcess, TestApp, ADMIN_TOKEN,
+};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -475,4 +477,43 @@ async fn a_sync_idempotency_key_redis_forgot_is_answered_with_its_order() {
     let other: Value = buy("another").await.unwrap().json().await.unwrap();
     assert_eq!(other["errorCode"], "ALREADY_ORDERED", "{other}");
     assert_eq!(app.audit(voucher).await.active_orders, 1);
+}
+
+/// A Redis restarted from its append-only file keeps the sale, whole in
+/// appearance: with nobody buying, each node's per-second probe notices the
+/// new server and has the sale loaded again from MySQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_is_noticed_by_the_probe_and_its_sales_reloaded_with_nobody_buying() {
+    let mut redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"])
+        .await
+        .unwrap();
+    let app = spawn_app(|s| {
+        s.seckill = SeckillMode::Stream;
+        s.store.redis.url = redis.url();
+    })
+    .await;
+    let voucher = create_sale(&app, 5, 1).await;
+    let tokens = app.login_many(2).await;
+    let told = buy_all(&app, voucher, &tokens).await;
+    assert!(
+        told.iter().all(|(_, answer)| answer["success"] == true),
+        "{}",
+        summary(&told)
+    );
+    wait_settled(&app).await;
+
+    app.restart_redis(&mut redis).await;
+    let reloaded = "hmdp_sales_reloaded_total{found=\"server_changed\"}";
+    let changes = "hmdp_redis_server_changes_total{how=\"restarted or replaced\"}";
+    wait_until(
+        "the probe noticed the restart and reloaded the sale",
+        WAIT,
+        || async {
+            metric(&app.address, changes).await >= 1.0
+                && metric(&app.address, reloaded).await >= 1.0
+        },
+    )
+    .await;
+    let sale = app.redis_sale(voucher).await.expect("the sale in Redis");
+    assert_eq!((sale.stock, sale.buyers.len()), (3, 2), "{sale:?}");
 }
