@@ -534,21 +534,6 @@ fn keyed_purchase(voucher: VoucherId, token: &str, key: &str) -> String {
     )
 }
 
-async fn buy_with_key(
-    app: &TestApp,
-    voucher: VoucherId,
-    token: &str,
-    key: &str,
-) -> reqwest::Response {
-    app.client
-        .post(app.url(&format!("/voucher-order/seckill/{voucher}")))
-        .header("authorization", token)
-        .header("idempotency-key", key)
-        .send()
-        .await
-        .unwrap()
-}
-
 async fn an_idempotency_key_replayed_after_a_reset(mode: SeckillMode) {
     // Each writer holds its transaction 2 s: in `sync` the purchase's
     // answer comes after it, and the reset comes first.
@@ -574,7 +559,9 @@ async fn an_idempotency_key_replayed_after_a_reset(mode: SeckillMode) {
 
     if mode == SeckillMode::Sync {
         // While the first is still running, the same key is refused.
-        let busy = buy_with_key(&app, voucher, token, "buy-1").await;
+        let busy = app
+            .purchase_response_with_key(voucher, token, "buy-1")
+            .await;
         assert_eq!(busy.status(), 409);
     }
     let written = wait_for("the reset request's order written", WAIT, || async {
@@ -583,7 +570,9 @@ async fn an_idempotency_key_replayed_after_a_reset(mode: SeckillMode) {
     })
     .await;
     let replay = wait_for("the first answer kept", WAIT, || async {
-        let response = buy_with_key(&app, voucher, token, "buy-1").await;
+        let response = app
+            .purchase_response_with_key(voucher, token, "buy-1")
+            .await;
         (response.status() == 200).then_some(response)
     })
     .await;
@@ -593,23 +582,28 @@ async fn an_idempotency_key_replayed_after_a_reset(mode: SeckillMode) {
 
     // The same key for another voucher: 422. Another key: a new request,
     // whose refusal is not kept (it changed nothing).
-    let reused = buy_with_key(&app, other, token, "buy-1").await;
+    let reused = app.purchase_response_with_key(other, token, "buy-1").await;
     assert_eq!(reused.status(), 422);
     for _ in 0..2 {
-        let refused = buy_with_key(&app, voucher, token, "buy-2").await;
+        let refused = app
+            .purchase_response_with_key(voucher, token, "buy-2")
+            .await;
         assert!(refused.headers().get("idempotent-replayed").is_none());
         let refused: Value = refused.json().await.unwrap();
         assert_eq!(refused["errorCode"], "ALREADY_ORDERED", "{refused}");
     }
     // Another user's same key is another request.
-    let theirs: Value = buy_with_key(&app, voucher, &tokens[1], "buy-1")
+    let theirs: Value = app
+        .purchase_response_with_key(voucher, &tokens[1], "buy-1")
         .await
         .json()
         .await
         .unwrap();
     assert_eq!(theirs["success"], true, "{theirs}");
     assert_ne!(theirs["data"], body["data"]);
-    let bad = buy_with_key(&app, voucher, token, "spaces are not allowed").await;
+    let bad = app
+        .purchase_response_with_key(voucher, token, "spaces are not allowed")
+        .await;
     assert_eq!(bad.status(), 400);
 }
 

@@ -325,6 +325,28 @@ impl TestApp {
             .await
     }
 
+    /// A purchase sent with the Idempotency-Key `key`: the response.
+    pub async fn purchase_response_with_key(
+        &self,
+        voucher_id: VoucherId,
+        token: &str,
+        key: &str,
+    ) -> reqwest::Response {
+        self.client
+            .post(self.url(&format!("/voucher-order/seckill/{voucher_id}")))
+            .header("authorization", token)
+            .header("idempotency-key", key)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// A purchase sent with the Idempotency-Key `key`: the answer's body.
+    pub async fn purchase_with_key(&self, voucher_id: VoucherId, token: &str, key: &str) -> Value {
+        let response = self.purchase_response_with_key(voucher_id, token, key);
+        response.await.json().await.unwrap()
+    }
+
     /// Transactions open on the test database once those still ending
     /// have ended, waiting for that at most `within`: 0, or how many were
     /// still open then.

@@ -17,18 +17,6 @@ use crate::helpers::{command_calls, spawn_app, TestApp};
 
 const WAIT: Duration = Duration::from_secs(30);
 
-async fn buy_with_key(app: &TestApp, voucher: VoucherId, token: &str, key: &str) -> Value {
-    let response = app
-        .client
-        .post(app.url(&format!("/voucher-order/seckill/{voucher}")))
-        .header("authorization", token)
-        .header("idempotency-key", key)
-        .send()
-        .await
-        .unwrap();
-    response.json().await.unwrap()
-}
-
 /// The seconds `key` has left, as Redis's `TTL` answers (-1: no expiry).
 async fn ttl(app: &TestApp, key: &str) -> i64 {
     app.redis.clone().ttl(key).await.unwrap()
@@ -59,7 +47,7 @@ async fn an_ended_settled_sale_is_let_go_and_an_open_one_still_reconciled() {
         .await;
     let open = app.create_open_seckill(5).await;
     let tokens = app.login_many(2).await;
-    let bought = buy_with_key(&app, ended, &tokens[0], "k").await;
+    let bought = app.purchase_with_key(ended, &tokens[0], "k").await;
     assert_eq!(bought["success"], true, "{bought}");
     assert_eq!(app.purchase(open, &tokens[1]).await["success"], true);
     wait_until("the orders written", WAIT, || async {
@@ -124,7 +112,7 @@ async fn an_ended_settled_sale_is_let_go_and_an_open_one_still_reconciled() {
     assert_eq!(stock(open).await, 4, "the open sale is compared and healed");
     assert_eq!(stock(ended).await, 7, "the ended one is not read");
 
-    let replayed = buy_with_key(app, ended, &tokens[0], "k").await;
+    let replayed = app.purchase_with_key(ended, &tokens[0], "k").await;
     assert_eq!(replayed, bought, "a replay after the let-go gets its order");
 }
 

@@ -20,18 +20,6 @@ use crate::helpers::{metric, spawn_app, TestApp};
 
 const WAIT: Duration = Duration::from_secs(30);
 
-async fn buy_with_key(app: &TestApp, voucher: VoucherId, token: &str, key: &str) -> Value {
-    let response = app
-        .client
-        .post(app.url(&format!("/voucher-order/seckill/{voucher}")))
-        .header("authorization", token)
-        .header("idempotency-key", key)
-        .send()
-        .await
-        .unwrap();
-    response.json().await.unwrap()
-}
-
 /// How many orders MySQL holds under `id`.
 async fn written(app: &TestApp, id: i64) -> i64 {
     app.tables().orders_with_id(id).await.unwrap()
@@ -61,11 +49,11 @@ async fn a_replayed_key_gets_its_order_after_sold_out_and_after_the_end(mode: Se
         .await;
     let tokens = app.login_many(2).await;
 
-    let bought = buy_with_key(&app, voucher, &tokens[0], "k").await;
+    let bought = app.purchase_with_key(voucher, &tokens[0], "k").await;
     assert_eq!(bought["success"], true, "{bought}");
     let refused = app.purchase(voucher, &tokens[1]).await;
     assert_eq!(refused["errorCode"], "SOLD_OUT", "{refused}");
-    let replayed = buy_with_key(&app, voucher, &tokens[0], "k").await;
+    let replayed = app.purchase_with_key(voucher, &tokens[0], "k").await;
     assert_eq!(
         replayed, bought,
         "a replay after the sale sold out gets its order"
@@ -77,7 +65,7 @@ async fn a_replayed_key_gets_its_order_after_sold_out_and_after_the_end(mode: Se
     .await;
     let refused = app.purchase(voucher, &tokens[1]).await;
     assert_eq!(refused["success"], false, "{refused}");
-    let replayed = buy_with_key(&app, voucher, &tokens[0], "k").await;
+    let replayed = app.purchase_with_key(voucher, &tokens[0], "k").await;
     assert_eq!(
         replayed, bought,
         "a replay after the sale ended gets its order"
@@ -356,7 +344,7 @@ async fn an_idempotency_key_sent_again_for_a_sale_of_another_shard_count_is_refu
         .unwrap();
     let four = VoucherId::new(four["data"].as_str().unwrap().parse().unwrap());
     let token = &app.login_many(1).await[0];
-    let bought = buy_with_key(&app, one, token, "k").await;
+    let bought = app.purchase_with_key(one, token, "k").await;
     assert_eq!(bought["success"], true, "{bought}");
 
     let response = app

@@ -89,19 +89,17 @@ pub async fn buy_all(app: &TestApp, voucher: VoucherId, tokens: &[String]) -> Ve
     .await
 }
 
-/// Each of `tokens` buys until the answer is definite (a reloaded sale
-/// answers 503 until it reopens), all at once; every answer, and when the
-/// last definite one came.
+/// Each buyer — the node's address, their token and user id — buys until
+/// the answer is definite (a reloaded sale answers 503 until it reopens),
+/// all at once; every answer, and when the last definite one came.
 pub async fn buy_until_answered(
-    app: &TestApp,
     voucher: VoucherId,
-    tokens: &[String],
+    buyers: &[(&str, &str, UserId)],
 ) -> (Vec<Told>, Instant) {
-    let answers = join_all(tokens.iter().map(|token| async move {
-        let user = app.user_id(token).await;
+    let answers = join_all(buyers.iter().map(|&(address, token, user)| async move {
         let mut told = Vec::new();
         loop {
-            let answer = app.purchase(voucher, token).await;
+            let answer = buy_at(address, voucher, token).await;
             let definite = answer["errorCode"] != "UNAVAILABLE";
             told.push((user, answer));
             if definite {
@@ -227,8 +225,15 @@ async fn after_redis_forgets(mode: SeckillMode, shards: u16, loss: Loss) {
             }
         }
     }
-    let after = [tokens[5].clone(), tokens[6].clone(), tokens[3].clone()];
-    let (again, answered_at) = buy_until_answered(&app, voucher, &after).await;
+    let mut after = Vec::new();
+    for token in [&tokens[5], &tokens[6], &tokens[3]] {
+        after.push((
+            app.address.as_str(),
+            token.as_str(),
+            app.user_id(token).await,
+        ));
+    }
+    let (again, answered_at) = buy_until_answered(voucher, &after).await;
     let waited = answered_at - lost_at;
     println!(
         "{mode:?}, {shards} shard(s), {loss:?}: answered again after {waited:?}: {}",
@@ -376,24 +381,17 @@ async fn after_a_failover(mode: SeckillMode, shards: u16) {
         .unwrap();
     address.move_to(replica.port());
     let moved_at = Instant::now();
-    let again = join_all((2..7).map(|buyer| {
-        let (address, token, user) = (&nodes[buyer % 2], &tokens[buyer], users[buyer]);
-        async move {
-            let mut told = Vec::new();
-            loop {
-                let answer = buy_at(address, voucher, token).await;
-                let definite = answer["errorCode"] != "UNAVAILABLE";
-                told.push((user, answer));
-                if definite {
-                    return (told, Instant::now());
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }))
-    .await;
-    let waited = again.iter().map(|(_, at)| *at).max().unwrap() - moved_at;
-    let again: Vec<Told> = again.into_iter().flat_map(|(told, _)| told).collect();
+    let buyers: Vec<(&str, &str, UserId)> = (2..7)
+        .map(|buyer| {
+            (
+                nodes[buyer % 2].as_str(),
+                tokens[buyer].as_str(),
+                users[buyer],
+            )
+        })
+        .collect();
+    let (again, answered_at) = buy_until_answered(voucher, &buyers).await;
+    let waited = answered_at - moved_at;
     println!(
         "after the failover, answered again after {waited:?}: {}",
         summary(&again)
@@ -456,14 +454,7 @@ async fn a_sync_idempotency_key_redis_forgot_is_answered_with_its_order() {
     let app = spawn_app(|s| s.seckill = SeckillMode::Sync).await;
     let voucher = create_sale(&app, 2, 1).await;
     let token = &app.login_many(1).await[0];
-    let buy = |key: &'static str| {
-        app.client
-            .post(app.url(&format!("/voucher-order/seckill/{voucher}")))
-            .header("authorization", token)
-            .header("idempotency-key", key)
-            .send()
-    };
-    let first: Value = buy("k").await.unwrap().json().await.unwrap();
+    let first = app.purchase_with_key(voucher, token, "k").await;
     assert_eq!(first["success"], true, "{first}");
 
     let user = app.user_id(token).await;
@@ -471,10 +462,10 @@ async fn a_sync_idempotency_key_redis_forgot_is_answered_with_its_order() {
     assert!(app.key_exists(&kept).await, "the answer is kept in Redis");
     let _: () = app.redis.clone().del(&kept).await.unwrap();
 
-    let again: Value = buy("k").await.unwrap().json().await.unwrap();
+    let again = app.purchase_with_key(voucher, token, "k").await;
     println!("the key sent again after Redis forgot its answer: {again}");
     assert_eq!(again["data"], first["data"], "{again}");
-    let other: Value = buy("another").await.unwrap().json().await.unwrap();
+    let other = app.purchase_with_key(voucher, token, "another").await;
     assert_eq!(other["errorCode"], "ALREADY_ORDERED", "{other}");
     assert_eq!(app.audit(voucher).await.active_orders, 1);
 }
