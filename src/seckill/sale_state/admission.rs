@@ -143,13 +143,16 @@ impl Admission {
             redis::Value::Int(STALE) => Some(Admission::Stale),
             redis::Value::Int(KEY_REUSED) => Some(Admission::KeyReused),
             redis::Value::Int(REOPENING) => Some(Admission::Reopening),
-            redis::Value::Int(code) if Suspicion::from_code(*code).is_some() => {
-                Suspicion::from_code(*code).map(Admission::Suspect)
+            redis::Value::Int(code) => {
+                Suspicion::from_code(*code)
+                    .map(Admission::Suspect)
+                    .or_else(|| {
+                        let refusal = usize::try_from(*code)
+                            .ok()
+                            .and_then(|code| REFUSALS.get(code));
+                        refusal.copied().flatten().map(Admission::Refused)
+                    })
             }
-            redis::Value::Int(code) => usize::try_from(*code)
-                .ok()
-                .and_then(|code| REFUSALS.get(code).copied().flatten())
-                .map(Admission::Refused),
             _ => None,
         }
     }
